@@ -1,0 +1,127 @@
+/* complete.c: idem_complete and idem_release, the end of a claimed request. */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "guc.h"
+#include "key_store.h"
+#include "sql_args.h"
+#include "txn_claims.h"
+
+PG_FUNCTION_INFO_V1(idem_complete);
+PG_FUNCTION_INFO_V1(idem_release);
+
+enum
+{
+	COMPLETE_ARG_KEY,
+	COMPLETE_ARG_HTTP_STATUS,
+	COMPLETE_ARG_RESPONSE_BODY,
+	COMPLETE_ARG_RESPONSE_HEADERS,
+	COMPLETE_ARG_SCOPE
+};
+
+enum
+{
+	RELEASE_ARG_KEY,
+	RELEASE_ARG_SCOPE
+};
+
+/* The claim this transaction holds on the key; ERROR 55000 when it holds none. */
+static TxnClaim
+held_claim(const uint8 identity[IDEM_SHA256_BYTES], text *key, const char *caller)
+{
+	const TxnClaim *claim = txn_claims_find(identity);
+
+	if (claim == NULL || claim->state != TXN_CLAIM_HELD)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: idempotency key \"%s\" is not claimed by this transaction",
+						caller, text_to_cstring(key)),
+				 errhint("Call idem_claim in the same transaction first and act only on outcome 'claimed'.")));
+	return *claim;
+}
+
+static uint64
+stored_size(FunctionCallInfo fcinfo, int argno)
+{
+	return PG_ARGISNULL(argno) ? 0 : toast_raw_datum_size(PG_GETARG_DATUM(argno));
+}
+
+Datum
+idem_complete(PG_FUNCTION_ARGS)
+{
+	KeyRef		ref;
+	uint8		identity[IDEM_SHA256_BYTES];
+	int32		http_status;
+	uint64		response_bytes;
+	TxnClaim	claim;
+	ResponseToStore response;
+
+	ref.extension_function = fcinfo->flinfo->fn_oid;
+	ref.key = arg_text_required(fcinfo, COMPLETE_ARG_KEY, "key");
+	arg_require_not_null(fcinfo, COMPLETE_ARG_HTTP_STATUS, "http_status");
+	ref.scope = arg_text_required(fcinfo, COMPLETE_ARG_SCOPE, "scope");
+	key_identity_from_args(ref.scope, ref.key, identity);
+	http_status = PG_GETARG_INT32(COMPLETE_ARG_HTTP_STATUS);
+	response_bytes = stored_size(fcinfo, COMPLETE_ARG_RESPONSE_BODY) +
+		stored_size(fcinfo, COMPLETE_ARG_RESPONSE_HEADERS);
+
+	response.http_status = http_status;
+	response.body_null = PG_ARGISNULL(COMPLETE_ARG_RESPONSE_BODY);
+	response.body = response.body_null ? (Datum) 0 : PG_GETARG_DATUM(COMPLETE_ARG_RESPONSE_BODY);
+	response.headers_null = PG_ARGISNULL(COMPLETE_ARG_RESPONSE_HEADERS);
+	response.headers = response.headers_null ? (Datum) 0 :
+		PG_GETARG_DATUM(COMPLETE_ARG_RESPONSE_HEADERS);
+	if (!response.headers_null &&
+		!JB_ROOT_IS_OBJECT(DatumGetJsonbP(response.headers)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency response_headers must be a JSON object")));
+
+	switch (idem_core_decide_completion(http_status, response_bytes,
+										(uint64) idem_max_response_bytes))
+	{
+		case IDEM_COMPLETION_BAD_STATUS:
+			report_invalid_argument("http_status", IDEM_ERR_STATUS_RANGE);
+			break;
+		case IDEM_COMPLETION_TOO_LARGE:
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("idempotency response of %llu bytes exceeds idempotency.max_response_bytes (%d)",
+							(unsigned long long) response_bytes, idem_max_response_bytes)));
+			break;
+		case IDEM_COMPLETION_RELEASE:
+			claim = held_claim(identity, ref.key, "idem_complete");
+			claim.state = TXN_CLAIM_RELEASED;
+			txn_claims_record(identity, &claim);
+			PG_RETURN_BOOL(false);
+		case IDEM_COMPLETION_STORE:
+			break;
+	}
+
+	claim = held_claim(identity, ref.key, "idem_complete");
+	PreventCommandIfReadOnly("idem_complete()");
+	key_store_write(&ref, &claim, &response);
+	claim.state = TXN_CLAIM_COMPLETED;
+	txn_claims_record(identity, &claim);
+	PG_RETURN_BOOL(true);
+}
+
+Datum
+idem_release(PG_FUNCTION_ARGS)
+{
+	text	   *key = arg_text_required(fcinfo, RELEASE_ARG_KEY, "key");
+	text	   *scope = arg_text_required(fcinfo, RELEASE_ARG_SCOPE, "scope");
+	uint8		identity[IDEM_SHA256_BYTES];
+	TxnClaim	claim;
+
+	key_identity_from_args(scope, key, identity);
+	claim = held_claim(identity, key, "idem_release");
+	claim.state = TXN_CLAIM_RELEASED;
+	txn_claims_record(identity, &claim);
+	PG_RETURN_BOOL(true);
+}

@@ -1,0 +1,159 @@
+// The C facade over the core: the single place where C++ exceptions stop.
+#include <cstring>
+#include <exception>
+#include <new>
+#include <stdexcept>
+
+#include "hex.hpp"
+#include "idem_core.h"
+#include "outcome.hpp"
+#include "sha256.hpp"
+#include "text_rules.hpp"
+
+using idem::core::Sha256;
+using idem::core::Sha256Digest;
+
+struct IdemSha256Stream {
+    Sha256 digest;
+};
+
+namespace {
+
+// Runs body and turns any exception into a status; nothing escapes into C.
+template <typename Body>
+IdemStatus guarded(Body&& body) noexcept {
+    try {
+        return body();
+    } catch (const std::bad_alloc&) {
+        return IDEM_ERR_INTERNAL;
+    } catch (const std::runtime_error&) {
+        return IDEM_ERR_CRYPTO;
+    } catch (...) {
+        return IDEM_ERR_INTERNAL;
+    }
+}
+
+void copy_digest(const Sha256Digest& digest, uint8_t out[IDEM_SHA256_BYTES]) {
+    std::memcpy(out, digest.data(), digest.size());
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* idem_core_status_message(IdemStatus status) {
+    switch (status) {
+        case IDEM_OK: return "ok";
+        case IDEM_ERR_EMPTY: return "must not be empty";
+        case IDEM_ERR_TOO_LONG: return "is longer than 255 bytes";
+        case IDEM_ERR_CONTROL_CHAR: return "contains a control character";
+        case IDEM_ERR_HEX_LENGTH: return "must be 64 hexadecimal digits";
+        case IDEM_ERR_HEX_DIGIT: return "contains a character that is not a hexadecimal digit";
+        case IDEM_ERR_STATUS_RANGE: return "must be between 100 and 599";
+        case IDEM_ERR_CRYPTO: return "OpenSSL could not compute SHA-256";
+        case IDEM_ERR_INTERNAL: return "internal error in the idempotency core";
+    }
+    return "unknown status";
+}
+
+IdemStatus idem_core_validate_key(const char* key, size_t len) {
+    return guarded([&] { return idem::core::validate_key({key, len}); });
+}
+
+IdemStatus idem_core_validate_scope(const char* scope, size_t len) {
+    return guarded([&] { return idem::core::validate_scope({scope, len}); });
+}
+
+IdemStatus idem_core_parse_sha256_hex(const char* hex, size_t len, uint8_t out[IDEM_SHA256_BYTES]) {
+    return guarded([&] {
+        Sha256Digest digest{};
+        const IdemStatus status = idem::core::parse_sha256_hex({hex, len}, digest);
+        if (status == IDEM_OK)
+            copy_digest(digest, out);
+        return status;
+    });
+}
+
+void idem_core_sha256_to_hex(const uint8_t digest[IDEM_SHA256_BYTES], char out[IDEM_SHA256_HEX_CHARS]) {
+    Sha256Digest copy{};
+    std::memcpy(copy.data(), digest, copy.size());
+    idem::core::sha256_to_hex(copy, out);
+}
+
+IdemStatus idem_core_sha256(const void* data, size_t len, uint8_t out[IDEM_SHA256_BYTES]) {
+    return guarded([&] {
+        copy_digest(idem::core::sha256(data, len), out);
+        return IDEM_OK;
+    });
+}
+
+IdemSha256Stream* idem_core_sha256_begin(void) {
+    try {
+        return new IdemSha256Stream();
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+IdemStatus idem_core_sha256_update(IdemSha256Stream* stream, const void* data, size_t len) {
+    return guarded([&] {
+        stream->digest.update(data, len);
+        return IDEM_OK;
+    });
+}
+
+IdemStatus idem_core_sha256_finish(IdemSha256Stream* stream, uint8_t out[IDEM_SHA256_BYTES]) {
+    const IdemStatus status = guarded([&] {
+        copy_digest(stream->digest.finish(), out);
+        return IDEM_OK;
+    });
+    delete stream;
+    return status;
+}
+
+void idem_core_sha256_abandon(IdemSha256Stream* stream) { delete stream; }
+
+IdemStatus idem_core_key_identity(const char* scope, size_t scope_len, const char* key, size_t key_len,
+                                  uint8_t out[IDEM_SHA256_BYTES]) {
+    return guarded([&] {
+        // Length prefixes keep ("a","bc") and ("ab","c") apart.
+        const uint32_t lengths[2] = {static_cast<uint32_t>(scope_len), static_cast<uint32_t>(key_len)};
+        Sha256 digest;
+        digest.update(&lengths[0], sizeof lengths[0]);
+        digest.update(scope, scope_len);
+        digest.update(&lengths[1], sizeof lengths[1]);
+        digest.update(key, key_len);
+        copy_digest(digest.finish(), out);
+        return IDEM_OK;
+    });
+}
+
+uint64_t idem_core_lock_tag(const uint8_t identity[IDEM_SHA256_BYTES]) {
+    uint64_t tag = 0;
+    for (int i = 0; i < 8; ++i)
+        tag = (tag << 8) | identity[i];
+    return tag;
+}
+
+IdemClaimOutcome idem_core_decide_claim(const IdemClaimFacts* facts) {
+    return idem::core::decide_claim(*facts);
+}
+
+IdemCompletion idem_core_decide_completion(int32_t http_status, uint64_t response_bytes,
+                                           uint64_t max_response_bytes) {
+    return idem::core::decide_completion(http_status, response_bytes, max_response_bytes);
+}
+
+const char* idem_core_outcome_name(IdemClaimOutcome outcome) {
+    switch (outcome) {
+        case IDEM_OUTCOME_CLAIMED: return "claimed";
+        case IDEM_OUTCOME_REPLAY: return "replay";
+        case IDEM_OUTCOME_MISMATCH: return "mismatch";
+        case IDEM_OUTCOME_IN_PROGRESS: return "in_progress";
+        case IDEM_OUTCOME_NEEDS_LOCK: return "needs_lock";
+        case IDEM_OUTCOME_SERIALIZATION_FAILURE: return "serialization_failure";
+    }
+    return "unknown";
+}
+
+}  // extern "C"

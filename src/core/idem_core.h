@@ -1,0 +1,134 @@
+/*
+ * idem_core.h: the C interface of the idempotency core.
+ *
+ * This header is the one error boundary between the C++17 core and the
+ * PostgreSQL layer. Every function here is implemented in C++ but declared
+ * noexcept in effect: each catches every exception and reports it as a status
+ * code. No PostgreSQL header is included on either side of it, and the core
+ * never calls into PostgreSQL, so no ERROR can longjmp over a C++ frame.
+ */
+#ifndef IDEM_CORE_H
+#define IDEM_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define IDEM_SHA256_BYTES 32
+#define IDEM_SHA256_HEX_CHARS 64
+#define IDEM_MAX_KEY_BYTES 255
+#define IDEM_MAX_SCOPE_BYTES 255
+
+/* Why an input was rejected; IDEM_OK when it was not. */
+typedef enum IdemStatus
+{
+	IDEM_OK = 0,
+	IDEM_ERR_EMPTY,
+	IDEM_ERR_TOO_LONG,
+	IDEM_ERR_CONTROL_CHAR,
+	IDEM_ERR_HEX_LENGTH,
+	IDEM_ERR_HEX_DIGIT,
+	IDEM_ERR_STATUS_RANGE,
+	IDEM_ERR_CRYPTO,
+	IDEM_ERR_INTERNAL
+} IdemStatus;
+
+/* What idem_claim answers. */
+typedef enum IdemClaimOutcome
+{
+	IDEM_OUTCOME_CLAIMED = 0,
+	IDEM_OUTCOME_REPLAY,
+	IDEM_OUTCOME_MISMATCH,
+	IDEM_OUTCOME_IN_PROGRESS,
+	/* the row lookup must be repeated after taking the key's lock */
+	IDEM_OUTCOME_NEEDS_LOCK,
+	/* a completion committed after this snapshot: the client must retry */
+	IDEM_OUTCOME_SERIALIZATION_FAILURE
+} IdemClaimOutcome;
+
+/* What idem_complete does with a response. */
+typedef enum IdemCompletion
+{
+	IDEM_COMPLETION_STORE = 0,
+	IDEM_COMPLETION_RELEASE,	/* 5xx: never cached, the key is given back */
+	IDEM_COMPLETION_BAD_STATUS,
+	IDEM_COMPLETION_TOO_LARGE
+} IdemCompletion;
+
+/* The stored row for a key, as one lookup saw it. */
+typedef struct IdemStoredRow
+{
+	bool		found;
+	bool		expired;
+	bool		hash_matches;
+} IdemStoredRow;
+
+/* Everything the claim decision depends on. */
+typedef struct IdemClaimFacts
+{
+	/* this transaction claimed the key and has neither completed nor released it */
+	bool		claimed_by_this_transaction;
+	/* false before the key's lock was tried; then whether it was granted */
+	bool		lock_tried;
+	bool		lock_granted;
+	/* REPEATABLE READ or SERIALIZABLE: one snapshot for the whole transaction */
+	bool		transaction_snapshot;
+	IdemStoredRow row;
+} IdemClaimFacts;
+
+const char *idem_core_status_message(IdemStatus status);
+
+/* Keys: 1..255 bytes, no C0/C1 control character and no DEL. */
+IdemStatus	idem_core_validate_key(const char *key, size_t len);
+
+/* Scopes: 0..255 bytes, same character rule as keys. */
+IdemStatus	idem_core_validate_scope(const char *scope, size_t len);
+
+/* 64 hexadecimal digits, either case, into 32 bytes. */
+IdemStatus	idem_core_parse_sha256_hex(const char *hex, size_t len,
+									   uint8_t out[IDEM_SHA256_BYTES]);
+
+/* Lowercase hex of a 32-byte digest, not NUL-terminated. */
+void		idem_core_sha256_to_hex(const uint8_t digest[IDEM_SHA256_BYTES],
+									char out[IDEM_SHA256_HEX_CHARS]);
+
+/* SHA-256 of one buffer (OpenSSL EVP). */
+IdemStatus	idem_core_sha256(const void *data, size_t len,
+							 uint8_t out[IDEM_SHA256_BYTES]);
+
+/* Incremental SHA-256 for data that arrives in pieces. */
+typedef struct IdemSha256Stream IdemSha256Stream;
+IdemSha256Stream *idem_core_sha256_begin(void);
+IdemStatus	idem_core_sha256_update(IdemSha256Stream *stream, const void *data, size_t len);
+/* Writes the digest and frees the stream, whatever the result. */
+IdemStatus	idem_core_sha256_finish(IdemSha256Stream *stream, uint8_t out[IDEM_SHA256_BYTES]);
+void		idem_core_sha256_abandon(IdemSha256Stream *stream);
+
+/*
+ * The identity of a key within its scope: SHA-256 over the length-prefixed
+ * scope and key, so ("a", "bc") and ("ab", "c") differ.
+ */
+IdemStatus	idem_core_key_identity(const char *scope, size_t scope_len,
+								   const char *key, size_t key_len,
+								   uint8_t out[IDEM_SHA256_BYTES]);
+
+/* The 64-bit lock tag derived from a key identity. */
+uint64_t	idem_core_lock_tag(const uint8_t identity[IDEM_SHA256_BYTES]);
+
+IdemClaimOutcome idem_core_decide_claim(const IdemClaimFacts *facts);
+
+IdemCompletion idem_core_decide_completion(int32_t http_status,
+										   uint64_t response_bytes,
+										   uint64_t max_response_bytes);
+
+const char *idem_core_outcome_name(IdemClaimOutcome outcome);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif							/* IDEM_CORE_H */

@@ -1,0 +1,30 @@
+// SHA-256 through OpenSSL's EVP interface.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "hex.hpp"
+
+struct evp_md_ctx_st;
+
+namespace idem::core {
+
+// One running digest. Owns its EVP context; movable, not copyable.
+class Sha256 {
+public:
+    Sha256();  // throws std::runtime_error when OpenSSL cannot start a digest
+    void update(const void* data, std::size_t len);
+    Sha256Digest finish();
+
+private:
+    friend Sha256Digest sha256(const void* data, std::size_t len);
+    struct FreeContext {
+        void operator()(evp_md_ctx_st* ctx) const;
+    };
+    std::unique_ptr<evp_md_ctx_st, FreeContext> ctx_;
+};
+
+Sha256Digest sha256(const void* data, std::size_t len);
+
+}  // namespace idem::core

@@ -1,0 +1,57 @@
+/* guc.c: defines the idempotency.* settings; behaviour ones are per session. */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "utils/guc.h"
+
+#include "guc.h"
+
+int			idem_ttl_seconds = 24 * 60 * 60;
+int			idem_mismatch_status = 422;
+int			idem_max_response_bytes = 1024 * 1024;
+
+void
+idem_define_settings(void)
+{
+	DefineCustomIntVariable("idempotency.ttl",
+							"How long a completed key answers with its stored response.",
+							"Used when idem_claim is called without a ttl.",
+							&idem_ttl_seconds,
+							24 * 60 * 60,
+							1,
+							INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL,
+							NULL,
+							NULL);
+
+	DefineCustomIntVariable("idempotency.mismatch_status",
+							"HTTP status answered when a key is reused with another payload.",
+							"422 follows the IETF draft; 400 follows Stripe.",
+							&idem_mismatch_status,
+							422,
+							400,
+							499,
+							PGC_USERSET,
+							0,
+							NULL,
+							NULL,
+							NULL);
+
+	DefineCustomIntVariable("idempotency.max_response_bytes",
+							"Largest response (body plus headers) idem_complete stores.",
+							NULL,
+							&idem_max_response_bytes,
+							1024 * 1024,
+							0,
+							INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL,
+							NULL,
+							NULL);
+
+	MarkGUCPrefixReserved("idempotency");
+}

@@ -1,0 +1,57 @@
+/* hash_sql.c: idem_hash for text, bytea and jsonb, as lowercase hex SHA-256. */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "sql_args.h"
+
+PG_FUNCTION_INFO_V1(idem_hash_text);
+PG_FUNCTION_INFO_V1(idem_hash_bytea);
+PG_FUNCTION_INFO_V1(idem_hash_jsonb);
+
+static text *
+sha256_hex_text(const void *data, size_t len)
+{
+	uint8		digest[IDEM_SHA256_BYTES];
+	text	   *result;
+	IdemStatus	status = idem_core_sha256(data, len, digest);
+
+	if (status != IDEM_OK)
+		report_invalid_argument("hash", status);
+	result = palloc(VARHDRSZ + IDEM_SHA256_HEX_CHARS);
+	SET_VARSIZE(result, VARHDRSZ + IDEM_SHA256_HEX_CHARS);
+	idem_core_sha256_to_hex(digest, VARDATA(result));
+	return result;
+}
+
+/* text and bytea hash their bytes as they are. */
+Datum
+idem_hash_text(PG_FUNCTION_ARGS)
+{
+	text	   *input = PG_GETARG_TEXT_PP(0);
+
+	PG_RETURN_TEXT_P(sha256_hex_text(VARDATA_ANY(input), VARSIZE_ANY_EXHDR(input)));
+}
+
+Datum
+idem_hash_bytea(PG_FUNCTION_ARGS)
+{
+	bytea	   *input = PG_GETARG_BYTEA_PP(0);
+
+	PG_RETURN_TEXT_P(sha256_hex_text(VARDATA_ANY(input), VARSIZE_ANY_EXHDR(input)));
+}
+
+/*
+ * jsonb hashes its canonical text: jsonb's own output, where object keys are
+ * already sorted and duplicates removed, and spacing is fixed. So key order
+ * and white space in the request do not change the hash.
+ */
+Datum
+idem_hash_jsonb(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *input = PG_GETARG_JSONB_P(0);
+	char	   *canonical = JsonbToCString(NULL, &input->root, VARSIZE(input));
+
+	PG_RETURN_TEXT_P(sha256_hex_text(canonical, strlen(canonical)));
+}

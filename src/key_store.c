@@ -1,0 +1,200 @@
+/* key_store.c: the three statements on idempotency_keys, prepared once per backend. */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "key_store.h"
+
+typedef struct StorePlans
+{
+	Oid			namespace_oid;
+	char		namespace_name[NAMEDATALEN];
+	SPIPlanPtr	lookup;
+	SPIPlanPtr	insert;
+	SPIPlanPtr	replace_expired;
+} StorePlans;
+
+static StorePlans plans;
+
+/* Parameters of insert and replace_expired, in this order. */
+#define WRITE_PARAMS 8
+static Oid	write_param_types[WRITE_PARAMS] = {
+	TIMESTAMPTZOID,				/* $1 expires_at */
+	TIMESTAMPTZOID,				/* $2 created_at, also "now" for the expiry test */
+	INT4OID,					/* $3 http_status */
+	TEXTOID,					/* $4 scope */
+	TEXTOID,					/* $5 key */
+	BYTEAOID,					/* $6 request_hash */
+	JSONBOID,					/* $7 response_headers */
+	JSONBOID					/* $8 response_body */
+};
+
+static SPIPlanPtr
+prepare_kept(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "idempotency: could not keep a prepared plan");
+	return plan;
+}
+
+static void
+forget_plans(void)
+{
+	if (plans.lookup)
+		SPI_freeplan(plans.lookup);
+	if (plans.insert)
+		SPI_freeplan(plans.insert);
+	if (plans.replace_expired)
+		SPI_freeplan(plans.replace_expired);
+	memset(&plans, 0, sizeof(plans));
+}
+
+/* The table lives in the schema of the extension's functions; plans follow it. */
+static void
+ensure_plans(Oid extension_function)
+{
+	Oid			namespace_oid = get_func_namespace(extension_function);
+	char	   *namespace_name = get_namespace_name(namespace_oid);
+	const char *table;
+	Oid			lookup_types[2] = {TEXTOID, TEXTOID};
+
+	if (namespace_name == NULL)
+		elog(ERROR, "idempotency: the schema of function %u is gone", extension_function);
+	if (plans.lookup != NULL && plans.namespace_oid == namespace_oid &&
+		strcmp(plans.namespace_name, namespace_name) == 0)
+		return;
+
+	forget_plans();
+	table = psprintf("%s.idempotency_keys", quote_identifier(namespace_name));
+
+	plans.lookup = prepare_kept(psprintf(
+		"SELECT expires_at, request_hash, http_status, response_body, response_headers"
+		" FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2",
+		table), 2, lookup_types);
+	plans.insert = prepare_kept(psprintf(
+		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
+		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+		table), WRITE_PARAMS, write_param_types);
+	plans.replace_expired = prepare_kept(psprintf(
+		"UPDATE %s SET expires_at = $1, created_at = $2, http_status = $3,"
+		" request_hash = $6, response_headers = $7, response_body = $8"
+		" WHERE scope OPERATOR(pg_catalog.=) $4 AND key OPERATOR(pg_catalog.=) $5"
+		" AND expires_at OPERATOR(pg_catalog.<=) $2",
+		table), WRITE_PARAMS, write_param_types);
+
+	plans.namespace_oid = namespace_oid;
+	strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
+}
+
+static void
+copy_row(StoredResponse *out, MemoryContext caller_context)
+{
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	HeapTuple	row = SPI_tuptable->vals[0];
+	bool		isnull;
+	Datum		value;
+	bytea	   *hash;
+	MemoryContext spi_context;
+
+	out->found = true;
+	out->expires_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 1, &isnull));
+	hash = DatumGetByteaPP(SPI_getbinval(row, desc, 2, &isnull));
+	if (isnull || VARSIZE_ANY_EXHDR(hash) != IDEM_SHA256_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("idempotency: a stored request_hash is not 32 bytes")));
+	memcpy(out->request_hash, VARDATA_ANY(hash), IDEM_SHA256_BYTES);
+	value = SPI_getbinval(row, desc, 3, &out->http_status_null);
+	out->http_status = out->http_status_null ? 0 : DatumGetInt32(value);
+
+	spi_context = MemoryContextSwitchTo(caller_context);
+	value = SPI_getbinval(row, desc, 4, &out->body_null);
+	out->body = out->body_null ? (Datum) 0 : datumCopy(value, false, -1);
+	value = SPI_getbinval(row, desc, 5, &out->headers_null);
+	out->headers = out->headers_null ? (Datum) 0 : datumCopy(value, false, -1);
+	MemoryContextSwitchTo(spi_context);
+}
+
+void
+key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, StoredResponse *out)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	Datum		values[2] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key)};
+	int			rc;
+
+	memset(out, 0, sizeof(*out));
+	SPI_connect();
+	ensure_plans(ref->extension_function);
+	if (snapshot == LOOKUP_LATEST_SNAPSHOT)
+		rc = SPI_execute_snapshot(plans.lookup, values, NULL, GetLatestSnapshot(),
+								  InvalidSnapshot, false, false, 1);
+	else
+		rc = SPI_execute_plan(plans.lookup, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "idempotency: key lookup failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+		copy_row(out, caller_context);
+	SPI_finish();
+}
+
+static bytea *
+hash_as_bytea(const uint8 hash[IDEM_SHA256_BYTES])
+{
+	bytea	   *result = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
+
+	SET_VARSIZE(result, VARHDRSZ + IDEM_SHA256_BYTES);
+	memcpy(VARDATA(result), hash, IDEM_SHA256_BYTES);
+	return result;
+}
+
+void
+key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore *response)
+{
+	Datum		values[WRITE_PARAMS];
+	char		nulls[WRITE_PARAMS];
+	int			rc;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = TimestampTzGetDatum(claim->expires_at);
+	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[2] = Int32GetDatum(response->http_status);
+	values[3] = PointerGetDatum(ref->scope);
+	values[4] = PointerGetDatum(ref->key);
+	values[5] = PointerGetDatum(hash_as_bytea(claim->request_hash));
+	values[6] = response->headers;
+	nulls[6] = response->headers_null ? 'n' : ' ';
+	values[7] = response->body;
+	nulls[7] = response->body_null ? 'n' : ' ';
+
+	SPI_connect();
+	ensure_plans(ref->extension_function);
+	if (claim->replaces_expired_row)
+	{
+		rc = SPI_execute_plan(plans.replace_expired, values, nulls, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "idempotency: replacing an expired key failed: %s",
+				 SPI_result_code_string(rc));
+		/* Zero rows: a cleanup removed the expired row meanwhile, so insert. */
+		if (SPI_processed == 1)
+		{
+			SPI_finish();
+			return;
+		}
+	}
+	rc = SPI_execute_plan(plans.insert, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT || SPI_processed != 1)
+		elog(ERROR, "idempotency: storing the response failed: %s",
+			 SPI_result_code_string(rc));
+	SPI_finish();
+}

@@ -1,0 +1,21 @@
+/* sql_args.h: argument checks shared by the SQL-callable functions. */
+#ifndef IDEM_SQL_ARGS_H
+#define IDEM_SQL_ARGS_H
+
+#include "fmgr.h"
+
+#include "idem_core.h"
+
+/* The argument as text; ERROR 22004 when it is NULL. */
+text	   *arg_text_required(FunctionCallInfo fcinfo, int argno, const char *name);
+
+/* ERROR 22004 when the argument is NULL. */
+void		arg_require_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
+
+/* Validates key and scope and derives the key's identity; ERROR 22023 when invalid. */
+void		key_identity_from_args(text *scope, text *key, uint8 identity[IDEM_SHA256_BYTES]);
+
+/* ERROR 22023 carrying the core's reason. */
+void		report_invalid_argument(const char *name, IdemStatus status) pg_attribute_noreturn();
+
+#endif
