@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs every test suite against a real, throwaway PostgreSQL 15 cluster, as CI does:
+#   C++ unit tests (plain and under ASan/UBSan), the libFuzzer run, pg_regress, isolation specs,
+#   pgTAP (pg_prove) and the Perl TAP tests (as user postgres).
+# Ends with one line over all suites: "N passed, N failed". Exit status 0 only when nothing failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+source scripts/lib/cluster.sh
+
+scripts/install-deps.sh
+make -s >/dev/null && make -s install >/dev/null || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+passed=0
+failed=0
+log_dir=$(mktemp -d /tmp/idem-test-logs.XXXXXX)
+chmod 755 "$log_dir"
+
+count() {  # count SUITE PASSED FAILED
+    printf '%-12s %4d passed, %d failed\n' "$1" "$2" "$3" >>"$log_dir/summary"
+    passed=$((passed + $2))
+    failed=$((failed + $3))
+}
+
+# A suite that prints gtest summaries.
+run_gtest_suite() {
+    local name=$1
+    shift
+    "$@" 2>&1 | tee "$log_dir/$name.log"
+    local status=${PIPESTATUS[0]}
+    local ok bad
+    ok=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log_dir/$name.log" | awk '{s+=$4} END {print s+0}')
+    bad=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log_dir/$name.log" | awk '{s+=$4} END {print s+0}')
+    [ "$status" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+    count "$name" "$ok" "$bad"
+}
+
+# A suite judged as one test by its exit status.
+run_single() {
+    local name=$1
+    shift
+    if "$@" 2>&1 | tee "$log_dir/$name.log"; then count "$name" 1 0; else count "$name" 0 1; fi
+}
+
+# pg_regress and pg_isolation_regress print "All N tests passed." or "M of N tests failed."
+count_regress() {
+    local name=$1 file=$2 status=$3 all bad
+    all=$(grep -Eo 'All [0-9]+ tests passed|[0-9]+ of [0-9]+ tests failed' "$file" | tail -1)
+    if [[ $all =~ ^All\ ([0-9]+) ]]; then
+        count "$name" "${BASH_REMATCH[1]}" 0
+    elif [[ $all =~ ^([0-9]+)\ of\ ([0-9]+) ]]; then
+        count "$name" $((BASH_REMATCH[2] - BASH_REMATCH[1])) "${BASH_REMATCH[1]}"
+    else
+        count "$name" 0 1
+    fi
+}
+
+# TAP from pg_prove or prove -v: one count per assertion.
+count_tap() {
+    local name=$1 file=$2 status=$3 ok bad
+    ok=$(grep -Ec '^ *ok [0-9]+' "$file")
+    bad=$(grep -Ec '^ *not ok [0-9]+' "$file")
+    [ "$status" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+    count "$name" "$ok" "$bad"
+}
+
+run_gtest_suite unit make -s -C test/unit run
+run_single fuzz make -s -C test/fuzz run
+
+cluster=$(mktemp -d /tmp/idem-test-cluster.XXXXXX)
+trap 'stop_cluster "$cluster"; rm -rf "$log_dir"' EXIT
+start_cluster "$cluster" 55432 "shared_preload_libraries = 'idempotency'" "max_prepared_transactions = 10"
+export PGHOST=$cluster PGPORT=55432 PGUSER=postgres
+
+make -s installcheck ISOLATION= 2>&1 | tee "$log_dir/regress.log"
+count_regress regress "$log_dir/regress.log" "${PIPESTATUS[0]}"
+[ -f regression.diffs ] && cat regression.diffs
+
+make -s installcheck REGRESS= 2>&1 | tee "$log_dir/isolation.log"
+count_regress isolation "$log_dir/isolation.log" "${PIPESTATUS[0]}"
+[ -f output_iso/regression.diffs ] && cat output_iso/regression.diffs
+
+psql -qX -d postgres -c "DROP DATABASE IF EXISTS pgtap_tests" -c "CREATE DATABASE pgtap_tests"
+psql -qX -d pgtap_tests -c "CREATE EXTENSION idempotency"
+pg_prove -v -d pgtap_tests test/pgtap/*.sql 2>&1 | tee "$log_dir/pgtap.log"
+count_tap pgtap "$log_dir/pgtap.log" "${PIPESTATUS[0]}"
+
+if ls test/tap/*.pl >/dev/null 2>&1; then
+    # PostgreSQL::Test::Cluster refuses to run as root; it makes its own clusters.
+    tap_dir=$(mktemp -d /tmp/idem-tap.XXXXXX)
+    chown postgres "$tap_dir"
+    su postgres -c "cd '$root' && TESTDIR='$tap_dir' PATH=$PG_BIN:\$PATH \
+        PERL5LIB=/usr/lib/postgresql/15/lib/pgxs/src/test/perl prove -v test/tap/*.pl" 2>&1 | tee "$log_dir/tap.log"
+    count_tap tap "$log_dir/tap.log" "${PIPESTATUS[0]}"
+    rm -rf "$tap_dir"
+fi
+
+echo
+echo "== summary"
+cat "$log_dir/summary"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,119 @@
+-- The SQL API contract: names, signatures, result columns, markings, privileges.
+BEGIN;
+CREATE EXTENSION IF NOT EXISTS pgtap;
+SELECT plan(48);
+
+-- Functions and their argument types.
+SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
+SELECT has_function('public', 'idem_complete', ARRAY['text', 'integer', 'jsonb', 'jsonb', 'text']);
+SELECT has_function('public', 'idem_release', ARRAY['text', 'text']);
+SELECT has_function('public', 'idem_hash', ARRAY['text']);
+SELECT has_function('public', 'idem_hash', ARRAY['bytea']);
+SELECT has_function('public', 'idem_hash', ARRAY['jsonb']);
+
+-- Return types.
+SELECT function_returns('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text'], 'record');
+SELECT function_returns('public', 'idem_complete', ARRAY['text', 'integer', 'jsonb', 'jsonb', 'text'], 'boolean');
+SELECT function_returns('public', 'idem_release', ARRAY['text', 'text'], 'boolean');
+SELECT function_returns('public', 'idem_hash', ARRAY['jsonb'], 'text');
+
+-- Parameter names are part of the contract: clients call by name.
+SELECT is(
+    (SELECT proargnames FROM pg_proc WHERE oid = 'public.idem_claim(text, text, interval, text)'::regprocedure),
+    ARRAY['key', 'request_hash', 'ttl', 'scope', 'outcome', 'http_status', 'response_body',
+          'response_headers', 'expires_at'],
+    'idem_claim parameter and result column names');
+SELECT is(
+    (SELECT proargnames FROM pg_proc
+     WHERE oid = 'public.idem_complete(text, integer, jsonb, jsonb, text)'::regprocedure),
+    ARRAY['key', 'http_status', 'response_body', 'response_headers', 'scope'],
+    'idem_complete parameter names');
+SELECT is(
+    (SELECT proargnames FROM pg_proc WHERE oid = 'public.idem_release(text, text)'::regprocedure),
+    ARRAY['key', 'scope'],
+    'idem_release parameter names');
+SELECT results_eq(
+    $$SELECT outcome, http_status FROM idem_claim(key => 'named', request_hash => idem_hash('x'),
+                                                   ttl => interval '1 minute', scope => 'named-scope')$$,
+    $$VALUES ('claimed'::text, NULL::integer)$$,
+    'idem_claim is callable with named arguments');
+SELECT lives_ok(
+    $$SELECT idem_complete(key => 'named', http_status => 200, response_body => '{}',
+                           response_headers => '{}', scope => 'named-scope')$$,
+    'idem_complete is callable with named arguments');
+
+-- Volatility: the key functions change state; hashes are pure.
+SELECT volatility_is('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text'], 'volatile');
+SELECT volatility_is('public', 'idem_complete', ARRAY['text', 'integer', 'jsonb', 'jsonb', 'text'], 'volatile');
+SELECT volatility_is('public', 'idem_release', ARRAY['text', 'text'], 'volatile');
+SELECT volatility_is('public', 'idem_hash', ARRAY['text'], 'immutable');
+SELECT volatility_is('public', 'idem_hash', ARRAY['bytea'], 'immutable');
+SELECT volatility_is('public', 'idem_hash', ARRAY['jsonb'], 'immutable');
+
+-- Parallel markings.
+SELECT is(
+    (SELECT array_agg(DISTINCT proparallel) FROM pg_proc
+     WHERE proname IN ('idem_claim', 'idem_complete', 'idem_release')),
+    ARRAY['u']::"char"[], 'claim, complete and release are PARALLEL UNSAFE');
+SELECT is(
+    (SELECT array_agg(DISTINCT proparallel) FROM pg_proc WHERE proname = 'idem_hash'),
+    ARRAY['s']::"char"[], 'idem_hash is PARALLEL SAFE');
+
+-- No SECURITY DEFINER anywhere: every function runs with the caller's rights.
+SELECT isnt_definer('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
+SELECT isnt_definer('public', 'idem_complete', ARRAY['text', 'integer', 'jsonb', 'jsonb', 'text']);
+SELECT isnt_definer('public', 'idem_release', ARRAY['text', 'text']);
+SELECT is(
+    (SELECT count(*)::int FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid
+     JOIN pg_extension e ON e.oid = d.refobjid
+     WHERE e.extname = 'idempotency' AND p.prosecdef),
+    0, 'no function of the extension is SECURITY DEFINER');
+
+-- Hashes are STRICT (NULL in, NULL out); the key functions are not (NULL is an error, not a silent NULL).
+SELECT is(
+    (SELECT array_agg(proisstrict ORDER BY oid) FROM pg_proc WHERE proname = 'idem_hash'),
+    ARRAY[true, true, true], 'idem_hash is STRICT');
+SELECT is(
+    (SELECT bool_or(proisstrict) FROM pg_proc WHERE proname IN ('idem_claim', 'idem_complete', 'idem_release')),
+    false, 'claim, complete and release are not STRICT');
+
+-- The table.
+SELECT has_table('public', 'idempotency_keys', 'table idempotency_keys exists');
+SELECT columns_are('public', 'idempotency_keys',
+    ARRAY['expires_at', 'created_at', 'http_status', 'scope', 'key', 'request_hash',
+          'response_headers', 'response_body']);
+SELECT col_type_is('public', 'idempotency_keys', 'scope', 'text', 'scope is text');
+SELECT col_type_is('public', 'idempotency_keys', 'key', 'text', 'key is text');
+SELECT col_type_is('public', 'idempotency_keys', 'request_hash', 'bytea', 'request_hash is bytea');
+SELECT col_type_is('public', 'idempotency_keys', 'response_body', 'jsonb', 'response_body is jsonb');
+SELECT col_type_is('public', 'idempotency_keys', 'response_headers', 'jsonb', 'response_headers is jsonb');
+SELECT col_type_is('public', 'idempotency_keys', 'expires_at', 'timestamp with time zone', 'expires_at is timestamp with time zone');
+SELECT col_not_null('public', 'idempotency_keys', 'expires_at', 'expires_at is NOT NULL');
+SELECT col_not_null('public', 'idempotency_keys', 'request_hash', 'request_hash is NOT NULL');
+SELECT col_is_pk('public', 'idempotency_keys', ARRAY['scope', 'key'], 'the primary key is (scope, key)');
+SELECT is(
+    (SELECT array_agg(collname ORDER BY attnum) FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+     WHERE attrelid = 'public.idempotency_keys'::regclass AND attname IN ('scope', 'key')),
+    ARRAY['C']::name[] || ARRAY['C']::name[], 'scope and key compare bytewise (COLLATE "C")');
+
+-- Privileges: PUBLIC has nothing on the table; the functions are executable by anyone.
+SELECT table_privs_are('public', 'idempotency_keys', 'public', ARRAY[]::text[],
+                       'PUBLIC has no privilege on idempotency_keys');
+SELECT function_privs_are('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text'], 'public',
+                          ARRAY['EXECUTE']);
+SELECT function_privs_are('public', 'idem_hash', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+
+-- The extension owns its objects and pg_dump keeps the keys.
+SELECT is(
+    (SELECT extconfig FROM pg_extension WHERE extname = 'idempotency'),
+    ARRAY['public.idempotency_keys'::regclass::oid], 'idempotency_keys is dumped by pg_dump');
+SELECT is(
+    (SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'), false,
+    'the extension is not relocatable (its C code finds the table in its own schema)');
+
+-- Settings exist with their documented defaults.
+SELECT is(current_setting('idempotency.ttl'), '1d', 'idempotency.ttl defaults to 24h');
+SELECT is(current_setting('idempotency.mismatch_status'), '422', 'idempotency.mismatch_status defaults to 422');
+
+SELECT * FROM finish();
+ROLLBACK;
