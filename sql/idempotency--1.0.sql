@@ -85,3 +85,47 @@ COMMENT ON FUNCTION @extschema@.idem_complete(text, integer, jsonb, jsonb, text)
     'Stores the response of a claimed key; a 5xx releases the key instead and returns false.';
 COMMENT ON FUNCTION @extschema@.idem_release(text, text) IS
     'Gives a claimed key back without storing a response.';
+
+-- Expiry: one sweep of expired keys in this database (the background worker does the same, batch by batch).
+CREATE FUNCTION @extschema@.idem_cleanup()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_cleanup'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_cleanup() IS
+    'Deletes every expired key in batches of idempotency.cleanup_batch_size; returns how many.';
+
+-- Counters: cluster-wide when preloaded, this backend's own otherwise (see the column shared).
+CREATE FUNCTION @extschema@.idem_stats_read(
+    OUT shared boolean,
+    OUT claims bigint,
+    OUT replays bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT completions_stored bigint,
+    OUT released_5xx bigint,
+    OUT releases bigint,
+    OUT keys_removed bigint,
+    OUT partitions_created bigint,
+    OUT partitions_dropped bigint,
+    OUT last_sweep_database text,
+    OUT last_sweep_started_at timestamptz,
+    OUT last_sweep_duration_ms double precision,
+    OUT last_sweep_removed bigint,
+    OUT last_error text,
+    OUT last_error_database text,
+    OUT last_error_at timestamptz,
+    OUT stats_reset_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_stats_read'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE VIEW @extschema@.idem_stats AS SELECT * FROM @extschema@.idem_stats_read();
+
+CREATE FUNCTION @extschema@.idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_cleanup() FROM PUBLIC;

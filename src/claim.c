@@ -12,6 +12,7 @@
 #include "key_lock.h"
 #include "key_store.h"
 #include "sql_args.h"
+#include "stats.h"
 #include "txn_claims.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
@@ -111,6 +112,22 @@ claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
+static IdemCounter
+outcome_counter(IdemClaimOutcome outcome)
+{
+	switch (outcome)
+	{
+		case IDEM_OUTCOME_REPLAY:
+			return IDEM_COUNT_REPLAYS;
+		case IDEM_OUTCOME_MISMATCH:
+			return IDEM_COUNT_MISMATCHES;
+		case IDEM_OUTCOME_IN_PROGRESS:
+			return IDEM_COUNT_IN_PROGRESS;
+		default:
+			return IDEM_COUNT_CLAIMS;
+	}
+}
+
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
@@ -187,5 +204,6 @@ idem_claim(PG_FUNCTION_ARGS)
 		claim.replaces_expired_row = stored.found;
 		txn_claims_record(identity, &claim);
 	}
+	stats_count(outcome_counter(outcome), 1);
 	return claim_result(fcinfo, outcome, &stored, expires_at);
 }

@@ -10,6 +10,7 @@
 #include "guc.h"
 #include "key_store.h"
 #include "sql_args.h"
+#include "stats.h"
 #include "txn_claims.h"
 
 PG_FUNCTION_INFO_V1(idem_complete);
@@ -98,6 +99,7 @@ idem_complete(PG_FUNCTION_ARGS)
 			claim = held_claim(identity, ref.key, "idem_complete");
 			claim.state = TXN_CLAIM_RELEASED;
 			txn_claims_record(identity, &claim);
+			stats_count(IDEM_COUNT_RELEASED_5XX, 1);
 			PG_RETURN_BOOL(false);
 		case IDEM_COMPLETION_STORE:
 			break;
@@ -108,6 +110,7 @@ idem_complete(PG_FUNCTION_ARGS)
 	key_store_write(&ref, &claim, &response);
 	claim.state = TXN_CLAIM_COMPLETED;
 	txn_claims_record(identity, &claim);
+	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
 	PG_RETURN_BOOL(true);
 }
 
@@ -123,5 +126,6 @@ idem_release(PG_FUNCTION_ARGS)
 	claim = held_claim(identity, key, "idem_release");
 	claim.state = TXN_CLAIM_RELEASED;
 	txn_claims_record(identity, &claim);
+	stats_count(IDEM_COUNT_RELEASES, 1);
 	PG_RETURN_BOOL(true);
 }

@@ -10,6 +10,9 @@
 int			idem_ttl_seconds = 24 * 60 * 60;
 int			idem_mismatch_status = 422;
 int			idem_max_response_bytes = 1024 * 1024;
+char	   *idem_databases = NULL;
+int			idem_cleanup_interval_s = 60;
+int			idem_cleanup_batch_size = 10000;
 
 void
 idem_define_settings(void)
@@ -49,6 +52,44 @@ idem_define_settings(void)
 							INT_MAX,
 							PGC_SUSET,
 							GUC_UNIT_BYTE,
+							NULL,
+							NULL,
+							NULL);
+
+	/* The worker's schedule: read on reload, so no restart is needed to change it. */
+	DefineCustomStringVariable("idempotency.databases",
+							   "Databases whose expired keys the background worker removes.",
+							   "Comma-separated list, swept one after another.",
+							   &idem_databases,
+							   "postgres",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   NULL,
+							   NULL,
+							   NULL);
+
+	DefineCustomIntVariable("idempotency.cleanup_interval",
+							"Time between two sweeps of the background worker.",
+							NULL,
+							&idem_cleanup_interval_s,
+							60,
+							1,
+							INT_MAX / 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL,
+							NULL,
+							NULL);
+
+	DefineCustomIntVariable("idempotency.cleanup_batch_size",
+							"Expired keys deleted per transaction by a sweep.",
+							NULL,
+							&idem_cleanup_batch_size,
+							10000,
+							1,
+							10000000,
+							PGC_SIGHUP,
+							0,
 							NULL,
 							NULL,
 							NULL);

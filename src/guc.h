@@ -5,6 +5,9 @@
 extern int	idem_ttl_seconds;
 extern int	idem_mismatch_status;
 extern int	idem_max_response_bytes;
+extern char *idem_databases;
+extern int	idem_cleanup_interval_s;
+extern int	idem_cleanup_batch_size;
 
 void		idem_define_settings(void);
 

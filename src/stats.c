@@ -1,0 +1,243 @@
+/* stats.c: cluster-wide counters in shared memory, or per-backend ones without preloading. */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "stats.h"
+
+#define ERROR_TEXT_BYTES 256
+
+typedef struct SweepReport
+{
+	TimestampTz started_at;
+	int64		duration_us;
+	int64		removed;
+	char		database[NAMEDATALEN];
+	char		error[ERROR_TEXT_BYTES];
+	char		error_database[NAMEDATALEN];
+	TimestampTz error_at;
+	TimestampTz reset_at;
+} SweepReport;
+
+typedef struct SharedStats
+{
+	pg_atomic_uint64 counters[IDEM_COUNTERS];
+	slock_t		mutex;			/* guards report */
+	SweepReport report;
+} SharedStats;
+
+static SharedStats *shared = NULL;
+static uint64 local_counters[IDEM_COUNTERS];
+static SweepReport local_report;
+
+static shmem_request_hook_type previous_request_hook = NULL;
+static shmem_startup_hook_type previous_startup_hook = NULL;
+
+static void
+stats_shmem_request(void)
+{
+	if (previous_request_hook)
+		previous_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStats)));
+}
+
+static void
+stats_shmem_startup(void)
+{
+	bool		found;
+
+	if (previous_startup_hook)
+		previous_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = ShmemInitStruct("idempotency stats", sizeof(SharedStats), &found);
+	if (!found)
+	{
+		for (int i = 0; i < IDEM_COUNTERS; i++)
+			pg_atomic_init_u64(&shared->counters[i], 0);
+		SpinLockInit(&shared->mutex);
+		memset(&shared->report, 0, sizeof(shared->report));
+		shared->report.reset_at = GetCurrentTimestamp();
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+stats_request_shared_memory(void)
+{
+	previous_request_hook = shmem_request_hook;
+	shmem_request_hook = stats_shmem_request;
+	previous_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = stats_shmem_startup;
+}
+
+void
+stats_count(IdemCounter counter, uint64 amount)
+{
+	if (shared)
+		pg_atomic_fetch_add_u64(&shared->counters[counter], amount);
+	else
+		local_counters[counter] += amount;
+}
+
+static void
+with_report(void (*change) (SweepReport *report, const void *arg), const void *arg)
+{
+	if (shared)
+	{
+		SpinLockAcquire(&shared->mutex);
+		change(&shared->report, arg);
+		SpinLockRelease(&shared->mutex);
+	}
+	else
+		change(&local_report, arg);
+}
+
+typedef struct SweepFacts
+{
+	const char *database;
+	TimestampTz started_at;
+	int64		duration_us;
+	int64		removed;
+} SweepFacts;
+
+static void
+write_sweep(SweepReport *report, const void *arg)
+{
+	const SweepFacts *facts = arg;
+
+	report->started_at = facts->started_at;
+	report->duration_us = facts->duration_us;
+	report->removed = facts->removed;
+	strlcpy(report->database, facts->database, NAMEDATALEN);
+}
+
+void
+stats_record_sweep(const char *database, TimestampTz started_at, int64 duration_us, int64 removed)
+{
+	SweepFacts	facts = {database, started_at, duration_us, removed};
+
+	with_report(write_sweep, &facts);
+}
+
+typedef struct ErrorFacts
+{
+	const char *database;
+	const char *message;
+	TimestampTz at;
+} ErrorFacts;
+
+static void
+write_error(SweepReport *report, const void *arg)
+{
+	const ErrorFacts *facts = arg;
+
+	strlcpy(report->error, facts->message, ERROR_TEXT_BYTES);
+	strlcpy(report->error_database, facts->database, NAMEDATALEN);
+	report->error_at = facts->at;
+}
+
+void
+stats_record_error(const char *database, const char *message)
+{
+	ErrorFacts	facts = {database, message, GetCurrentTimestamp()};
+
+	with_report(write_error, &facts);
+}
+
+static void
+write_reset(SweepReport *report, const void *arg)
+{
+	memset(report, 0, sizeof(*report));
+	report->reset_at = *(const TimestampTz *) arg;
+}
+
+PG_FUNCTION_INFO_V1(idem_stats_reset);
+Datum
+idem_stats_reset(PG_FUNCTION_ARGS)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int i = 0; i < IDEM_COUNTERS; i++)
+	{
+		if (shared)
+			pg_atomic_write_u64(&shared->counters[i], 0);
+		else
+			local_counters[i] = 0;
+	}
+	with_report(write_reset, &now);
+	PG_RETURN_VOID();
+}
+
+static Datum
+timestamp_or_null(TimestampTz value, bool *isnull)
+{
+	*isnull = value == 0;
+	return TimestampTzGetDatum(value);
+}
+
+static Datum
+text_or_null(const char *value, bool *isnull)
+{
+	*isnull = value[0] == '\0';
+	return *isnull ? (Datum) 0 : CStringGetTextDatum(value);
+}
+
+PG_FUNCTION_INFO_V1(idem_stats_read);
+Datum
+idem_stats_read(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[IDEM_COUNTERS + 10];
+	bool		nulls[IDEM_COUNTERS + 10];
+	SweepReport report;
+	int			col = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idempotency: idem_stats_read must return a row");
+	memset(nulls, false, sizeof(nulls));
+
+	values[col++] = BoolGetDatum(shared != NULL);
+	for (int i = 0; i < IDEM_COUNTERS; i++)
+		values[col++] = Int64GetDatum((int64) (shared ? pg_atomic_read_u64(&shared->counters[i])
+											  : local_counters[i]));
+	if (shared)
+	{
+		SpinLockAcquire(&shared->mutex);
+		report = shared->report;
+		SpinLockRelease(&shared->mutex);
+	}
+	else
+		report = local_report;
+
+	values[col] = text_or_null(report.database, &nulls[col]);
+	col++;
+	values[col] = timestamp_or_null(report.started_at, &nulls[col]);
+	col++;
+	values[col] = Float8GetDatum(report.duration_us / 1000.0);
+	nulls[col] = report.started_at == 0;
+	col++;
+	values[col] = Int64GetDatum(report.removed);
+	nulls[col] = report.started_at == 0;
+	col++;
+	values[col] = text_or_null(report.error, &nulls[col]);
+	col++;
+	values[col] = text_or_null(report.error_database, &nulls[col]);
+	col++;
+	values[col] = timestamp_or_null(report.error_at, &nulls[col]);
+	col++;
+	values[col] = timestamp_or_null(report.reset_at, &nulls[col]);
+	col++;
+
+	desc = BlessTupleDesc(desc);
+	Assert(col == desc->natts);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+}

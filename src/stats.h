@@ -1,0 +1,37 @@
+/*
+ * stats.h: counters behind the idem_stats view.
+ *
+ * With the library in shared_preload_libraries they live in shared memory and
+ * cover the whole cluster; without it each backend counts only its own calls.
+ */
+#ifndef IDEM_STATS_H
+#define IDEM_STATS_H
+
+#include "datatype/timestamp.h"
+
+typedef enum IdemCounter
+{
+	IDEM_COUNT_CLAIMS,
+	IDEM_COUNT_REPLAYS,
+	IDEM_COUNT_IN_PROGRESS,
+	IDEM_COUNT_MISMATCHES,
+	IDEM_COUNT_COMPLETIONS_STORED,
+	IDEM_COUNT_RELEASED_5XX,
+	IDEM_COUNT_RELEASES,
+	IDEM_COUNT_KEYS_REMOVED,
+	IDEM_COUNT_PARTITIONS_CREATED,
+	IDEM_COUNT_PARTITIONS_DROPPED,
+	IDEM_COUNTERS
+} IdemCounter;
+
+void		stats_count(IdemCounter counter, uint64 amount);
+
+/* The outcome of one sweep of one database. */
+void		stats_record_sweep(const char *database, TimestampTz started_at, int64 duration_us,
+							   int64 removed);
+void		stats_record_error(const char *database, const char *message);
+
+/* Shared memory hooks; called from _PG_init only while preloading. */
+void		stats_request_shared_memory(void);
+
+#endif

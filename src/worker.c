@@ -1,0 +1,388 @@
+/* worker.c: the launcher and the per-database sweeper background workers. */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "access/xlog.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+#include "cleanup.h"
+#include "guc.h"
+#include "stats.h"
+#include "worker.h"
+
+PGDLLEXPORT void idem_launcher_main(Datum arg);
+PGDLLEXPORT void idem_sweeper_main(Datum arg);
+
+typedef enum SweepResult
+{
+	SWEEP_NOT_RUN,
+	SWEEP_DONE,
+	SWEEP_NO_EXTENSION,
+	SWEEP_FAILED
+} SweepResult;
+
+/* What the running sweeper tells the launcher; one sweeper at a time. */
+typedef struct SweeperSlot
+{
+	SweepResult result;
+} SweeperSlot;
+
+static SweeperSlot *slot = NULL;
+static shmem_request_hook_type previous_request_hook = NULL;
+static shmem_startup_hook_type previous_startup_hook = NULL;
+
+static void
+worker_shmem_request(void)
+{
+	if (previous_request_hook)
+		previous_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(SweeperSlot)));
+}
+
+static void
+worker_shmem_startup(void)
+{
+	bool		found;
+
+	if (previous_startup_hook)
+		previous_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	slot = ShmemInitStruct("idempotency sweeper slot", sizeof(SweeperSlot), &found);
+	if (!found)
+		slot->result = SWEEP_NOT_RUN;
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+worker_request_shared_memory(void)
+{
+	previous_request_hook = shmem_request_hook;
+	shmem_request_hook = worker_shmem_request;
+	previous_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = worker_shmem_startup;
+}
+
+static void
+fill_worker(BackgroundWorker *worker, const char *function, const char *type)
+{
+	memset(worker, 0, sizeof(*worker));
+	worker->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	strlcpy(worker->bgw_library_name, "idempotency", BGW_MAXLEN);
+	strlcpy(worker->bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(worker->bgw_type, type, BGW_MAXLEN);
+	strlcpy(worker->bgw_name, type, BGW_MAXLEN);
+}
+
+void
+worker_register_launcher(void)
+{
+	BackgroundWorker worker;
+
+	fill_worker(&worker, "idem_launcher_main", "idempotency launcher");
+	/* Comes back after a crash or pg_terminate_backend(). */
+	worker.bgw_restart_time = 5;
+	RegisterBackgroundWorker(&worker);
+}
+
+/* ---------- sweeper: one database, one pass, one transaction per batch ---------- */
+
+static void
+report_to_launcher(SweepResult result)
+{
+	if (slot)
+		slot->result = result;
+}
+
+/* Runs one batch in its own transaction; returns rows removed, or -1 without the extension. */
+static int64
+sweep_one_batch(void)
+{
+	char	   *table;
+	int64		removed = -1;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "idempotency: deleting expired keys");
+	table = cleanup_installed_table();
+	if (table != NULL)
+		removed = cleanup_delete_batch(table, idem_cleanup_batch_size);
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return removed;
+}
+
+void
+idem_sweeper_main(Datum arg)
+{
+	char		database[NAMEDATALEN];
+	TimestampTz started_at = GetCurrentTimestamp();
+	int64		removed = 0;
+	int64		batch;
+	long		secs;
+	int			usecs;
+	MemoryContext context = CurrentMemoryContext;
+
+	memcpy(database, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
+	database[NAMEDATALEN - 1] = '\0';
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(database, NULL, 0);
+
+	PG_TRY();
+	{
+		do
+		{
+			CHECK_FOR_INTERRUPTS();
+			batch = sweep_one_batch();
+			if (batch < 0)
+			{
+				report_to_launcher(SWEEP_NO_EXTENSION);
+				proc_exit(0);
+			}
+			removed += batch;
+		} while (batch == idem_cleanup_batch_size);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		/* Logged as an ERROR, kept for idem_stats; the launcher carries on. */
+		MemoryContextSwitchTo(context);
+		error = CopyErrorData();
+		stats_record_error(database, error->message);
+		report_to_launcher(SWEEP_FAILED);
+		EmitErrorReport();
+		FlushErrorState();
+		proc_exit(1);
+	}
+	PG_END_TRY();
+
+	TimestampDifference(started_at, GetCurrentTimestamp(), &secs, &usecs);
+	stats_record_sweep(database, started_at, (int64) secs * USECS_PER_SEC + usecs, removed);
+	report_to_launcher(SWEEP_DONE);
+	if (removed > 0)
+		elog(DEBUG1, "idempotency: removed %lld expired keys in database \"%s\"",
+			 (long long) removed, database);
+	proc_exit(0);
+}
+
+/* ---------- launcher: the schedule ---------- */
+
+/* The databases skipped at the last tick (missing, or without the extension). */
+static List *databases_without_extension = NIL;
+
+static bool
+name_in_list(List *names, const char *name)
+{
+	ListCell   *cell;
+
+	foreach(cell, names)
+	{
+		if (strcmp((const char *) lfirst(cell), name) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void
+forget_name(List **names, const char *name)
+{
+	ListCell   *cell;
+
+	foreach(cell, *names)
+	{
+		if (strcmp((const char *) lfirst(cell), name) == 0)
+		{
+			*names = foreach_delete_current(*names, cell);
+			return;
+		}
+	}
+}
+
+/*
+ * A heap scan of pg_database, as the autovacuum launcher does: a backend that
+ * is connected to no database cannot rely on catalog indexes.
+ */
+static bool
+database_exists(const char *name)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+	bool		exists = false;
+
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while (!exists && (tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		exists = strcmp(NameStr(((Form_pg_database) GETSTRUCT(tuple))->datname), name) == 0;
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	return exists;
+}
+
+typedef enum DatabaseState
+{
+	DATABASE_READY,
+	DATABASE_MISSING,
+	DATABASE_WITHOUT_EXTENSION
+} DatabaseState;
+
+/* Logs a database's state only when it changes, so a skipped database is said once. */
+static void
+note_database_state(const char *database, DatabaseState state)
+{
+	MemoryContext old;
+	bool		skipped = state != DATABASE_READY;
+
+	if (skipped == name_in_list(databases_without_extension, database))
+		return;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (state == DATABASE_MISSING)
+		ereport(LOG,
+				(errmsg("idempotency: database \"%s\" in idempotency.databases does not exist; skipping it until it does",
+						database)));
+	else if (state == DATABASE_WITHOUT_EXTENSION)
+		ereport(LOG,
+				(errmsg("idempotency: database \"%s\" has no idempotency extension; skipping it until it has",
+						database)));
+	else
+		ereport(LOG, (errmsg("idempotency: cleaning database \"%s\"", database)));
+	if (skipped)
+		databases_without_extension = lappend(databases_without_extension, pstrdup(database));
+	else
+		forget_name(&databases_without_extension, database);
+	MemoryContextSwitchTo(old);
+}
+
+/* Starts the sweeper for one database and waits for it to exit. */
+static void
+sweep_database(const char *database)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	pid_t		pid;
+
+	if (!database_exists(database))
+	{
+		note_database_state(database, DATABASE_MISSING);
+		return;
+	}
+	fill_worker(&worker, "idem_sweeper_main", "idempotency cleanup");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency cleanup of %s", database);
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	worker.bgw_notify_pid = MyProcPid;
+	strlcpy(worker.bgw_extra, database, NAMEDATALEN);
+
+	slot->result = SWEEP_NOT_RUN;
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		ereport(LOG, (errmsg("idempotency: no background worker slot free for cleanup of \"%s\"",
+							 database),
+					  errhint("Raise max_worker_processes.")));
+		return;
+	}
+	if (WaitForBackgroundWorkerStartup(handle, &pid) != BGWH_STARTED)
+		return;
+	WaitForBackgroundWorkerShutdown(handle);
+	if (slot->result == SWEEP_NO_EXTENSION)
+		note_database_state(database, DATABASE_WITHOUT_EXTENSION);
+	else if (slot->result == SWEEP_DONE)
+		note_database_state(database, DATABASE_READY);
+}
+
+static List *
+configured_databases(void)
+{
+	char	   *copy = pstrdup(idem_databases);
+	List	   *names = NIL;
+
+	if (!SplitIdentifierString(copy, ',', &names))
+	{
+		ereport(LOG, (errmsg("idempotency.databases is not a valid list: \"%s\"", idem_databases)));
+		return NIL;
+	}
+	return names;
+}
+
+void
+idem_launcher_main(Datum arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	/* No database: the launcher reads only the shared catalog pg_database. */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	for (;;)
+	{
+		MemoryContext tick = AllocSetContextCreate(CurrentMemoryContext, "idempotency tick",
+												   ALLOCSET_DEFAULT_SIZES);
+		MemoryContext old = MemoryContextSwitchTo(tick);
+		TimestampTz next_sweep;
+		long		wait_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		/* A standby's keys are the primary's to remove. */
+		if (!RecoveryInProgress())
+		{
+			ListCell   *cell;
+
+			foreach(cell, configured_databases())
+			{
+				CHECK_FOR_INTERRUPTS();
+				sweep_database((const char *) lfirst(cell));
+			}
+		}
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(tick);
+
+		/* Sleep out the interval; a reload may change it while we wait. */
+		next_sweep = GetCurrentTimestamp();
+		for (;;)
+		{
+			if (ConfigReloadPending)
+			{
+				ConfigReloadPending = false;
+				ProcessConfigFile(PGC_SIGHUP);
+			}
+			wait_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													  TimestampTzPlusMilliseconds(next_sweep,
+																				  (int64) idem_cleanup_interval_s * 1000));
+			if (wait_ms <= 0)
+				break;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 wait_ms, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+}
