@@ -1,14 +1,20 @@
-/* cleanup.h: removal of expired keys, shared by idem_cleanup() and the background worker. */
+/*
+ * cleanup.h: removal of expired keys, shared by idem_cleanup() and the background worker.
+ * Every function here needs SPI connected and an active snapshot, and commits nothing.
+ */
 #ifndef IDEM_CLEANUP_H
 #define IDEM_CLEANUP_H
 
-/*
- * Deletes up to batch_size expired keys from the table and returns how many.
- * Needs SPI connected and an active snapshot; commits nothing itself.
- */
-int64		cleanup_delete_batch(const char *qualified_table, int batch_size);
+/* The extension's schema in this database, or InvalidOid when it is not installed. */
+Oid			cleanup_extension_schema(void);
 
-/* "schema".idempotency_keys for the extension installed in this database, or NULL. */
-char	   *cleanup_installed_table(void);
+/* Deletes up to batch_size expired rows outside droppable partitions; returns how many. */
+int64		cleanup_delete_batch(Oid schema, int batch_size);
+
+/* Partitioned storage: drops the partitions whose keys have all expired; returns keys removed. */
+int64		cleanup_drop_expired_partitions(Oid schema);
+
+/* Partitioned storage: makes the partitions claims will need; returns how many. */
+int64		cleanup_premake_partitions(Oid schema);
 
 #endif

@@ -13,6 +13,7 @@ int			idem_max_response_bytes = 1024 * 1024;
 char	   *idem_databases = NULL;
 int			idem_cleanup_interval_s = 60;
 int			idem_cleanup_batch_size = 10000;
+int			idem_partition_lock_timeout_ms = 100;
 
 void
 idem_define_settings(void)
@@ -90,6 +91,20 @@ idem_define_settings(void)
 							10000000,
 							PGC_SIGHUP,
 							0,
+							NULL,
+							NULL,
+							NULL);
+
+	/* Read by the partition functions in SQL: how long claims may queue behind a DROP or ATTACH. */
+	DefineCustomIntVariable("idempotency.partition_lock_timeout",
+							"Longest wait for the locks that create or drop a partition.",
+							"Past it the step is left for the next sweep.",
+							&idem_partition_lock_timeout_ms,
+							100,
+							1,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL,
 							NULL,
 							NULL);

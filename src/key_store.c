@@ -4,20 +4,29 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "access/relation.h"
 #include "utils/datum.h"
+#include "utils/rel.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "key_store.h"
 
+/* The three statements against one of the two tables. */
+typedef struct TablePlans
+{
+	SPIPlanPtr	lookup;
+	SPIPlanPtr	insert;
+	SPIPlanPtr	replace_expired;
+} TablePlans;
+
 typedef struct StorePlans
 {
 	Oid			namespace_oid;
 	char		namespace_name[NAMEDATALEN];
-	SPIPlanPtr	lookup;
-	SPIPlanPtr	insert;
-	SPIPlanPtr	replace_expired;
+	TablePlans	table;			/* idempotency_keys */
+	TablePlans	partitioned;	/* idempotency_keys_partitioned */
 } StorePlans;
 
 static StorePlans plans;
@@ -49,52 +58,90 @@ prepare_kept(const char *sql, int nargs, Oid *argtypes)
 }
 
 static void
-forget_plans(void)
+forget_table_plans(TablePlans *table)
 {
-	if (plans.lookup)
-		SPI_freeplan(plans.lookup);
-	if (plans.insert)
-		SPI_freeplan(plans.insert);
-	if (plans.replace_expired)
-		SPI_freeplan(plans.replace_expired);
-	memset(&plans, 0, sizeof(plans));
+	if (table->lookup)
+		SPI_freeplan(table->lookup);
+	if (table->insert)
+		SPI_freeplan(table->insert);
+	if (table->replace_expired)
+		SPI_freeplan(table->replace_expired);
+	memset(table, 0, sizeof(*table));
 }
 
-/* The table lives in the schema of the extension's functions; plans follow it. */
+/*
+ * In partitioned storage an expired row and its replacement never coexist
+ * (the replacement moves the row), but the lookup still prefers the live one.
+ */
 static void
-ensure_plans(Oid extension_function)
+prepare_table_plans(TablePlans *table, const char *schema, const char *relname, bool partitioned)
 {
-	Oid			namespace_oid = get_func_namespace(extension_function);
-	char	   *namespace_name = get_namespace_name(namespace_oid);
-	const char *table;
+	const char *qualified = psprintf("%s.%s", schema, relname);
 	Oid			lookup_types[2] = {TEXTOID, TEXTOID};
 
-	if (namespace_name == NULL)
-		elog(ERROR, "idempotency: the schema of function %u is gone", extension_function);
-	if (plans.lookup != NULL && plans.namespace_oid == namespace_oid &&
-		strcmp(plans.namespace_name, namespace_name) == 0)
-		return;
-
-	forget_plans();
-	table = psprintf("%s.idempotency_keys", quote_identifier(namespace_name));
-
-	plans.lookup = prepare_kept(psprintf(
+	table->lookup = prepare_kept(psprintf(
 		"SELECT expires_at, request_hash, http_status, response_body, response_headers"
-		" FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2",
-		table), 2, lookup_types);
-	plans.insert = prepare_kept(psprintf(
+		" FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2%s",
+		qualified, partitioned ? " ORDER BY expires_at DESC LIMIT 1" : ""), 2, lookup_types);
+	table->insert = prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
 		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-		table), WRITE_PARAMS, write_param_types);
-	plans.replace_expired = prepare_kept(psprintf(
+		qualified), WRITE_PARAMS, write_param_types);
+	table->replace_expired = prepare_kept(psprintf(
 		"UPDATE %s SET expires_at = $1, created_at = $2, http_status = $3,"
 		" request_hash = $6, response_headers = $7, response_body = $8"
 		" WHERE scope OPERATOR(pg_catalog.=) $4 AND key OPERATOR(pg_catalog.=) $5"
 		" AND expires_at OPERATOR(pg_catalog.<=) $2",
-		table), WRITE_PARAMS, write_param_types);
+		qualified), WRITE_PARAMS, write_param_types);
+}
 
-	plans.namespace_oid = namespace_oid;
-	strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
+/*
+ * The plans of the active table. The table lives in the schema of the
+ * extension's functions. Locking idempotency_keys before reading its mode
+ * marker pins the mode until this transaction ends: idem_set_storage needs an
+ * ACCESS EXCLUSIVE lock on it to switch.
+ */
+static TablePlans *
+active_plans(Oid extension_function)
+{
+	Oid			namespace_oid = get_func_namespace(extension_function);
+	char	   *namespace_name = get_namespace_name(namespace_oid);
+	const char *schema;
+
+	if (namespace_name == NULL)
+		elog(ERROR, "idempotency: the schema of function %u is gone", extension_function);
+	if (plans.table.lookup == NULL || plans.namespace_oid != namespace_oid ||
+		strcmp(plans.namespace_name, namespace_name) != 0)
+	{
+		forget_table_plans(&plans.table);
+		forget_table_plans(&plans.partitioned);
+		schema = quote_identifier(namespace_name);
+		prepare_table_plans(&plans.table, schema, "idempotency_keys", false);
+		prepare_table_plans(&plans.partitioned, schema, "idempotency_keys_partitioned", true);
+		plans.namespace_oid = namespace_oid;
+		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
+	}
+	return key_store_partitioned(namespace_oid) ? &plans.partitioned : &plans.table;
+}
+
+bool
+key_store_partitioned(Oid namespace_oid)
+{
+	Oid			table_oid = get_relname_relid("idempotency_keys", namespace_oid);
+	Relation	table;
+	TupleConstr *constraints;
+	bool		inactive = false;
+
+	if (!OidIsValid(table_oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: table idempotency_keys is missing from the extension's schema")));
+	table = relation_open(table_oid, AccessShareLock);
+	constraints = RelationGetDescr(table)->constr;
+	for (int i = 0; constraints != NULL && i < constraints->num_check; i++)
+		inactive |= strcmp(constraints->check[i].ccname, "idempotency_keys_inactive") == 0;
+	relation_close(table, NoLock);
+	return inactive;
 }
 
 static void
@@ -132,15 +179,16 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, StoredResponse *out
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		values[2] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key)};
 	int			rc;
+	TablePlans *table;
 
 	memset(out, 0, sizeof(*out));
 	SPI_connect();
-	ensure_plans(ref->extension_function);
+	table = active_plans(ref->extension_function);
 	if (snapshot == LOOKUP_LATEST_SNAPSHOT)
-		rc = SPI_execute_snapshot(plans.lookup, values, NULL, GetLatestSnapshot(),
+		rc = SPI_execute_snapshot(table->lookup, values, NULL, GetLatestSnapshot(),
 								  InvalidSnapshot, false, false, 1);
 	else
-		rc = SPI_execute_plan(plans.lookup, values, NULL, false, 1);
+		rc = SPI_execute_plan(table->lookup, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "idempotency: key lookup failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed > 0)
@@ -164,6 +212,7 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	Datum		values[WRITE_PARAMS];
 	char		nulls[WRITE_PARAMS];
 	int			rc;
+	TablePlans *table;
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = TimestampTzGetDatum(claim->expires_at);
@@ -178,10 +227,10 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	nulls[7] = response->body_null ? 'n' : ' ';
 
 	SPI_connect();
-	ensure_plans(ref->extension_function);
+	table = active_plans(ref->extension_function);
 	if (claim->replaces_expired_row)
 	{
-		rc = SPI_execute_plan(plans.replace_expired, values, nulls, false, 0);
+		rc = SPI_execute_plan(table->replace_expired, values, nulls, false, 0);
 		if (rc != SPI_OK_UPDATE)
 			elog(ERROR, "idempotency: replacing an expired key failed: %s",
 				 SPI_result_code_string(rc));
@@ -192,7 +241,7 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 			return;
 		}
 	}
-	rc = SPI_execute_plan(plans.insert, values, nulls, false, 0);
+	rc = SPI_execute_plan(table->insert, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT || SPI_processed != 1)
 		elog(ERROR, "idempotency: storing the response failed: %s",
 			 SPI_result_code_string(rc));

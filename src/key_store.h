@@ -51,6 +51,9 @@ typedef struct ResponseToStore
 /* Looks a key up; out->found is false when no row exists. */
 void		key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, StoredResponse *out);
 
+/* True when the storage mode is partitioned (idempotency_keys carries the inactive marker). */
+bool		key_store_partitioned(Oid namespace_oid);
+
 /* Writes the one row of a completed claim. */
 void		key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore *response);
 

@@ -115,26 +115,52 @@ report_to_launcher(SweepResult result)
 		slot->result = result;
 }
 
-/* Runs one batch in its own transaction; returns rows removed, or -1 without the extension. */
-static int64
-sweep_one_batch(void)
+typedef enum SweepStep
 {
-	char	   *table;
-	int64		removed = -1;
+	STEP_PREMAKE_PARTITIONS,
+	STEP_DROP_PARTITIONS,
+	STEP_DELETE_BATCH
+} SweepStep;
+
+/*
+ * Runs one step in a transaction of its own, so the worker never holds a long
+ * transaction and never creates and drops partitions together. Returns the
+ * step's count, or -1 when the database has no idempotency extension.
+ */
+static int64
+sweep_step(SweepStep step)
+{
+	Oid			schema;
+	int64		count = -1;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "idempotency: deleting expired keys");
-	table = cleanup_installed_table();
-	if (table != NULL)
-		removed = cleanup_delete_batch(table, idem_cleanup_batch_size);
+	pgstat_report_activity(STATE_RUNNING, step == STEP_DELETE_BATCH
+						   ? "idempotency: deleting expired keys"
+						   : "idempotency: maintaining partitions");
+	schema = cleanup_extension_schema();
+	if (OidIsValid(schema))
+	{
+		switch (step)
+		{
+			case STEP_PREMAKE_PARTITIONS:
+				count = cleanup_premake_partitions(schema);
+				break;
+			case STEP_DROP_PARTITIONS:
+				count = cleanup_drop_expired_partitions(schema);
+				break;
+			case STEP_DELETE_BATCH:
+				count = cleanup_delete_batch(schema, idem_cleanup_batch_size);
+				break;
+		}
+	}
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
-	return removed;
+	return count;
 }
 
 void
@@ -156,15 +182,16 @@ idem_sweeper_main(Datum arg)
 
 	PG_TRY();
 	{
+		if (sweep_step(STEP_PREMAKE_PARTITIONS) < 0)
+		{
+			report_to_launcher(SWEEP_NO_EXTENSION);
+			proc_exit(0);
+		}
+		removed = sweep_step(STEP_DROP_PARTITIONS);
 		do
 		{
 			CHECK_FOR_INTERRUPTS();
-			batch = sweep_one_batch();
-			if (batch < 0)
-			{
-				report_to_launcher(SWEEP_NO_EXTENSION);
-				proc_exit(0);
-			}
+			batch = sweep_step(STEP_DELETE_BATCH);
 			removed += batch;
 		} while (batch == idem_cleanup_batch_size);
 	}
