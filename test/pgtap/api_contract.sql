@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(48);
+SELECT plan(63);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -106,10 +106,45 @@ SELECT function_privs_are('public', 'idem_hash', ARRAY['text'], 'public', ARRAY[
 -- The extension owns its objects and pg_dump keeps the keys.
 SELECT is(
     (SELECT extconfig FROM pg_extension WHERE extname = 'idempotency'),
-    ARRAY['public.idempotency_keys'::regclass::oid], 'idempotency_keys is dumped by pg_dump');
+    ARRAY['public.idempotency_keys'::regclass::oid, 'public.idempotency_keys_partitioned_default'::regclass::oid],
+    'the keys of both storage modes are dumped by pg_dump');
 SELECT is(
     (SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'), false,
     'the extension is not relocatable (its C code finds the table in its own schema)');
+
+-- Expiry and storage functions.
+SELECT has_function('public', 'idem_cleanup', ARRAY[]::text[]);
+SELECT function_returns('public', 'idem_cleanup', ARRAY[]::text[], 'bigint');
+SELECT has_function('public', 'idem_set_storage', ARRAY['text', 'interval']);
+SELECT function_returns('public', 'idem_set_storage', ARRAY['text', 'interval'], 'text');
+SELECT has_function('public', 'idem_premake_partitions', ARRAY[]::text[]);
+SELECT has_function('public', 'idem_drop_expired_partitions', ARRAY[]::text[]);
+SELECT has_view('public', 'idem_stats', 'view idem_stats exists');
+SELECT columns_are('public', 'idem_stats',
+    ARRAY['shared', 'claims', 'replays', 'in_progress', 'mismatches', 'completions_stored', 'released_5xx',
+          'releases', 'keys_removed', 'partitions_created', 'partitions_dropped', 'last_sweep_database',
+          'last_sweep_started_at', 'last_sweep_duration_ms', 'last_sweep_removed', 'last_error',
+          'last_error_database', 'last_error_at', 'stats_reset_at']);
+SELECT has_table('public', 'idempotency_keys_partitioned', 'the partitioned storage table exists');
+SELECT is((SELECT relkind FROM pg_class WHERE oid = 'public.idempotency_keys_partitioned'::regclass),
+          'p'::"char", 'idempotency_keys_partitioned is range-partitioned');
+
+-- Maintenance functions are for the owner, not for every role.
+SELECT function_privs_are('public', 'idem_cleanup', ARRAY[]::text[], 'public', ARRAY[]::text[]);
+SELECT function_privs_are('public', 'idem_set_storage', ARRAY['text', 'interval'], 'public', ARRAY[]::text[]);
+SELECT function_privs_are('public', 'idem_stats_reset', ARRAY[]::text[], 'public', ARRAY[]::text[]);
+SELECT table_privs_are('public', 'idempotency_keys_partitioned', 'public', ARRAY[]::text[],
+                       'PUBLIC has no privilege on idempotency_keys_partitioned');
+
+-- Every SQL or PL/pgSQL function pins its search_path; C functions qualify every name they use.
+SELECT is(
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
+     JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+     JOIN pg_language l ON l.oid = p.prolang
+     WHERE l.lanname <> 'c'
+       AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)),
+    NULL, 'every non-C function of the extension has SET search_path = pg_catalog, pg_temp');
 
 -- Settings exist with their documented defaults.
 SELECT is(current_setting('idempotency.ttl'), '1d', 'idempotency.ttl defaults to 24h');

@@ -1,0 +1,83 @@
+-- Expiry and storage modes: idem_cleanup(), idem_set_storage(), idem_stats.
+TRUNCATE idempotency_keys;
+CREATE FUNCTION sqlstate_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE statement;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ' ' || SQLERRM;
+END $$;
+CREATE FUNCTION complete_key(k text, body jsonb, ttl interval DEFAULT NULL) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    answer text;
+BEGIN
+    SELECT outcome INTO answer FROM idem_claim(k, idem_hash(k), ttl);
+    IF answer = 'claimed' THEN
+        PERFORM idem_complete(k, 200, body);
+    END IF;
+    RETURN answer;
+END $$;
+
+-- idem_cleanup removes expired keys only, batch by batch, and says how many.
+SELECT complete_key('live-' || g, to_jsonb(g)) FROM generate_series(1, 3) g;
+INSERT INTO idempotency_keys
+SELECT now() - interval '1 minute', now(), 200, '', 'expired-' || g, decode(idem_hash('x'), 'hex'), NULL, NULL
+FROM generate_series(1, 25) g;
+SELECT idem_cleanup() AS removed;
+SELECT idem_cleanup() AS removed_again;
+SELECT string_agg(key, ',' ORDER BY key) AS left_over FROM idempotency_keys;
+SELECT idem_storage_mode();
+
+-- To partitioned: live keys move, expired ones are left behind, claims keep working.
+INSERT INTO idempotency_keys
+SELECT now() - interval '1 minute', now(), 200, '', 'expired-again', decode(idem_hash('x'), 'hex'), NULL, NULL;
+SELECT idem_set_storage('partitioned', interval '6 hours');
+SELECT idem_storage_mode();
+SELECT count(*) AS rows_in_table FROM ONLY idempotency_keys;
+SELECT count(*) BETWEEN 6 AND 7 AS partitions, min(upper_bound - lower_bound) AS width,
+       min(lower_bound) <= now() AS covers_now,
+       max(upper_bound) >= now() + interval '24 hours' AS covers_ttl
+FROM idem_partitions();
+SELECT outcome, response_body FROM idem_claim('live-2', idem_hash('live-2'));
+SELECT complete_key('new-in-partitions', '"p"');
+SELECT complete_key('far-future', '"far"', interval '400 days');
+SELECT key, regexp_replace(tableoid::regclass::text, '\d{8}_\d{6}$', 'YYYYMMDD_HHMMSS') AS stored_in
+FROM idempotency_keys_partitioned
+WHERE key IN ('far-future', 'new-in-partitions') ORDER BY key;
+-- The inactive table refuses writes instead of hiding them.
+SELECT sqlstate_of($$INSERT INTO idempotency_keys SELECT now() + interval '1 day', now(), 200, '', 'stray',
+                     decode(idem_hash('x'), 'hex'), NULL, NULL$$);
+-- Expired keys in partitioned storage: still absent to claims, dropped with their partition.
+UPDATE idempotency_keys_partitioned SET expires_at = now() - interval '1 second' WHERE key = 'live-3';
+SELECT outcome FROM idem_claim('live-3', idem_hash('another'));
+SELECT idem_premake_partitions() AS nothing_to_make;
+SELECT idem_cleanup() AS removed_in_partitioned_mode;
+SELECT count(*) FROM idempotency_keys_partitioned WHERE key = 'live-3';
+
+-- Bad inputs: clear SQLSTATEs, nothing changed.
+SELECT sqlstate_of($$SELECT idem_set_storage('bogus')$$);
+SELECT sqlstate_of($$SELECT idem_set_storage(NULL)$$);
+SELECT sqlstate_of($$SELECT idem_set_storage('partitioned', NULL)$$);
+SELECT sqlstate_of($$SELECT idem_set_storage('partitioned', interval '0')$$);
+SELECT sqlstate_of($$SELECT idem_set_storage('partitioned', interval '-1 hour')$$);
+SELECT sqlstate_of($$SELECT idem_set_storage('partitioned', interval '1 month')$$);
+SELECT sqlstate_of($$SELECT idem_set_storage('partitioned', interval '30 seconds')$$);
+SELECT idem_storage_mode(), (SELECT count(*) FROM idempotency_keys_partitioned) AS keys;
+
+-- Back to a table: every live key moves, the partitions go away.
+SELECT idem_set_storage('table');
+SELECT idem_storage_mode(), (SELECT count(*) FROM idem_partitions()) AS partitions;
+SELECT string_agg(key, ',' ORDER BY key) AS keys FROM idempotency_keys;
+SELECT outcome, response_body FROM idem_claim('far-future', idem_hash('far-future'));
+SELECT idem_set_storage('table');
+
+-- idem_stats counts claims and outcomes; idem_stats_reset() clears them.
+SELECT idem_stats_reset();
+SELECT claims, replays, mismatches, completions_stored FROM idem_stats;
+SELECT complete_key('stats-1', '1');
+SELECT outcome FROM idem_claim('stats-1', idem_hash('stats-1'));
+SELECT outcome FROM idem_claim('stats-1', idem_hash('other'));
+SELECT claims, replays, mismatches, completions_stored FROM idem_stats;
+
+DROP FUNCTION complete_key(text, jsonb, interval);
+DROP FUNCTION sqlstate_of(text);
