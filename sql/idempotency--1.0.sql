@@ -8,13 +8,15 @@
 
 -- One row per completed key. A claim writes no row: the key's advisory lock
 -- marks it in flight until idem_complete writes the row in the same transaction.
+-- No CHECK constraints: idem_complete validates status and hash before writing,
+-- and a CHECK would be re-parsed on every insert.
 CREATE TABLE @extschema@.idempotency_keys (
     expires_at       timestamptz NOT NULL,
     created_at       timestamptz NOT NULL,
-    http_status      integer CHECK (http_status BETWEEN 100 AND 499),
+    http_status      integer,
     scope            text COLLATE "C" NOT NULL,
     key              text COLLATE "C" NOT NULL,
-    request_hash     bytea NOT NULL CHECK (pg_catalog.octet_length(request_hash) = 32),
+    request_hash     bytea NOT NULL,
     response_headers jsonb,
     response_body    jsonb,
     CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, key)
