@@ -2,7 +2,7 @@
 SHOW idempotency.ttl;
 SHOW idempotency.mismatch_status;
 SHOW idempotency.max_response_bytes;
-SELECT name, setting, unit, context, vartype, min_val, max_val
+SELECT name, boot_val, unit, context, vartype, min_val, max_val
 FROM pg_settings WHERE name LIKE 'idempotency.%' ORDER BY name;
 SET idempotency.ttl = '90min';
 SHOW idempotency.ttl;

@@ -6,6 +6,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
@@ -64,6 +65,26 @@ describe_row(const StoredResponse *stored, const uint8 request_hash[IDEM_SHA256_
 		memcmp(stored->request_hash, request_hash, IDEM_SHA256_BYTES) == 0;
 }
 
+/* The blessed result row type, built once per backend: it costs more than the lookup. */
+static TupleDesc
+claim_result_desc(FunctionCallInfo fcinfo)
+{
+	static TupleDesc desc = NULL;
+	static Oid	desc_function = InvalidOid;
+	TupleDesc	built;
+	MemoryContext old;
+
+	if (desc != NULL && desc_function == fcinfo->flinfo->fn_oid)
+		return desc;
+	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idempotency: idem_claim must return a row");
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	desc = BlessTupleDesc(CreateTupleDescCopy(built));
+	MemoryContextSwitchTo(old);
+	desc_function = fcinfo->flinfo->fn_oid;
+	return desc;
+}
+
 static Datum
 claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
 			 const StoredResponse *stored, TimestampTz claimed_until)
@@ -72,9 +93,7 @@ claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
 	Datum		values[CLAIM_RESULT_COLUMNS];
 	bool		nulls[CLAIM_RESULT_COLUMNS];
 
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "idempotency: idem_claim must return a row");
-	desc = BlessTupleDesc(desc);
+	desc = claim_result_desc(fcinfo);
 	memset(nulls, true, sizeof(nulls));
 	values[COL_OUTCOME] = CStringGetTextDatum(idem_core_outcome_name(outcome));
 	nulls[COL_OUTCOME] = false;
@@ -128,6 +147,23 @@ outcome_counter(IdemClaimOutcome outcome)
 	}
 }
 
+/*
+ * REPEATABLE READ and SERIALIZABLE: does the latest snapshot show the key's
+ * row other than the caller's does? A completion, or the replacement or removal
+ * of an expired row, committed after the caller's snapshot was taken.
+ */
+static bool
+row_changed_after_snapshot(const KeyRef *ref, const StoredResponse *seen)
+{
+	StoredResponse latest;
+
+	key_store_lookup(ref, LOOKUP_LATEST_SNAPSHOT, &latest);
+	if (latest.found != seen->found)
+		return true;
+	return latest.found && (latest.expires_at != seen->expires_at ||
+							memcmp(latest.request_hash, seen->request_hash, IDEM_SHA256_BYTES) != 0);
+}
+
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
@@ -159,42 +195,36 @@ idem_claim(PG_FUNCTION_ARGS)
 
 	memset(&facts, 0, sizeof(facts));
 	memset(&stored, 0, sizeof(stored));
-	facts.transaction_snapshot = IsolationUsesXactSnapshot();
 	held = txn_claims_find(identity);
 	facts.claimed_by_this_transaction = held != NULL && held->state == TXN_CLAIM_HELD;
 
-	/* First look: with the caller's snapshot, and without any lock. */
+	lock = KEY_LOCK_BUSY;
 	if (!facts.claimed_by_this_transaction)
 	{
+		/*
+		 * Lock first, then read: under READ COMMITTED the read takes a new
+		 * snapshot, which sees every completion committed before the lock was
+		 * granted (a transaction is visible before it releases its locks).
+		 */
+		lock = key_lock_try(identity);
+		facts.lock_granted = lock != KEY_LOCK_BUSY;
 		key_store_lookup(&ref, LOOKUP_CALLER_SNAPSHOT, &stored);
 		describe_row(&stored, request_hash, &facts.row);
+		if (IsolationUsesXactSnapshot() && !(facts.row.found && !facts.row.expired))
+			facts.row_changed_after_snapshot = row_changed_after_snapshot(&ref, &stored);
 	}
 	outcome = idem_core_decide_claim(&facts);
 
-	if (outcome == IDEM_OUTCOME_NEEDS_LOCK)
-	{
-		/* Second look: under the key's lock, every committed completion is visible. */
-		lock = key_lock_try(identity);
-		facts.lock_tried = true;
-		facts.lock_granted = lock != KEY_LOCK_BUSY;
-		if (facts.lock_granted)
-		{
-			key_store_lookup(&ref, LOOKUP_LATEST_SNAPSHOT, &stored);
-			describe_row(&stored, request_hash, &facts.row);
-		}
-		outcome = idem_core_decide_claim(&facts);
-
-		/* A lock taken only to find a finished request is not kept. */
-		if (lock == KEY_LOCK_TAKEN && outcome != IDEM_OUTCOME_CLAIMED)
-			key_lock_release(identity);
-	}
+	/* A lock taken only to find a finished request is not kept. */
+	if (lock == KEY_LOCK_TAKEN && outcome != IDEM_OUTCOME_CLAIMED)
+		key_lock_release(identity);
 
 	if (outcome == IDEM_OUTCOME_SERIALIZATION_FAILURE)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access: idempotency key was completed by a concurrent transaction"),
-				 errdetail("The transaction's snapshot predates the stored response."),
-				 errhint("Retry the transaction; the retry will replay the stored response.")));
+				 errdetail("The transaction's snapshot predates the key's stored response."),
+				 errhint("Retry the transaction.")));
 
 	if (outcome == IDEM_OUTCOME_CLAIMED)
 	{

@@ -118,7 +118,7 @@ IdemStatus idem_core_key_identity(const char* scope, size_t scope_len, const cha
     return guarded([&] {
         // Length prefixes keep ("a","bc") and ("ab","c") apart.
         const uint32_t lengths[2] = {static_cast<uint32_t>(scope_len), static_cast<uint32_t>(key_len)};
-        Sha256 digest;
+        Sha256& digest = Sha256::reusable();
         digest.update(&lengths[0], sizeof lengths[0]);
         digest.update(scope, scope_len);
         digest.update(&lengths[1], sizeof lengths[1]);
@@ -150,7 +150,6 @@ const char* idem_core_outcome_name(IdemClaimOutcome outcome) {
         case IDEM_OUTCOME_REPLAY: return "replay";
         case IDEM_OUTCOME_MISMATCH: return "mismatch";
         case IDEM_OUTCOME_IN_PROGRESS: return "in_progress";
-        case IDEM_OUTCOME_NEEDS_LOCK: return "needs_lock";
         case IDEM_OUTCOME_SERIALIZATION_FAILURE: return "serialization_failure";
     }
     return "unknown";

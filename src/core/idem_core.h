@@ -44,9 +44,7 @@ typedef enum IdemClaimOutcome
 	IDEM_OUTCOME_REPLAY,
 	IDEM_OUTCOME_MISMATCH,
 	IDEM_OUTCOME_IN_PROGRESS,
-	/* the row lookup must be repeated after taking the key's lock */
-	IDEM_OUTCOME_NEEDS_LOCK,
-	/* a completion committed after this snapshot: the client must retry */
+	/* the key's row changed after this snapshot: the client must retry */
 	IDEM_OUTCOME_SERIALIZATION_FAILURE
 } IdemClaimOutcome;
 
@@ -67,16 +65,21 @@ typedef struct IdemStoredRow
 	bool		hash_matches;
 } IdemStoredRow;
 
-/* Everything the claim decision depends on. */
+/*
+ * Everything the claim decision depends on. The key's lock is tried first;
+ * the row is then read with a snapshot taken after that, or, under REPEATABLE
+ * READ and SERIALIZABLE, with the caller's snapshot and, when that shows no
+ * live row, once more with the latest one.
+ */
 typedef struct IdemClaimFacts
 {
 	/* this transaction claimed the key and has neither completed nor released it */
 	bool		claimed_by_this_transaction;
-	/* false before the key's lock was tried; then whether it was granted */
-	bool		lock_tried;
+	/* the key's try-lock was granted now or was already this transaction's */
 	bool		lock_granted;
-	/* REPEATABLE READ or SERIALIZABLE: one snapshot for the whole transaction */
-	bool		transaction_snapshot;
+	/* the latest snapshot shows the key's row other than the caller's snapshot does */
+	bool		row_changed_after_snapshot;
+	/* the key's row as the caller's snapshot sees it */
 	IdemStoredRow row;
 } IdemClaimFacts;
 

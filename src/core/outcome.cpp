@@ -17,26 +17,14 @@ IdemClaimOutcome decide_claim(const IdemClaimFacts& facts) {
     // This transaction is already running the request: a second claim must not run it again.
     if (facts.claimed_by_this_transaction)
         return IDEM_OUTCOME_IN_PROGRESS;
-
-    if (!facts.lock_tried) {
-        // The first look uses the caller's snapshot; only a miss needs the lock.
-        if (is_live(facts.row))
-            return answer_from_stored(facts.row);
-        return IDEM_OUTCOME_NEEDS_LOCK;
-    }
-
-    // Another transaction holds the key and has not ended: answer at once, never wait.
-    if (!facts.lock_granted)
-        return IDEM_OUTCOME_IN_PROGRESS;
-
-    // With the lock, the second look sees every committed completion.
-    if (is_live(facts.row)) {
-        // The caller's snapshot missed that completion; running the request would run it twice.
-        if (facts.transaction_snapshot)
-            return IDEM_OUTCOME_SERIALIZATION_FAILURE;
+    // A live stored response answers, whoever holds the lock (another replay may hold it briefly).
+    if (is_live(facts.row))
         return answer_from_stored(facts.row);
-    }
-    return IDEM_OUTCOME_CLAIMED;
+    // The snapshot misses a completion or replacement: running the request could run it twice.
+    if (facts.row_changed_after_snapshot)
+        return IDEM_OUTCOME_SERIALIZATION_FAILURE;
+    // Another transaction holds the key and has not ended: answer at once, never wait.
+    return facts.lock_granted ? IDEM_OUTCOME_CLAIMED : IDEM_OUTCOME_IN_PROGRESS;
 }
 
 bool is_valid_http_status(std::int32_t http_status) {

@@ -28,7 +28,17 @@ void Sha256::FreeContext::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
     if (!ctx_)
         throw std::runtime_error("EVP_MD_CTX_new failed");
+    reset();
+}
+
+void Sha256::reset() {
     check(EVP_DigestInit_ex(ctx_.get(), sha256_method(), nullptr), "EVP_DigestInit_ex failed");
+}
+
+Sha256& Sha256::reusable() {
+    thread_local Sha256 context;
+    context.reset();
+    return context;
 }
 
 void Sha256::update(const void* data, std::size_t len) {
@@ -46,11 +56,9 @@ Sha256Digest Sha256::finish() {
 }
 
 Sha256Digest sha256(const void* data, std::size_t len) {
-    // One context per thread, re-initialised for each digest: no allocation per call.
-    thread_local Sha256 reusable;
-    check(EVP_DigestInit_ex(reusable.ctx_.get(), sha256_method(), nullptr), "EVP_DigestInit_ex failed");
-    reusable.update(data, len);
-    return reusable.finish();
+    Sha256& digest = Sha256::reusable();
+    digest.update(data, len);
+    return digest.finish();
 }
 
 }  // namespace idem::core

@@ -16,9 +16,13 @@ public:
     Sha256();  // throws std::runtime_error when OpenSSL cannot start a digest
     void update(const void* data, std::size_t len);
     Sha256Digest finish();
+    // Starts a new digest on the same context: no allocation.
+    void reset();
+
+    // A context owned by the calling thread, reset and ready: for short one-off digests.
+    static Sha256& reusable();
 
 private:
-    friend Sha256Digest sha256(const void* data, std::size_t len);
     struct FreeContext {
         void operator()(evp_md_ctx_st* ctx) const;
     };
