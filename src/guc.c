@@ -109,5 +109,9 @@ idem_define_settings(void)
 							NULL,
 							NULL);
 
+#if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("idempotency");
+#else
+	EmitWarningsOnPlaceholders("idempotency");
+#endif
 }

@@ -39,7 +39,11 @@ static SharedStats *shared = NULL;
 static uint64 local_counters[IDEM_COUNTERS];
 static SweepReport local_report;
 
+#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type previous_request_hook = NULL;
+#else
+static void (*previous_request_hook) (void) = NULL;
+#endif
 static shmem_startup_hook_type previous_startup_hook = NULL;
 
 static void
@@ -73,8 +77,12 @@ stats_shmem_startup(void)
 void
 stats_request_shared_memory(void)
 {
+#if PG_VERSION_NUM >= 150000
 	previous_request_hook = shmem_request_hook;
 	shmem_request_hook = stats_shmem_request;
+#else
+	stats_shmem_request();
+#endif
 	previous_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = stats_shmem_startup;
 }

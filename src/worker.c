@@ -49,7 +49,11 @@ typedef struct SweeperSlot
 } SweeperSlot;
 
 static SweeperSlot *slot = NULL;
+#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type previous_request_hook = NULL;
+#else
+static void (*previous_request_hook) (void) = NULL;
+#endif
 static shmem_startup_hook_type previous_startup_hook = NULL;
 
 static void
@@ -77,8 +81,12 @@ worker_shmem_startup(void)
 void
 worker_request_shared_memory(void)
 {
+#if PG_VERSION_NUM >= 150000
 	previous_request_hook = shmem_request_hook;
 	shmem_request_hook = worker_shmem_request;
+#else
+	worker_shmem_request();
+#endif
 	previous_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = worker_shmem_startup;
 }
