@@ -11,6 +11,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "key_direct.h"
 #include "key_store.h"
 
 /* The three statements against one of the two tables. */
@@ -95,21 +96,15 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		qualified), WRITE_PARAMS, write_param_types);
 }
 
-/*
- * The plans of the active table. The table lives in the schema of the
- * extension's functions. Locking idempotency_keys before reading its mode
- * marker pins the mode until this transaction ends: idem_set_storage needs an
- * ACCESS EXCLUSIVE lock on it to switch.
- */
+/* The plans for one storage mode. The table lives in the schema of the extension's functions. */
 static TablePlans *
-active_plans(Oid extension_function)
+plans_for(Oid namespace_oid, bool partitioned)
 {
-	Oid			namespace_oid = get_func_namespace(extension_function);
 	char	   *namespace_name = get_namespace_name(namespace_oid);
 	const char *schema;
 
 	if (namespace_name == NULL)
-		elog(ERROR, "idempotency: the schema of function %u is gone", extension_function);
+		elog(ERROR, "idempotency: the extension's schema %u is gone", namespace_oid);
 	if (plans.table.lookup == NULL || plans.namespace_oid != namespace_oid ||
 		strcmp(plans.namespace_name, namespace_name) != 0)
 	{
@@ -121,27 +116,43 @@ active_plans(Oid extension_function)
 		plans.namespace_oid = namespace_oid;
 		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
 	}
-	return key_store_partitioned(namespace_oid) ? &plans.partitioned : &plans.table;
+	return partitioned ? &plans.partitioned : &plans.table;
 }
 
-bool
-key_store_partitioned(Oid namespace_oid)
+static Oid
+plain_table(Oid namespace_oid)
 {
 	Oid			table_oid = get_relname_relid("idempotency_keys", namespace_oid);
-	Relation	table;
-	TupleConstr *constraints;
-	bool		inactive = false;
 
 	if (!OidIsValid(table_oid))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("idempotency: table idempotency_keys is missing from the extension's schema")));
-	table = relation_open(table_oid, AccessShareLock);
-	constraints = RelationGetDescr(table)->constr;
+	return table_oid;
+}
+
+/*
+ * Locking idempotency_keys before reading its mode marker pins the mode until
+ * this transaction ends: idem_set_storage needs an ACCESS EXCLUSIVE lock on it
+ * to switch.
+ */
+static bool
+plain_table_inactive(Oid table_oid)
+{
+	Relation	table = relation_open(table_oid, AccessShareLock);
+	TupleConstr *constraints = RelationGetDescr(table)->constr;
+	bool		inactive = false;
+
 	for (int i = 0; constraints != NULL && i < constraints->num_check; i++)
 		inactive |= strcmp(constraints->check[i].ccname, "idempotency_keys_inactive") == 0;
 	relation_close(table, NoLock);
 	return inactive;
+}
+
+bool
+key_store_partitioned(Oid namespace_oid)
+{
+	return plain_table_inactive(plain_table(namespace_oid));
 }
 
 static void
@@ -178,12 +189,18 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, StoredResponse *out
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		values[2] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key)};
-	int			rc;
+	Oid			namespace_oid = get_func_namespace(ref->extension_function);
+	Oid			table_oid = plain_table(namespace_oid);
+	bool		partitioned = plain_table_inactive(table_oid);
 	TablePlans *table;
+	int			rc;
+
+	if (!partitioned && direct_lookup(table_oid, ref, snapshot, out))
+		return;
 
 	memset(out, 0, sizeof(*out));
 	SPI_connect();
-	table = active_plans(ref->extension_function);
+	table = plans_for(namespace_oid, partitioned);
 	if (snapshot == LOOKUP_LATEST_SNAPSHOT)
 		rc = SPI_execute_snapshot(table->lookup, values, NULL, GetLatestSnapshot(),
 								  InvalidSnapshot, false, false, 1);
@@ -213,6 +230,9 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	char		nulls[WRITE_PARAMS];
 	int			rc;
 	TablePlans *table;
+	Oid			namespace_oid = get_func_namespace(ref->extension_function);
+	Oid			table_oid = plain_table(namespace_oid);
+	bool		partitioned = plain_table_inactive(table_oid);
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = TimestampTzGetDatum(claim->expires_at);
@@ -226,8 +246,12 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	values[7] = response->body;
 	nulls[7] = response->body_null ? 'n' : ' ';
 
+	if (!partitioned && !claim->replaces_expired_row &&
+		direct_insert(table_oid, ref, claim, response))
+		return;
+
 	SPI_connect();
-	table = active_plans(ref->extension_function);
+	table = plans_for(namespace_oid, partitioned);
 	if (claim->replaces_expired_row)
 	{
 		rc = SPI_execute_plan(table->replace_expired, values, nulls, false, 0);
