@@ -187,16 +187,24 @@ AS $$
 $$;
 
 -- Makes one partition [lower, upper), taking over the rows parked for it in the default partition.
--- Built aside and attached, so the parent is locked only SHARE UPDATE EXCLUSIVE.
+-- Built aside and attached: the parent is locked only SHARE UPDATE EXCLUSIVE, but the default
+-- partition, which every claim reads, ACCESS EXCLUSIVE for the (short) rest of the transaction.
 CREATE FUNCTION @extschema@.idem_create_partition(lower_bound timestamptz, upper_bound timestamptz)
 RETURNS name
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 0
 AS $$
 DECLARE
     partition_name name := format('idempotency_keys_p%s',
                                   to_char(lower_bound AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS'));
 BEGIN
+    -- Claims read the default partition; attaching locks it ACCESS EXCLUSIVE. Take that lock
+    -- first, waiting at most idempotency.partition_lock_timeout, so that no claim still in
+    -- flight can add a row to the range between the move and the attach.
+    PERFORM set_config('lock_timeout',
+                       coalesce(current_setting('idempotency.partition_lock_timeout', true), '100ms'), true);
+    LOCK TABLE @extschema@.idempotency_keys_partitioned_default IN ACCESS EXCLUSIVE MODE;
     EXECUTE format('CREATE TABLE @extschema@.%I (LIKE @extschema@.idempotency_keys_partitioned'
                    ' INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)', partition_name);
     EXECUTE format('REVOKE ALL ON TABLE @extschema@.%I FROM PUBLIC', partition_name);
@@ -216,6 +224,7 @@ CREATE FUNCTION @extschema@.idem_premake_partitions()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 0
 AS $$
 DECLARE
     width interval;
@@ -246,6 +255,7 @@ $$;
 CREATE FUNCTION @extschema@.idem_drop_expired_partitions(OUT partitions_dropped integer, OUT keys_removed bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 0
 AS $$
 DECLARE
     expired record;
@@ -298,6 +308,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    -- The move reads with a snapshot taken after the locks are granted; a transaction snapshot
+    -- taken before them would miss keys completed while waiting, and TRUNCATE would lose them.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'idem_set_storage must run in a READ COMMITTED transaction'
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
     LOCK TABLE @extschema@.idempotency_keys IN ACCESS EXCLUSIVE MODE;
     LOCK TABLE @extschema@.idempotency_keys_partitioned IN ACCESS EXCLUSIVE MODE;
     current_mode := @extschema@.idem_storage_mode();

@@ -81,3 +81,27 @@ SELECT claims, replays, mismatches, completions_stored FROM idem_stats;
 
 DROP FUNCTION complete_key(text, jsonb, interval);
 DROP FUNCTION sqlstate_of(text);
+
+-- idem_set_storage refuses a snapshot older than its locks: it would miss keys completed meanwhile.
+CREATE FUNCTION sqlstate_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE statement;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ' ' || SQLERRM;
+END $$;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT sqlstate_of($$SELECT idem_set_storage('partitioned')$$);
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT sqlstate_of($$SELECT idem_set_storage('partitioned')$$);
+ROLLBACK;
+SELECT idem_storage_mode();
+-- The partition functions keep their lock_timeout to themselves.
+BEGIN;
+SELECT idem_set_storage('partitioned', interval '1 hour') LIKE 'partitioned:%' AS switched;
+SELECT idem_premake_partitions() >= 0 AS premade;
+SELECT partitions_dropped >= 0 AS dropped FROM idem_drop_expired_partitions();
+SHOW lock_timeout;
+ROLLBACK;
+DROP FUNCTION sqlstate_of(text);

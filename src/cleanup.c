@@ -47,14 +47,15 @@ cleanup_delete_batch(Oid schema, int batch_size)
 
 	/*
 	 * ctid lookups: the inner scan stops after batch_size matches, the outer
-	 * delete touches only those tuples. Row locks are taken on expired keys
-	 * only, which no claim waits for.
+	 * delete touches only those tuples. Rows being replaced by a completion
+	 * right now are skipped, not waited for (the next sweep sees them).
 	 */
 	values[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[1] = Int32GetDatum(batch_size);
 	rc = SPI_execute_with_args(psprintf(
 		"DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"SELECT ctid FROM %s WHERE expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2))",
+		"SELECT ctid FROM %s WHERE expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2"
+		" FOR UPDATE SKIP LOCKED))",
 		table, table), 2, types, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));

@@ -95,7 +95,8 @@ idem_define_settings(void)
 							NULL,
 							NULL);
 
-	/* Read by the partition functions in SQL: how long claims may queue behind a DROP or ATTACH. */
+	/* Read by the partition functions in SQL: how long claims may queue behind a DROP or ATTACH.
+	 * Superuser-settable so that a maintenance session can wait longer than the worker does. */
 	DefineCustomIntVariable("idempotency.partition_lock_timeout",
 							"Longest wait for the locks that create or drop a partition.",
 							"Past it the step is left for the next sweep.",
@@ -103,7 +104,7 @@ idem_define_settings(void)
 							100,
 							1,
 							INT_MAX,
-							PGC_SIGHUP,
+							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL,
 							NULL,
