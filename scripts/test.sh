@@ -90,6 +90,7 @@ if ls test/tap/*.pl >/dev/null 2>&1; then
     tap_dir=$(mktemp -d /tmp/idem-tap.XXXXXX)
     chown postgres "$tap_dir"
     su postgres -c "cd '$root' && TESTDIR='$tap_dir' PATH=$PG_BIN:\$PATH \
+        PG_REGRESS=/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress \
         PERL5LIB=/usr/lib/postgresql/15/lib/pgxs/src/test/perl prove -v test/tap/*.pl" 2>&1 | tee "$log_dir/tap.log"
     count_tap tap "$log_dir/tap.log" "${PIPESTATUS[0]}"
     rm -rf "$tap_dir"

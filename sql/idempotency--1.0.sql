@@ -235,13 +235,23 @@ BEGIN
     IF @extschema@.idem_storage_mode() OPERATOR(pg_catalog.<>) 'partitioned' THEN
         RETURN 0;
     END IF;
+    -- The newest partition is never dropped, so its width is always known.
     SELECT upper_bound - lower_bound, upper_bound INTO width, last_upper
     FROM @extschema@.idem_partitions() ORDER BY upper_bound DESC LIMIT 1;
+    IF width IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- No claim can expire in the past: after a long pause, start again at the current partition.
+    last_upper := greatest(last_upper, date_bin(width, now(), timestamptz '2000-01-01 00:00:00+00'));
     horizon := now() + coalesce(current_setting('idempotency.ttl', true), '1d')::interval + 2 * width;
-    PERFORM set_config('lock_timeout',
-                       coalesce(current_setting('idempotency.partition_lock_timeout', true), '100ms'), true);
     WHILE last_upper < horizon LOOP
-        PERFORM @extschema@.idem_create_partition(last_upper, last_upper + width);
+        BEGIN
+            PERFORM @extschema@.idem_create_partition(last_upper, last_upper + width);
+        EXCEPTION WHEN lock_not_available THEN
+            -- Claims in flight hold the default partition: try again at the next sweep.
+            RAISE LOG 'idempotency: the default partition is busy; making partitions at the next sweep';
+            RETURN created;
+        END;
         last_upper := last_upper + width;
         created := created + 1;
     END LOOP;
@@ -263,7 +273,10 @@ DECLARE
 BEGIN
     partitions_dropped := 0;
     keys_removed := 0;
-    FOR expired IN SELECT partition_name FROM @extschema@.idem_partitions() WHERE upper_bound <= now() LOOP
+    -- The newest partition stays even when expired: it carries the width for the next ones.
+    FOR expired IN SELECT partition_name FROM @extschema@.idem_partitions()
+                   WHERE upper_bound <= now()
+                     AND upper_bound < (SELECT max(upper_bound) FROM @extschema@.idem_partitions()) LOOP
         BEGIN
             PERFORM set_config('lock_timeout',
                                coalesce(current_setting('idempotency.partition_lock_timeout', true), '100ms'),
@@ -314,9 +327,40 @@ BEGIN
         RAISE EXCEPTION 'idem_set_storage must run in a READ COMMITTED transaction'
             USING ERRCODE = 'invalid_transaction_state';
     END IF;
+    -- Every claim reads every partition (the key does not tell which): keep them few.
+    IF mode = 'partitioned' AND
+       (coalesce(current_setting('idempotency.ttl', true), '1d')::interval + 2 * partition_interval)
+       / 64 > partition_interval THEN
+        RAISE EXCEPTION 'idem_set_storage: partition_interval % is too small for idempotency.ttl %',
+                        partition_interval, coalesce(current_setting('idempotency.ttl', true), '1d')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'At most 64 partitions may cover idempotency.ttl plus two partitions.';
+    END IF;
+
     LOCK TABLE @extschema@.idempotency_keys IN ACCESS EXCLUSIVE MODE;
     LOCK TABLE @extschema@.idempotency_keys_partitioned IN ACCESS EXCLUSIVE MODE;
     current_mode := @extschema@.idem_storage_mode();
+
+    -- Tenants separated by row level security on one table must stay separated on the other.
+    IF EXISTS (SELECT FROM pg_catalog.pg_class source, pg_catalog.pg_class target
+               WHERE source.oid OPERATOR(pg_catalog.=) (CASE WHEN mode = 'partitioned'
+                         THEN '@extschema@.idempotency_keys' ELSE '@extschema@.idempotency_keys_partitioned'
+                         END)::pg_catalog.regclass
+                 AND target.oid OPERATOR(pg_catalog.=) (CASE WHEN mode = 'partitioned'
+                         THEN '@extschema@.idempotency_keys_partitioned' ELSE '@extschema@.idempotency_keys'
+                         END)::pg_catalog.regclass
+                 AND ((source.relrowsecurity AND NOT target.relrowsecurity)
+                      OR (source.relforcerowsecurity AND NOT target.relforcerowsecurity)
+                      OR (SELECT count(*) FROM pg_catalog.pg_policy p
+                          WHERE p.polrelid OPERATOR(pg_catalog.=) source.oid)
+                         OPERATOR(pg_catalog.>)
+                         (SELECT count(*) FROM pg_catalog.pg_policy p
+                          WHERE p.polrelid OPERATOR(pg_catalog.=) target.oid))) THEN
+        RAISE EXCEPTION 'idem_set_storage: row level security on the current table is missing on the other one'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Enable (and force) row level security and create the same policies on both '
+                         'idempotency_keys and idempotency_keys_partitioned, then switch.';
+    END IF;
 
     IF mode = 'partitioned' THEN
         SELECT max(upper_bound) INTO last_upper FROM @extschema@.idem_partitions();

@@ -105,3 +105,42 @@ SELECT partitions_dropped >= 0 AS dropped FROM idem_drop_expired_partitions();
 SHOW lock_timeout;
 ROLLBACK;
 DROP FUNCTION sqlstate_of(text);
+
+-- Row level security on the active table must exist on the other one before a switch.
+ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant ON idempotency_keys USING (scope = current_setting('app.tenant', true));
+SELECT idem_set_storage('partitioned');
+ALTER TABLE idempotency_keys_partitioned ENABLE ROW LEVEL SECURITY;
+SELECT idem_set_storage('partitioned');
+CREATE POLICY tenant ON idempotency_keys_partitioned USING (scope = current_setting('app.tenant', true));
+SELECT idem_set_storage('partitioned') LIKE 'partitioned:%' AS switched;
+SELECT idem_set_storage('table') LIKE 'table:%' AS switched_back;
+DROP POLICY tenant ON idempotency_keys;
+DROP POLICY tenant ON idempotency_keys_partitioned;
+ALTER TABLE idempotency_keys DISABLE ROW LEVEL SECURITY;
+ALTER TABLE idempotency_keys_partitioned DISABLE ROW LEVEL SECURITY;
+
+-- Every claim reads every partition: too many of them is refused.
+SELECT idem_set_storage('partitioned', interval '10 minutes');
+SELECT idem_storage_mode();
+
+-- After a long pause every partition has expired: the newest one stays and premaking starts again at now.
+SELECT idem_set_storage('partitioned', interval '1 hour') LIKE 'partitioned:%' AS switched;
+DO $$
+DECLARE
+    p record;
+BEGIN
+    FOR p IN SELECT partition_name FROM idem_partitions() LOOP
+        EXECUTE format('DROP TABLE %I', p.partition_name);
+    END LOOP;
+END $$;
+SELECT idem_create_partition(date_bin('1 hour', now() - interval '3 hours', timestamptz '2000-01-01 00:00:00+00'),
+                             date_bin('1 hour', now() - interval '2 hours', timestamptz '2000-01-01 00:00:00+00'))
+       IS NOT NULL AS made_old_partition;
+SELECT partitions_dropped, keys_removed FROM idem_drop_expired_partitions();
+SELECT idem_premake_partitions() > 0 AS premade;
+SELECT count(*) FILTER (WHERE lower_bound <= now() AND now() < upper_bound) AS partitions_covering_now,
+       max(upper_bound) >= now() + interval '24 hours' AS covers_ttl
+FROM idem_partitions();
+SELECT partitions_dropped, keys_removed FROM idem_drop_expired_partitions();
+SELECT idem_set_storage('table') LIKE 'table:%' AS switched_back;

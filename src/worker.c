@@ -277,7 +277,12 @@ database_exists(const char *name)
 	rel = table_open(DatabaseRelationId, AccessShareLock);
 	scan = table_beginscan_catalog(rel, 0, NULL);
 	while (!exists && (tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
-		exists = strcmp(NameStr(((Form_pg_database) GETSTRUCT(tuple))->datname), name) == 0;
+	{
+		Form_pg_database database = (Form_pg_database) GETSTRUCT(tuple);
+
+		/* A database that refuses connections (template0) is skipped like a missing one. */
+		exists = strcmp(NameStr(database->datname), name) == 0 && database->datallowconn;
+	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
@@ -303,7 +308,7 @@ note_database_state(const char *database, DatabaseState state)
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	if (state == DATABASE_MISSING)
 		ereport(LOG,
-				(errmsg("idempotency: database \"%s\" in idempotency.databases does not exist; skipping it until it does",
+				(errmsg("idempotency: database \"%s\" in idempotency.databases does not exist or refuses connections; skipping it until that changes",
 						database)));
 	else if (state == DATABASE_WITHOUT_EXTENSION)
 		ereport(LOG,

@@ -1,0 +1,262 @@
+# The expiry background worker on a preloaded node: the launcher, its sweeps of
+# idempotency.databases, skipped databases, reloads, failed sweeps, restarts and
+# shutdown; then idem_cleanup() on a node without preloading.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+# Cluster::init runs pg_regress --config-auth; Debian keeps it under pgxs.
+if (!$ENV{PG_REGRESS})
+{
+	my $pgxs = `pg_config --pgxs`;
+	chomp $pgxs;
+	$pgxs =~ s{/src/makefiles/pgxs\.mk$}{};
+	$ENV{PG_REGRESS} = "$pgxs/src/test/regress/pg_regress";
+}
+
+my $HASH = 'a' x 64;
+
+# Seconds until $sql returns true in $db, or undef after $limit seconds.
+sub wait_until
+{
+	my ($node, $db, $sql, $limit) = @_;
+	my $start = time;
+	for (;;)
+	{
+		return time - $start if $node->safe_psql($db, $sql) eq 't';
+		return undef if time - $start > $limit;
+		sleep 0.1;
+	}
+}
+
+# Expired rows written directly: only the worker or idem_cleanup() removes them.
+sub insert_expired
+{
+	my ($node, $db, $prefix, $n) = @_;
+	$node->safe_psql($db, qq{
+		INSERT INTO idempotency_keys
+		SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', '$prefix' || i,
+		       sha256(i::text::bytea), NULL, NULL
+		FROM generate_series(1, $n) i});
+}
+
+sub count_keys
+{
+	my ($node, $db, $prefix) = @_;
+	return $node->safe_psql($db, "SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%'");
+}
+
+sub log_lines
+{
+	my ($node, $offset, $regexp) = @_;
+	return scalar grep { /$regexp/ } split /\n/, slurp_file($node->logfile, $offset);
+}
+
+# Whether $regexp appears in the log after $offset within $limit seconds.
+sub log_shows
+{
+	my ($node, $offset, $regexp, $limit) = @_;
+	my $start = time;
+	for (;;)
+	{
+		return 1 if slurp_file($node->logfile, $offset) =~ $regexp;
+		return 0 if time - $start > $limit;
+		sleep 0.1;
+	}
+}
+
+sub launcher_pid
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'");
+}
+
+sub set_and_reload
+{
+	my ($node, $setting, $value) = @_;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET $setting = '$value'");
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+}
+
+my $node = PostgreSQL::Test::Cluster->new('worker');
+$node->init;
+# Only postgres at first: appdb and noext must exist before the launcher looks at them,
+# so that each is reported for the right reason. Batches of 500: the 5000 expired keys
+# below take 10 batches, so a sweep that stopped after one batch would need 10 ticks.
+$node->append_conf('postgresql.conf', <<'EOC');
+shared_preload_libraries = 'idempotency'
+idempotency.databases = 'postgres'
+idempotency.cleanup_interval = 1s
+idempotency.cleanup_batch_size = 500
+log_statement = none
+EOC
+$node->start;
+$node->safe_psql('postgres', 'CREATE DATABASE appdb');
+$node->safe_psql('postgres', 'CREATE DATABASE noext');
+$node->safe_psql($_, 'CREATE EXTENSION idempotency') for qw(postgres appdb);
+
+# Fails if the launcher is not registered or has another backend_type.
+ok(defined wait_until($node, 'postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'", 10),
+	'pg_stat_activity shows one idempotency launcher');
+my $launcher = launcher_pid($node);
+
+my $log_from = -s $node->logfile;
+set_and_reload($node, 'idempotency.databases', 'postgres, appdb, noext, missingdb');
+
+# ---- appdb: expired keys go, live keys stay ----
+$node->safe_psql('appdb', 'SELECT idem_stats_reset()');
+$node->safe_psql('appdb', qq{
+	DO \$\$ BEGIN
+		FOR i IN 1..100 LOOP
+			PERFORM idem_claim('live' || i, '$HASH', interval '1 hour');
+			PERFORM idem_complete('live' || i, 201, '{"ok": true}');
+		END LOOP;
+	END \$\$});
+insert_expired($node, 'appdb', 'expired', 5000);
+my $took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'expired%'", 30);
+# Fails if the worker does not sweep appdb, or only every few intervals, or one batch per tick.
+ok(defined $took && $took <= 5,
+	sprintf('5000 expired keys removed within three 1s intervals (took %s s)',
+		defined $took ? sprintf('%.1f', $took) : 'forever'));
+# Fails if the sweep deletes keys that have not expired.
+is(count_keys($node, 'appdb', 'live'), '100', 'the 100 live keys stay');
+# Fails if the sweeper does not count its deletes or report its sweep to idem_stats.
+is($node->safe_psql('appdb', q{
+	SELECT shared, keys_removed >= 5000, last_sweep_database IN ('postgres', 'appdb'),
+	       last_sweep_started_at > now() - interval '1 minute', last_sweep_duration_ms >= 0,
+	       last_sweep_removed IS NOT NULL, last_error IS NULL, last_error_database IS NULL
+	FROM idem_stats}), 't|t|t|t|t|t|t|t', 'idem_stats: keys_removed >= 5000, last sweep filled, no error');
+
+# ---- noext (no extension) and missingdb (no database): said once, no errors ----
+# Fail if a skipped database is not reported, or for the wrong reason.
+ok(log_shows($node, $log_from, qr/database "noext" has no idempotency extension; skipping/, 10),
+	'the log says noext has no extension');
+ok(log_shows($node, $log_from, qr/database "missingdb" in idempotency\.databases does not exist or refuses connections; skipping/, 10),
+	'the log says missingdb does not exist');
+# At least three more ticks: a sweep started 3 s after this point.
+my $mark = $node->safe_psql('postgres', 'SELECT now() + interval \'3 s\'');
+ok(defined wait_until($node, 'postgres', "SELECT last_sweep_started_at > '$mark' FROM idem_stats", 15),
+	'the launcher keeps ticking');
+# Fail if the skip notice is repeated each tick.
+is(log_lines($node, $log_from, qr/"noext" .*skipping/), 1, 'noext: one "skipping" line over several ticks');
+is(log_lines($node, $log_from, qr/"missingdb" .*skipping/), 1, 'missingdb: one "skipping" line over several ticks');
+# Fails if a sweeper is started in missingdb (FATAL: database does not exist) or errors in noext.
+is(log_lines($node, $log_from, qr/(ERROR|FATAL):.*(noext|missingdb)/), 0,
+	'no ERROR or FATAL lines about noext or missingdb');
+
+# Once the extension exists, noext is cleaned and that is said once.
+$node->safe_psql('noext', 'CREATE EXTENSION idempotency');
+insert_expired($node, 'noext', 'expired', 50);
+# Fails if the launcher never looks at a skipped database again.
+ok(defined wait_until($node, 'noext', "SELECT count(*) = 0 FROM idempotency_keys", 10),
+	'noext: expired keys removed after CREATE EXTENSION');
+my $mark2 = $node->safe_psql('postgres', 'SELECT now() + interval \'2 s\'');
+wait_until($node, 'postgres', "SELECT last_sweep_started_at > '$mark2' FROM idem_stats", 15);
+is(log_lines($node, $log_from, qr/cleaning database "noext"/), 1, 'the log says "cleaning database "noext"" once');
+is(log_lines($node, $log_from, qr/"noext" .*skipping/), 1, 'and no new "skipping" line for noext');
+
+# ---- a failing sweep is logged, recorded, and the launcher carries on ----
+$node->safe_psql('appdb', q{
+	CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'idem test: delete refused'; END $$;
+	CREATE TRIGGER refuse_delete BEFORE DELETE ON idempotency_keys
+		FOR EACH ROW EXECUTE FUNCTION refuse_delete()});
+my $err_from = -s $node->logfile;
+insert_expired($node, 'appdb', 'refused', 20);
+insert_expired($node, 'noext', 'after', 20);
+# Fails if a sweep's error is not copied to idem_stats.
+ok(defined wait_until($node, 'appdb', q{
+		SELECT last_error LIKE '%delete refused%' AND last_error_database = 'appdb'
+		       AND last_error_at > now() - interval '1 minute' FROM idem_stats}, 10),
+	'idem_stats.last_error shows the failed sweep of appdb');
+# Fails if the sweeper swallows the error instead of logging it.
+ok(log_shows($node, $err_from, qr/ERROR:.*idem test: delete refused/, 5), 'the log has the ERROR');
+# noext comes after appdb in the list. Fails if a failed sweep ends the tick or the launcher.
+ok(defined wait_until($node, 'noext', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'after%'", 10),
+	'databases after the failing one are still swept');
+is(count_keys($node, 'appdb', 'refused'), '20', 'the failed delete removed nothing');
+$node->safe_psql('appdb', 'DROP TRIGGER refuse_delete ON idempotency_keys');
+# Fails if appdb is given up after an error.
+ok(defined wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'refused%'", 10),
+	'after the trigger is dropped the keys are removed');
+# Fails if the error took the launcher down (it would be restarted with a new pid).
+is(launcher_pid($node), $launcher, 'the launcher did not restart');
+
+# ---- the launcher comes back after being terminated ----
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($launcher)");
+$took = wait_until($node, 'postgres', qq{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE backend_type = 'idempotency launcher' AND pid <> $launcher}, 30);
+# Fails with bgw_restart_time = BGW_NEVER_RESTART or a long one.
+ok(defined $took && $took <= 10,
+	sprintf('a new launcher within 10 s of pg_terminate_backend (took %s s)',
+		defined $took ? sprintf('%.1f', $took) : 'forever'));
+insert_expired($node, 'appdb', 'restarted', 100);
+ok(defined wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'restarted%'", 10),
+	'the new launcher cleans');
+
+# ---- a reload changes the interval, both ways ----
+set_and_reload($node, 'idempotency.cleanup_interval', '60s');
+sleep 2;    # lets a tick that began before the reload finish
+insert_expired($node, 'appdb', 'slow', 100);
+sleep 5;
+# Fails if the launcher ignores SIGHUP and keeps sweeping every second.
+is(count_keys($node, 'appdb', 'slow'), '100', 'with cleanup_interval = 60s keys stay for 5 s');
+set_and_reload($node, 'idempotency.cleanup_interval', '1s');
+$took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'slow%'", 30);
+# Fails if the new interval is applied only after the 60 s wait already begun.
+ok(defined $took && $took <= 3,
+	sprintf('back to 1s: the keys are removed within 3 s (took %s s)',
+		defined $took ? sprintf('%.1f', $took) : 'forever'));
+
+# ---- SIGTERM: a fast stop does not wait for a sweep in progress ----
+$node->safe_psql('appdb', q{
+	CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(0.1); RETURN OLD; END $$;
+	CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_keys
+		FOR EACH ROW EXECUTE FUNCTION slow_delete()});
+insert_expired($node, 'appdb', 'sleepy', 1000);    # a 100 s sweep
+ok(defined wait_until($node, 'postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE backend_type = 'idempotency cleanup' AND wait_event = 'PgSleep'}, 10),
+	'a sweep is in progress');
+my $stop_start = time;
+my $stopped = $node->stop('fast', fail_ok => 1);
+my $stop_took = time - $stop_start;
+# Fails if the sweeper or the launcher ignores SIGTERM (pg_ctl would wait up to 60 s).
+ok($stopped && $stop_took < 5, sprintf('fast stop with a sweep running took %.1f s', $stop_took));
+# Fails on a crash of a worker at any point above.
+is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
+
+# ---- without preloading: no worker, idem_cleanup() by hand, per-backend stats ----
+my $plain = PostgreSQL::Test::Cluster->new('plain');
+$plain->init;
+$plain->append_conf('postgresql.conf', "log_statement = none\n");
+$plain->start;
+$plain->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+is($plain->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'idempotency%'"),
+	'0', 'not preloaded: no launcher');
+is($plain->safe_psql('postgres', qq{
+	BEGIN;
+	SELECT outcome FROM idem_claim('k1', '$HASH', interval '1 hour');
+	SELECT idem_complete('k1', 201, '{"id": 1}');
+	COMMIT;
+	SELECT outcome, http_status, response_body FROM idem_claim('k1', '$HASH')}),
+	"claimed\nt\nreplay|201|{\"id\": 1}", 'not preloaded: claim, complete, replay');
+insert_expired($plain, 'postgres', 'old', 37);
+# Fails if idem_cleanup() misses keys, deletes live ones, or the counters claim to be shared.
+is($plain->safe_psql('postgres', q{
+	SELECT idem_cleanup();
+	SELECT shared, keys_removed FROM idem_stats;
+	SELECT count(*) FROM idempotency_keys}),
+	"37\nf|37\n1", 'idem_cleanup() returns 37, idem_stats is per backend (shared = false), k1 stays');
+$plain->stop;
+
+done_testing();

@@ -1,0 +1,148 @@
+# A preloaded primary with a streaming hot standby: the standby refuses claims with
+# SQLSTATE 25006 and writes nothing, hashes fine, and never sweeps (its expired keys
+# go when the primary's worker removes them); once promoted it sweeps by itself.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+if (!$ENV{PG_REGRESS})
+{
+	my $pgxs = `pg_config --pgxs`;
+	chomp $pgxs;
+	$pgxs =~ s{/src/makefiles/pgxs\.mk$}{};
+	$ENV{PG_REGRESS} = "$pgxs/src/test/regress/pg_regress";
+}
+
+my $HASH = 'a' x 64;
+
+sub wait_until
+{
+	my ($node, $db, $sql, $limit) = @_;
+	my $start = time;
+	for (;;)
+	{
+		return time - $start if $node->safe_psql($db, $sql) eq 't';
+		return undef if time - $start > $limit;
+		sleep 0.1;
+	}
+}
+
+sub count_keys
+{
+	my ($node, $prefix) = @_;
+	return $node->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%'");
+}
+
+# The primary sweeps only postgres until told otherwise, so that expired keys
+# reach the standby and stay there unless the standby removes them itself.
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->append_conf('postgresql.conf', <<'EOC');
+shared_preload_libraries = 'idempotency'
+idempotency.databases = 'postgres'
+idempotency.cleanup_interval = 1s
+log_statement = none
+EOC
+$primary->start;
+$primary->safe_psql('postgres', 'CREATE DATABASE appdb');
+$primary->safe_psql($_, 'CREATE EXTENSION idempotency') for qw(postgres appdb);
+$primary->backup('backup');
+
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'backup', has_streaming => 1);
+# The standby is told to sweep appdb: it must not.
+$standby->append_conf('postgresql.conf', "idempotency.databases = 'postgres, appdb'\n");
+$standby->start;
+
+$primary->safe_psql('appdb', qq{
+	BEGIN;
+	SELECT idem_claim('live', '$HASH', interval '1 hour');
+	SELECT idem_complete('live', 201, '{"id": 7}');
+	COMMIT;
+	INSERT INTO idempotency_keys
+	SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', 'old' || i,
+	       sha256(i::text::bytea), NULL, NULL
+	FROM generate_series(1, 200) i});
+$primary->wait_for_catchup($standby);
+is(count_keys($standby, 'old'), '200', 'expired keys are replicated to the standby');
+
+# ---- claims on the standby ----
+for my $key ('live', 'new')
+{
+	my ($ret, $out, $err) = $standby->psql('appdb',
+		"\\set VERBOSITY verbose\nSELECT * FROM idem_claim('$key', '$HASH')");
+	# Fails if a standby answers claims (it cannot take the key nor store the response).
+	like($err, qr/ERROR:\s+25006:/, "idem_claim('$key') on the standby raises SQLSTATE 25006");
+}
+# Fails if a refused claim still counts, or leaves anything behind.
+is($standby->safe_psql('appdb', 'SELECT claims, replays, in_progress FROM idem_stats'), '0|0|0',
+	'refused claims are not counted');
+is($standby->safe_psql('appdb', 'SELECT count(*) FROM idempotency_keys'), '201', 'the standby has the same keys');
+is($primary->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key = 'new'"), '0',
+	'the primary has no key "new"');
+is($standby->safe_psql('appdb', "SELECT idem_hash('abc')"),
+	'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad', 'idem_hash works on the standby');
+
+# ---- no sweeps on the standby ----
+my $log_from = -s $standby->logfile;
+my $mark = $primary->safe_psql('postgres', "SELECT now() + interval '3 s'");
+my %seen;
+my $start = time;
+while ($primary->safe_psql('postgres', "SELECT coalesce(last_sweep_started_at > '$mark', false) FROM idem_stats") ne 't'
+	&& time - $start < 15)
+{
+	$seen{$_}++ for split /\n/, $standby->safe_psql('postgres',
+		"SELECT backend_type FROM pg_stat_activity WHERE backend_type LIKE 'idempotency%'");
+	sleep 0.05;
+}
+# Fails if the primary's launcher does not tick, which would make the rest vacuous.
+ok(time - $start < 15, 'the primary swept postgres several times meanwhile');
+# Fails if the launcher is started during recovery (BgWorkerStart_ConsistentState).
+is(join(',', sort keys %seen), '', 'no idempotency launcher or cleanup backend on the standby');
+# A sweep on the standby would record itself (or its read-only error) in the standby's stats.
+is($standby->safe_psql('appdb', q{
+	SELECT last_sweep_started_at IS NULL, keys_removed, last_error IS NULL FROM idem_stats}),
+	't|0|t', 'the standby has no sweep in its stats');
+is(scalar grep({ /ERROR|FATAL/ } split /\n/, slurp_file($standby->logfile, $log_from)), 0,
+	'no ERROR or FATAL in the standby log');
+is(count_keys($standby, 'old'), '200', 'expired keys stay on the standby while the primary keeps them');
+
+# ---- the primary's worker removes them; the standby follows ----
+$primary->safe_psql('postgres', "ALTER SYSTEM SET idempotency.databases = 'postgres, appdb'");
+$primary->safe_psql('postgres', 'SELECT pg_reload_conf()');
+ok(defined wait_until($primary, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'old%'", 10),
+	'the primary worker removes the expired keys');
+$primary->wait_for_catchup($standby);
+is(count_keys($standby, 'old'), '0', 'replay removes them on the standby');
+is($standby->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key = 'live'"), '1',
+	'the live key stays on the standby');
+is($standby->safe_psql('appdb', 'SELECT keys_removed FROM idem_stats'), '0',
+	'the standby itself removed nothing');
+
+# ---- once promoted, the former standby sweeps ----
+$standby->promote;
+# Fails if the launcher registered for recovery never starts after promotion.
+ok(defined wait_until($standby, 'postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'", 10),
+	'after promotion the launcher runs');
+$standby->safe_psql('appdb', q{
+	INSERT INTO idempotency_keys
+	SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', 'promoted' || i,
+	       sha256(i::text::bytea), NULL, NULL
+	FROM generate_series(1, 50) i});
+ok(defined wait_until($standby, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'promoted%'", 10),
+	'and removes expired keys');
+is($standby->safe_psql('appdb', "SELECT outcome FROM idem_claim('new', '$HASH')"), 'claimed',
+	'and claims work');
+
+for my $node ($primary, $standby)
+{
+	is(scalar grep({ /terminated by signal|PANIC/ } split /\n/, slurp_file($node->logfile)), 0,
+		$node->name . ': no process crashed');
+	$node->stop;
+}
+done_testing();
