@@ -183,6 +183,11 @@ void check_claim(std::uint8_t bits) {
     // A live row is answered from, even while another replay holds the lock.
     if (!f.claimed_by_this_transaction && live)
         REQUIRE(o == IDEM_OUTCOME_REPLAY || o == IDEM_OUTCOME_MISMATCH);
+    // No live row: a missed change must be retried, else the lock decides.
+    if (!f.claimed_by_this_transaction && !live)
+        REQUIRE(o == (f.row_changed_after_snapshot ? IDEM_OUTCOME_SERIALIZATION_FAILURE
+                      : f.lock_granted             ? IDEM_OUTCOME_CLAIMED
+                                                   : IDEM_OUTCOME_IN_PROGRESS));
 }
 
 void check_completion(std::int32_t status, std::uint64_t bytes, std::uint64_t max) {

@@ -21,9 +21,9 @@ struct Row {
 
 // Reading guide: a row is live when found and not expired.
 //  - this transaction holds the key: IN_PROGRESS, whatever else;
-//  - a live row answers REPLAY or MISMATCH, whether or not the lock was granted;
-//  - no live row, but the row changed after the caller's snapshot: SERIALIZE;
-//  - otherwise the lock decides: CLAIMED when granted, IN_PROGRESS when another transaction holds it.
+//  - a live row answers REPLAY or MISMATCH, whoever holds the lock;
+//  - no live row, but the latest snapshot differs from the caller's: SERIALIZE (even if the lock is busy);
+//  - otherwise CLAIMED with the lock, IN_PROGRESS without it.
 const std::vector<Row> truth_table = {
     // claimed, granted, changed, {found, expired, matches}, outcome
     {F, F, F, {F, F, F}, IN_PROGRESS},
@@ -118,9 +118,9 @@ TEST(DecideClaim, TruthTable) {
         const Row& r = truth_table[i];
         const IdemClaimFacts facts = facts_of(r);
         EXPECT_EQ(idem_core_decide_claim(&facts), r.expected)
-            << "row " << i << ": claimed=" << r.claimed_by_this_transaction
-            << " granted=" << r.lock_granted << " changed=" << r.row_changed_after_snapshot
-            << " found=" << r.row.found << " expired=" << r.row.expired << " matches=" << r.row.hash_matches
+            << "row " << i << ": claimed=" << r.claimed_by_this_transaction << " granted=" << r.lock_granted
+            << " changed=" << r.row_changed_after_snapshot << " found=" << r.row.found
+            << " expired=" << r.row.expired << " matches=" << r.row.hash_matches
             << " expected " << idem_core_outcome_name(r.expected);
     }
 }
