@@ -72,9 +72,9 @@ sub start_proxy
 	my $pid = fork // die "fork: $!";
 	if ($pid == 0)
 	{
-		exec($^X, dirname(__FILE__) . '/pg_fault_proxy.pl', "$dir/port",
-			$node->host . '/.s.PGSQL.' . $node->port, $log);
-		POSIX::_exit(1);
+		{ exec($^X, dirname(__FILE__) . '/pg_fault_proxy.pl', "$dir/port",
+			$node->host . '/.s.PGSQL.' . $node->port, $log); }
+		POSIX::_exit(1);    # only if exec failed
 	}
 	my $until = now_s() + 10;
 	Time::HiRes::sleep(0.05) until -e "$dir/port" || now_s() > $until;

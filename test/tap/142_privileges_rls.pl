@@ -186,12 +186,19 @@ tenants('table');
 
 # Partitioned storage keeps its rows in idempotency_keys_partitioned: it needs the same
 # grant and its own policy (a policy on idempotency_keys does not cover it).
+# Fails if idem_set_storage moves RLS-protected keys into a table without the policy
+# (tenant_a would then replay tenant_b's responses).
+my ($switch_rc, $switch_out, $switch_err) =
+  $node->psql('postgres', q{SELECT idem_set_storage('partitioned')});
+like($switch_err, qr/row level security on the current table is missing on the other one/,
+	'switching to partitioned storage is refused while its table lacks the policy');
+is($node->safe_psql('postgres', 'SELECT idem_storage_mode()'), 'table', 'and the mode is unchanged');
 $node->safe_psql('postgres', q{
-	SELECT idem_set_storage('partitioned');
 	GRANT SELECT, INSERT, UPDATE ON idempotency_keys_partitioned TO app;
 	ALTER TABLE idempotency_keys_partitioned ENABLE ROW LEVEL SECURITY;
 	ALTER TABLE idempotency_keys_partitioned FORCE ROW LEVEL SECURITY;
-	CREATE POLICY tenant ON idempotency_keys_partitioned USING (scope = current_setting('app.tenant'));});
+	CREATE POLICY tenant ON idempotency_keys_partitioned USING (scope = current_setting('app.tenant'));
+	SELECT idem_set_storage('partitioned');});
 tenants('partitioned');
 
 done_testing();
