@@ -1,6 +1,8 @@
 /* worker.c: the launcher and the per-database sweeper background workers. */
 #include "postgres.h"
 
+#include <sys/resource.h>
+
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -33,6 +35,9 @@
 
 PGDLLEXPORT void idem_launcher_main(Datum arg);
 PGDLLEXPORT void idem_sweeper_main(Datum arg);
+
+/* The sweeper's nice value: below the backends serving requests. */
+#define SWEEPER_NICE 10
 
 typedef enum SweepResult
 {
@@ -186,6 +191,14 @@ idem_sweeper_main(Datum arg)
 	database[NAMEDATALEN - 1] = '\0';
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+
+	/*
+	 * Housekeeping yields the CPU to the requests it shares the machine with:
+	 * on an idle machine the sweep runs at full speed, under load the claims
+	 * come first. Raising one's own nice value needs no privilege.
+	 */
+	if (setpriority(PRIO_PROCESS, 0, SWEEPER_NICE) != 0)
+		elog(DEBUG1, "idempotency: could not lower the sweeper's CPU priority: %m");
 	BackgroundWorkerInitializeConnection(database, NULL, 0);
 
 	PG_TRY();
