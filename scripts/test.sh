@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite against a real, throwaway PostgreSQL 15 cluster, as CI does:
 #   C++ unit tests (plain and under ASan/UBSan), the libFuzzer run, pg_regress, isolation specs,
-#   pgTAP (pg_prove) and the Perl TAP tests (as user postgres).
+#   pgTAP (pg_prove), the Perl TAP tests (as user postgres) and sqlsmith.
 # Ends with one line over all suites: "N passed, N failed". Exit status 0 only when nothing failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,6 +95,10 @@ if ls test/tap/*.pl >/dev/null 2>&1; then
     count_tap tap "$log_dir/tap.log" "${PIPESTATUS[0]}"
     rm -rf "$tap_dir"
 fi
+
+# Random SQL (sqlsmith, seed 42) and random idem_* arguments on a throwaway cluster of its own: no backend
+# may crash (~20 s). test/robustness/valgrind.sh (~5 min) stays a separate command.
+run_single sqlsmith env SMITH_PORT=55433 test/robustness/sqlsmith.sh
 
 echo
 echo "== summary"
