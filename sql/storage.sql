@@ -80,16 +80,8 @@ SELECT outcome FROM idem_claim('stats-1', idem_hash('other'));
 SELECT claims, replays, mismatches, completions_stored FROM idem_stats;
 
 DROP FUNCTION complete_key(text, jsonb, interval);
-DROP FUNCTION sqlstate_of(text);
 
 -- idem_set_storage refuses a snapshot older than its locks: it would miss keys completed meanwhile.
-CREATE FUNCTION sqlstate_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT sqlstate_of($$SELECT idem_set_storage('partitioned')$$);
 ROLLBACK;
@@ -104,7 +96,6 @@ SELECT idem_premake_partitions() >= 0 AS premade;
 SELECT partitions_dropped >= 0 AS dropped FROM idem_drop_expired_partitions();
 SHOW lock_timeout;
 ROLLBACK;
-DROP FUNCTION sqlstate_of(text);
 
 -- Row level security on the active table must exist on the other one before a switch.
 ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY;
@@ -144,3 +135,4 @@ SELECT count(*) FILTER (WHERE lower_bound <= now() AND now() < upper_bound) AS p
 FROM idem_partitions();
 SELECT partitions_dropped, keys_removed FROM idem_drop_expired_partitions();
 SELECT idem_set_storage('table') LIKE 'table:%' AS switched_back;
+DROP FUNCTION sqlstate_of(text);

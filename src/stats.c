@@ -5,13 +5,11 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "storage/ipc.h"
-#include "storage/lwlock.h"
-#include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "shmem.h"
 #include "stats.h"
 
 #define ERROR_TEXT_BYTES 256
@@ -39,52 +37,23 @@ static SharedStats *shared = NULL;
 static uint64 local_counters[IDEM_COUNTERS];
 static SweepReport local_report;
 
-#if PG_VERSION_NUM >= 150000
-static shmem_request_hook_type previous_request_hook = NULL;
-#else
-static void (*previous_request_hook) (void) = NULL;
-#endif
-static shmem_startup_hook_type previous_startup_hook = NULL;
-
 static void
-stats_shmem_request(void)
+init_shared_stats(void *block)
 {
-	if (previous_request_hook)
-		previous_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStats)));
-}
+	SharedStats *stats = block;
 
-static void
-stats_shmem_startup(void)
-{
-	bool		found;
-
-	if (previous_startup_hook)
-		previous_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("idempotency stats", sizeof(SharedStats), &found);
-	if (!found)
-	{
-		for (int i = 0; i < IDEM_COUNTERS; i++)
-			pg_atomic_init_u64(&shared->counters[i], 0);
-		SpinLockInit(&shared->mutex);
-		memset(&shared->report, 0, sizeof(shared->report));
-		shared->report.reset_at = GetCurrentTimestamp();
-	}
-	LWLockRelease(AddinShmemInitLock);
+	for (int i = 0; i < IDEM_COUNTERS; i++)
+		pg_atomic_init_u64(&stats->counters[i], 0);
+	SpinLockInit(&stats->mutex);
+	memset(&stats->report, 0, sizeof(stats->report));
+	stats->report.reset_at = GetCurrentTimestamp();
 }
 
 void
 stats_request_shared_memory(void)
 {
-#if PG_VERSION_NUM >= 150000
-	previous_request_hook = shmem_request_hook;
-	shmem_request_hook = stats_shmem_request;
-#else
-	stats_shmem_request();
-#endif
-	previous_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = stats_shmem_startup;
+	shmem_request_block("idempotency stats", sizeof(SharedStats), (void **) &shared,
+						init_shared_stats);
 }
 
 void

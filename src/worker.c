@@ -18,9 +18,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/lwlock.h"
 #include "storage/proc.h"
-#include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -30,6 +28,7 @@
 
 #include "cleanup.h"
 #include "guc.h"
+#include "shmem.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -54,46 +53,18 @@ typedef struct SweeperSlot
 } SweeperSlot;
 
 static SweeperSlot *slot = NULL;
-#if PG_VERSION_NUM >= 150000
-static shmem_request_hook_type previous_request_hook = NULL;
-#else
-static void (*previous_request_hook) (void) = NULL;
-#endif
-static shmem_startup_hook_type previous_startup_hook = NULL;
 
 static void
-worker_shmem_request(void)
+init_sweeper_slot(void *block)
 {
-	if (previous_request_hook)
-		previous_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(SweeperSlot)));
-}
-
-static void
-worker_shmem_startup(void)
-{
-	bool		found;
-
-	if (previous_startup_hook)
-		previous_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	slot = ShmemInitStruct("idempotency sweeper slot", sizeof(SweeperSlot), &found);
-	if (!found)
-		slot->result = SWEEP_NOT_RUN;
-	LWLockRelease(AddinShmemInitLock);
+	((SweeperSlot *) block)->result = SWEEP_NOT_RUN;
 }
 
 void
 worker_request_shared_memory(void)
 {
-#if PG_VERSION_NUM >= 150000
-	previous_request_hook = shmem_request_hook;
-	shmem_request_hook = worker_shmem_request;
-#else
-	worker_shmem_request();
-#endif
-	previous_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = worker_shmem_startup;
+	shmem_request_block("idempotency sweeper slot", sizeof(SweeperSlot), (void **) &slot,
+						init_sweeper_slot);
 }
 
 static void
