@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# Expiry benchmark on a throwaway cluster: (1) removal rate and WAL of the background worker's
+# batched delete vs a hand-written ctid loop, (2) dropping an expired partition, (3) claim latency
+# p99 while each cleanup runs. Writes bench/out/cleanup/results.{csv,md} and prints a table.
+#   bench/cleanup/run.sh                           full: 2M expired + 2M live keys, 3 repetitions
+#   CLEANUP_BENCH_KEYS=200000 bench/cleanup/run.sh smoke run
+# Other knobs: CLEANUP_BENCH_REPS (3), CLEANUP_BENCH_PGBENCH_SECONDS (20), CLEANUP_BENCH_PORT (5577),
+# CLEANUP_BENCH_DIR (/tmp/cleanbench_helper; its data/ and work/ are deleted), CLEANUP_BENCH_OUT.
+# Needs the extension installed (make install) and runs as root or postgres.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+KEYS=${CLEANUP_BENCH_KEYS:-2000000}
+PART_KEYS=$((KEYS / 2))
+REPS=${CLEANUP_BENCH_REPS:-3}
+PORT=${CLEANUP_BENCH_PORT:-5577}
+DIR=${CLEANUP_BENCH_DIR:-/tmp/cleanbench_helper}
+OUT=${CLEANUP_BENCH_OUT:-$HERE/../out/cleanup}
+if [ -z "${CLEANUP_BENCH_PGBENCH_SECONDS:-}" ]; then
+    PGB_SECONDS=$([ "$KEYS" -ge 1000000 ] && echo 20 || echo 10)
+else
+    PGB_SECONDS=$CLEANUP_BENCH_PGBENCH_SECONDS
+fi
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+DB=cleanbench
+COMMAND="$(env | grep -o '^CLEANUP_BENCH_[A-Z_]*=.*' | sort | tr '\n' ' ' || true)bench/cleanup/run.sh"
+
+case "$DIR" in /tmp/?*) ;; *) echo "CLEANUP_BENCH_DIR must be under /tmp (its data/ is deleted)" >&2; exit 2 ;; esac
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+# Results are written under $DIR and copied to $OUT at the end: bench/out/ is shared.
+WORK=$DIR/work
+RAW=$WORK/raw
+rm -rf "$WORK"
+mkdir -p "$RAW"
+CSV=$WORK/results.csv
+echo "part,measure,variant,rep,value,unit,target,pass" > "$CSV"
+
+as_postgres() {
+    if [ "$(id -un)" = postgres ]; then "$@"; else su postgres -c "$(printf '%q ' "$@")"; fi
+}
+psql_q() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR" -p "$PORT" -U postgres -d "$DB" "$@"; }
+val() { psql_q -Atc "$1"; }
+say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+csv() { echo "$1,$2,$3,$4,$5,$6,${7:-},${8:-}" >> "$CSV"; }
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+calc() { awk "BEGIN {printf \"%.${2:-3}f\", $1}"; }
+pass() { awk "BEGIN {print ($1) ? \"yes\" : \"NO\"}"; }
+
+PGB_PID=
+stop_cluster() {
+    if [ -n "$PGB_PID" ] && kill -0 "$PGB_PID" 2>/dev/null; then kill "$PGB_PID"; fi
+    if [ -f "$DIR/data/postmaster.pid" ]; then as_postgres "$PGBIN/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null || true; fi
+}
+publish() {
+    stop_cluster
+    [ -f "$DIR/log" ] && cp "$DIR/log" "$RAW/server.log"
+    rm -rf "$DIR/data" "$OUT/raw"
+    mkdir -p "$OUT"
+    cp -r "$WORK"/* "$OUT"/
+}
+trap publish EXIT
+
+# ---------- cluster ----------
+stop_cluster
+rm -rf "$DIR/data" "$DIR/log"
+chown postgres "$DIR"
+as_postgres "$PGBIN/initdb" -D "$DIR/data" -A trust -U postgres >/dev/null
+# Checkpoints only where this script asks for them; no autovacuum writing WAL during a measurement.
+cat >> "$DIR/data/postgresql.conf" <<EOF
+port = $PORT
+listen_addresses = ''
+unix_socket_directories = '$DIR'
+shared_preload_libraries = 'idempotency'
+idempotency.databases = '$DB'
+idempotency.cleanup_interval = '1h'
+shared_buffers = 512MB
+checkpoint_timeout = 1h
+max_wal_size = 16GB
+autovacuum = off
+lc_messages = 'C'
+EOF
+as_postgres "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w start >/dev/null
+"$PGBIN/psql" -X -q -h "$DIR" -p "$PORT" -U postgres -d postgres -c "CREATE DATABASE $DB"
+psql_q -c "CREATE EXTENSION idempotency" -c "CREATE EXTENSION pg_walinspect"
+LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
+# What was measured: the library the postmaster loaded at start, and the tree it should come from.
+SO=$("$PGBIN/pg_config" --pkglibdir)/idempotency.so
+VERSION="installed idempotency.so md5 $(md5sum < "$SO" | cut -c1-12) ($([ -f "$HERE/../../idempotency.so" ] && cmp -s "$SO" "$HERE/../../idempotency.so" && echo 'same as the repo build' || echo 'differs from the repo build')), repo HEAD $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown) with $(git -C "$HERE" status --porcelain -- ../../src ../../sql 2>/dev/null | wc -l) uncommitted change(s) under src/ and sql/"
+
+say "seed: $KEYS expired + $KEYS live keys"
+psql_q -v expired="$KEYS" -v live="$KEYS" -f "$HERE/make_seed.sql"
+
+# ---------- helpers ----------
+set_interval() {
+    val "ALTER SYSTEM SET idempotency.cleanup_interval = '$1'" >/dev/null
+    val "SELECT pg_reload_conf()" >/dev/null
+}
+sweeper_running() { val "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency cleanup'"; }
+last_sweep() { val "SELECT coalesce(last_sweep_started_at::text, '-') FROM public.idem_stats"; }
+
+# FPI bytes in the WAL between two LSNs.
+fpi_bytes() {
+    val "SELECT coalesce(sum(fpi_size), 0) FROM pg_get_wal_stats('$1', least('$2'::pg_lsn, pg_current_wal_flush_lsn()))"
+}
+
+# CPU ticks (user + system) a process has used so far, into TICKS; fields after "(comm)" in
+# /proc/PID/stat. Builtins only: forking while claims are timed would load the CPUs being measured.
+HZ=$(getconf CLK_TCK)
+read_ticks() {
+    local line
+    { read -r line < "/proc/$1/stat"; } 2>/dev/null || return 1
+    set -- ${line##*) }
+    TICKS=$(( ${12} + ${13} ))
+}
+
+# One sweep of the background worker, started by shortening cleanup_interval and lengthened again
+# as soon as the sweep is under way, so exactly one runs. Its CPU time is read from /proc until it
+# exits. Prints: ms removed wal_bytes fpi_bytes start_epoch end_epoch cpu_s
+worker_sweep() {
+    local before l0 l1 i row pid ticks=
+    before=$(last_sweep)
+    l0=$(val "SELECT pg_current_wal_lsn()")
+    set_interval 1s
+    for i in $(seq 1 1000); do
+        pid=$(val "SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempotency cleanup'")
+        [ -n "$pid" ] || [ "$(last_sweep)" != "$before" ] && break
+        sleep 0.02
+    done
+    set_interval 1h
+    while [ -n "$pid" ] && read_ticks "$pid"; do ticks=$TICKS; sleep 0.05; done
+    for i in $(seq 1 100000); do
+        [ "$(sweeper_running)" = 0 ] && [ "$(last_sweep)" != "$before" ] && break
+        sleep 0.1
+    done
+    l1=$(val "SELECT pg_current_wal_lsn()")
+    row=$(val "SELECT last_sweep_duration_ms, last_sweep_removed, extract(epoch FROM last_sweep_started_at),
+                      extract(epoch FROM last_sweep_started_at) + last_sweep_duration_ms / 1000
+               FROM public.idem_stats" | tr '|' ' ')
+    set -- $row
+    echo "$1 $2 $(val "SELECT pg_wal_lsn_diff('$l1', '$l0')") $(fpi_bytes "$l0" "$l1") $3 $4 $([ -n "$ticks" ] && calc "$ticks / $HZ" 2 || echo NA)"
+}
+
+# A cleanup run from SQL, timed by psql, with the CPU time of its backend.
+# Prints: ms removed wal_bytes fpi_bytes cpu_s
+sql_sweep() {
+    local out ms rest cpu_file=$RAW/cpu.txt
+    : > "$cpu_file"
+    out=$(psql_q -At <<EOF
+SELECT pg_current_wal_lsn() AS l0, pg_backend_pid() AS pid \gset
+\setenv BACKEND_PID :pid
+\! sed 's/.*) //' /proc/\$BACKEND_PID/stat | awk '{print \$12 + \$13}' >> $cpu_file
+\timing on
+$1
+\timing off
+\! sed 's/.*) //' /proc/\$BACKEND_PID/stat | awk '{print \$12 + \$13}' >> $cpu_file
+SELECT pg_current_wal_lsn() AS l1 \gset
+SELECT current_setting('cleanup_bench.removed'), pg_wal_lsn_diff(:'l1', :'l0'), :'l0', :'l1';
+EOF
+)
+    ms=$(echo "$out" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -1)
+    rest=$(echo "$out" | tail -1 | tr '|' ' ')
+    set -- $rest
+    echo "$ms $1 $2 $(fpi_bytes "$3" "$4") $(awk -v hz="$HZ" 'NR == 1 {a = $1} NR == 2 {printf "%.2f", ($1 - a) / hz}' "$cpu_file")"
+}
+
+load_table() { psql_q -f "$HERE/load_keys.sql"; }
+
+# Starts pgbench in the background: 2 clients, prepared, per-transaction log <name>.*.
+PGB_H=$(printf 'ab%.0s' $(seq 32))
+PGB_BODY='{"id": "pay_1", "object": "payment", "amount": 1250, "currency": "eur", "status": "succeeded"}'
+start_pgbench() {
+    rm -f "$RAW/$1".*
+    (cd "$RAW" && exec "$PGBIN/pgbench" -n -M prepared -c 2 -j 2 -T "$2" -f "$HERE/claim.pgbench" \
+        -D "h=$PGB_H" -D "body=$PGB_BODY" --log --log-prefix="$1" \
+        -h "$DIR" -p "$PORT" -U postgres "$DB" > "$RAW/$1.out" 2>&1) &
+    PGB_PID=$!
+}
+wait_pgbench() { wait "$PGB_PID"; PGB_PID=; }
+
+# Latency of the transactions of log <name> that overlap [from, to] (epoch s): n p50_ms p99_ms max_ms tps
+latency() {
+    cat "$RAW/$1".[0-9]* | awk -v ws="$2" -v we="$3" '
+        { end = $5 + $6 / 1e6; start = end - $3 / 1e6;
+          if (end >= ws && start <= we) print $3 / 1000 }' | sort -g |
+    awk -v ws="$2" -v we="$3" '{ v[NR] = $1 } END {
+        if (NR == 0) { print "0 0 0 0 0"; exit }
+        i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++;
+        i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++;
+        printf "%d %.3f %.3f %.3f %.1f\n", NR, v[i50], v[i99], v[NR], NR / (we - ws) }'
+}
+now_epoch() { date +%s.%N; }
+pgbench_end() { cat "$RAW/$1".[0-9]* | awk '{ e = $5 + $6 / 1e6; if (e > m) m = e } END { printf "%.6f", m }'; }
+
+# ---------- part 1: removal rate and WAL per key ----------
+declare -A RATE WALK FPIK CPURATE
+for rep in $(seq 1 "$REPS"); do
+    # Alternate the order so that neither variant always runs on a warmer machine.
+    if [ $((rep % 2)) = 1 ]; then order="worker baseline idem_cleanup"; else order="baseline worker idem_cleanup"; fi
+    for variant in $order; do
+        say "part 1, repetition $rep/$REPS: load, then $variant"
+        load_table
+        case $variant in
+            worker) set -- $(worker_sweep); cpu=$7 ;;
+            baseline) set -- $(sql_sweep "\\i $HERE/baseline_delete.sql"); cpu=$5 ;;
+            idem_cleanup) set -- $(sql_sweep "SELECT set_config('cleanup_bench.removed', public.idem_cleanup()::text, false) \\g /dev/null"); cpu=$5 ;;
+        esac
+        ms=$1 removed=$2 wal=$3 fpi=$4
+        if [ "$removed" != "$KEYS" ] || [ "$(val "SELECT count(*) FROM public.idempotency_keys WHERE expires_at <= now()")" != 0 ]; then
+            echo "part 1: $variant removed $removed keys, expected $KEYS and none left" >&2; exit 1
+        fi
+        rate=$(calc "$removed / ($ms / 1000)" 0)
+        RATE[$variant]+="$rate " WALK[$variant]+="$(calc "$wal / $removed" 1) " FPIK[$variant]+="$(calc "$fpi / $removed" 1) "
+        csv 1 seconds "$variant" "$rep" "$(calc "$ms / 1000")" s
+        csv 1 keys_per_second "$variant" "$rep" "$rate" keys/s
+        csv 1 wal_bytes_per_key "$variant" "$rep" "$(calc "$wal / $removed" 1)" B/key
+        csv 1 fpi_bytes_per_key "$variant" "$rep" "$(calc "$fpi / $removed" 1)" B/key
+        # CPU time is steadier than elapsed time when other work shares the machine.
+        if [ "$cpu" != NA ] && awk "BEGIN {exit !($cpu > 0)}"; then
+            CPURATE[$variant]+="$(calc "$removed / $cpu" 0) "
+            csv 1 cpu_seconds "$variant" "$rep" "$cpu" s
+            csv 1 keys_per_cpu_second "$variant" "$rep" "$(calc "$removed / $cpu" 0)" keys/s
+        fi
+        say "  $variant: $removed keys in ${ms} ms = $rate keys/s, $(calc "$wal / $removed" 1) WAL B/key"
+    done
+done
+for variant in worker baseline idem_cleanup; do
+    eval "M_RATE_$variant=$(echo "${RATE[$variant]}" | median)"
+    eval "M_WAL_$variant=$(echo "${WALK[$variant]}" | median)"
+    eval "M_FPI_$variant=$(echo "${FPIK[$variant]}" | median)"
+    eval "M_CPU_$variant=$(echo "${CPURATE[$variant]:-0}" | median)"
+    csv 1 keys_per_cpu_second "$variant" median "$(eval echo \$M_CPU_$variant)" keys/s
+    csv 1 keys_per_second "$variant" median "$(eval echo \$M_RATE_$variant)" keys/s
+    csv 1 wal_bytes_per_key "$variant" median "$(eval echo \$M_WAL_$variant)" B/key
+    csv 1 fpi_bytes_per_key "$variant" median "$(eval echo \$M_FPI_$variant)" B/key
+done
+RATE_RATIO=$(calc "$M_RATE_worker / $M_RATE_baseline" 2)
+WAL_RATIO=$(calc "$M_WAL_worker / $M_WAL_baseline" 2)
+CPU_RATIO=$(calc "$M_CPU_worker / ($M_CPU_baseline + 1e-9)" 2)
+csv 1 cpu_rate_ratio worker/baseline median "$CPU_RATIO" x ">=0.8" "$(pass "$CPU_RATIO >= 0.8")"
+csv 1 rate_ratio worker/baseline median "$RATE_RATIO" x ">=0.8" "$(pass "$RATE_RATIO >= 0.8")"
+csv 1 wal_ratio worker/baseline median "$WAL_RATIO" x "" ""
+WORKER_SECONDS=$(calc "$KEYS / $M_RATE_worker" 1)
+
+# ---------- part 3 (table mode): claim latency without cleanup and during the worker's sweep ----------
+# Each repetition: fresh data, claims alone, then claims again while the worker sweeps.
+# Long enough for a sweep slowed by the load; the window measured is the sweep itself.
+PGB_B=$(calc "5 + 3 * $WORKER_SECONDS + 5" 0)
+for rep in $(seq 1 "$REPS"); do
+    say "part 3, repetition $rep/$REPS: load; claims for ${PGB_SECONDS}s without cleanup, then ${PGB_B}s with the worker's sweep from +5s"
+    load_table
+    t0=$(now_epoch)
+    start_pgbench "lat_none_$rep" "$PGB_SECONDS"
+    wait_pgbench
+    set -- $(latency "lat_none_$rep" "$(calc "$t0 + 1" 6)" "$(pgbench_end "lat_none_$rep")")
+    csv 3 p99_ms none_table "$rep" "$3" ms; csv 3 p50_ms none_table "$rep" "$2" ms
+    csv 3 claims_per_second none_table "$rep" "$5" txn/s
+    P99_A_ALL+="$3 " P50_A_ALL+="$2 " TPS_A_ALL+="$5 "
+
+    start_pgbench "lat_sweep_$rep" "$PGB_B"
+    sleep 5
+    set -- $(worker_sweep)
+    sweep_ms=$1 sweep_removed=$2 sweep_from=$5 sweep_to=$6
+    wait_pgbench
+    [ "$sweep_removed" = "$KEYS" ] || { echo "part 3: the sweep removed $sweep_removed keys, expected $KEYS" >&2; exit 1; }
+    awk "BEGIN {exit !($sweep_to <= $(pgbench_end "lat_sweep_$rep"))}" ||
+        say "  warning: the sweep outlasted pgbench; the window covers only its start"
+    set -- $(latency "lat_sweep_$rep" "$sweep_from" "$sweep_to")
+    csv 3 p99_ms worker_sweep "$rep" "$3" ms; csv 3 p50_ms worker_sweep "$rep" "$2" ms
+    csv 3 claims_per_second worker_sweep "$rep" "$5" txn/s
+    csv 3 sweep_seconds_under_load worker_sweep "$rep" "$(calc "$sweep_ms / 1000")" s
+    P99_B_ALL+="$3 " P50_B_ALL+="$2 " TPS_B_ALL+="$5 " SWEEP_S_ALL+="$(calc "$sweep_ms / 1000") "
+    say "  p99 $(echo "$P99_A_ALL" | awk '{print $NF}') ms alone, $3 ms during the sweep ($(calc "$sweep_ms / 1000" 1) s)"
+done
+
+# ---------- part 2: dropping an expired partition ----------
+say "switching to partitioned storage (1 hour partitions)"
+val "TRUNCATE public.idempotency_keys" >/dev/null
+val "SELECT public.idem_set_storage('partitioned', interval '1 hour')" >/dev/null
+DROP_MS_ALL= DROP_WAL_ALL=
+for rep in $(seq 1 "$REPS"); do
+    say "part 2, repetition $rep/$REPS: $PART_KEYS keys in an expired partition, then idem_drop_expired_partitions()"
+    psql_q -v n="$PART_KEYS" -f "$HERE/load_partition.sql" >/dev/null
+    set -- $(sql_sweep "SELECT set_config('cleanup_bench.removed', keys_removed::text, false) FROM public.idem_drop_expired_partitions() \\g /dev/null")
+    [ "$2" = "$PART_KEYS" ] || { echo "part 2: dropped $2 keys, expected $PART_KEYS" >&2; exit 1; }
+    DROP_MS_ALL+="$1 " DROP_WAL_ALL+="$3 "
+    csv 2 drop_ms partition "$rep" "$1" ms
+    csv 2 drop_wal_bytes partition "$rep" "$3" B
+    say "  dropped $2 keys in $1 ms, $3 WAL bytes"
+done
+DROP_MS=$(echo "$DROP_MS_ALL" | median)
+DROP_WAL=$(echo "$DROP_WAL_ALL" | median)
+csv 2 drop_ms partition median "$DROP_MS" ms "<1000" "$(pass "$DROP_MS < 1000")"
+csv 2 drop_wal_bytes partition median "$DROP_WAL" B "<1048576" "$(pass "$DROP_WAL < 1048576")"
+
+# ---------- part 3 (partitioned mode): claim latency without cleanup and across a partition drop ----------
+for rep in $(seq 1 "$REPS"); do
+    say "part 3, repetition $rep/$REPS, partitioned: load an expired partition; claims for ${PGB_SECONDS}s without cleanup, then ${PGB_SECONDS}s dropping it half way"
+    psql_q -v n="$PART_KEYS" -f "$HERE/load_partition.sql" >/dev/null
+    t0=$(now_epoch)
+    start_pgbench "lat_none_partitioned_$rep" "$PGB_SECONDS"
+    wait_pgbench
+    set -- $(latency "lat_none_partitioned_$rep" "$(calc "$t0 + 1" 6)" "$(pgbench_end "lat_none_partitioned_$rep")")
+    csv 3 p99_ms none_partitioned "$rep" "$3" ms; csv 3 p50_ms none_partitioned "$rep" "$2" ms
+    csv 3 claims_per_second none_partitioned "$rep" "$5" txn/s
+    P99_AP_ALL+="$3 " P50_AP_ALL+="$2 " TPS_AP_ALL+="$5 "
+
+    t0=$(now_epoch)
+    start_pgbench "lat_drop_$rep" "$PGB_SECONDS"
+    sleep "$((PGB_SECONDS / 2))"
+    attempts=0 dropped=0
+    # A drop that cannot get its lock within partition_lock_timeout is skipped; try again as the next sweep would.
+    while [ "$dropped" = 0 ] && [ "$attempts" -lt 20 ]; do
+        attempts=$((attempts + 1))
+        drop_from=$(now_epoch)
+        dropped=$(val "SELECT partitions_dropped FROM public.idem_drop_expired_partitions()")
+        drop_to=$(now_epoch)
+    done
+    wait_pgbench
+    [ "$dropped" = 1 ] || { echo "part 3: the partition was not dropped in $attempts attempts" >&2; exit 1; }
+    set -- $(latency "lat_drop_$rep" "$(calc "$t0 + 1" 6)" "$(pgbench_end "lat_drop_$rep")")
+    csv 3 p99_ms partition_drop "$rep" "$3" ms; csv 3 p50_ms partition_drop "$rep" "$2" ms
+    csv 3 claims_per_second partition_drop "$rep" "$5" txn/s
+    P99_C_ALL+="$3 " P50_C_ALL+="$2 " TPS_C_ALL+="$5 " ATTEMPTS_ALL+="$attempts "
+    p99_c=$3
+    set -- $(latency "lat_drop_$rep" "$drop_from" "$drop_to")
+    csv 3 max_ms_overlapping_drop partition_drop "$rep" "$4" ms
+    csv 3 drop_attempts partition_drop "$rep" "$attempts" ""
+    csv 3 drop_ms_under_load partition_drop "$rep" "$(calc "($drop_to - $drop_from) * 1000")" ms
+    MAXW_ALL+="$4 "
+    say "  p99 $(echo "$P99_AP_ALL" | awk '{print $NF}') ms alone, $p99_c ms across the drop (slowest overlapping it: $4 ms, $attempts attempt(s))"
+done
+
+for m in P99_A P50_A TPS_A P99_B P50_B TPS_B SWEEP_S P99_AP P50_AP TPS_AP P99_C P50_C TPS_C MAXW; do
+    eval "$m=\$(echo \"\$${m}_ALL\" | median)"
+done
+csv 3 p99_ms none_table median "$P99_A" ms
+csv 3 p99_ms worker_sweep median "$P99_B" ms
+csv 3 p99_ms none_partitioned median "$P99_AP" ms
+csv 3 p99_ms partition_drop median "$P99_C" ms
+R_B=$(calc "$P99_B / $P99_A" 2)
+R_C=$(calc "$P99_C / $P99_A" 2)
+R_CP=$(calc "$P99_C / $P99_AP" 2)
+csv 3 p99_ratio worker_sweep/none_table median "$R_B" x "<=1.2" "$(pass "$R_B <= 1.2")"
+csv 3 p99_ratio partition_drop/none_table median "$R_C" x "<=1.2" "$(pass "$R_C <= 1.2")"
+csv 3 p99_ratio partition_drop/none_partitioned median "$R_CP" x "<=1.2" "$(pass "$R_CP <= 1.2")"
+
+# ---------- report ----------
+LOAD_END=$(cut -d' ' -f1 /proc/loadavg)
+report() {
+    cat <<EOF
+| part | measure | value | target | pass |
+|---|---|---|---|---|
+| 1 | keys/s, worker (batched delete, commit per batch; median of $REPS) | $M_RATE_worker | | |
+| 1 | keys/s, baseline ctid loop (median of $REPS) | $M_RATE_baseline | | |
+| 1 | keys/s, idem_cleanup() in one transaction (median of $REPS) | $M_RATE_idem_cleanup | | |
+| 1 | rate ratio worker / baseline | ${RATE_RATIO}x | >= 0.8x | $(pass "$RATE_RATIO >= 0.8") |
+| 1 | keys per CPU-second: worker / baseline / idem_cleanup() | $M_CPU_worker / $M_CPU_baseline / $M_CPU_idem_cleanup | | |
+| 1 | same ratio on CPU time, worker / baseline | ${CPU_RATIO}x | >= 0.8x | $(pass "$CPU_RATIO >= 0.8") |
+| 1 | WAL bytes/key, worker (of which full-page images) | $M_WAL_worker ($M_FPI_worker) | | |
+| 1 | WAL bytes/key, baseline (of which full-page images) | $M_WAL_baseline ($M_FPI_baseline) | | |
+| 1 | WAL bytes/key, idem_cleanup() (of which full-page images) | $M_WAL_idem_cleanup ($M_FPI_idem_cleanup) | | |
+| 1 | WAL ratio worker / baseline | ${WAL_RATIO}x | | |
+| 2 | idem_drop_expired_partitions(), $PART_KEYS keys (median of $REPS) | $DROP_MS ms | < 1000 ms | $(pass "$DROP_MS < 1000") |
+| 2 | its WAL | $DROP_WAL B | < 1048576 B | $(pass "$DROP_WAL < 1048576") |
+| 3a | claim p99 / p50, no cleanup, table mode ($TPS_A claims/s) | $P99_A / $P50_A ms | | |
+| 3b | claim p99 / p50 during the worker's sweep ($TPS_B claims/s, sweep $SWEEP_S s) | $P99_B / $P50_B ms | | |
+| 3b | p99 ratio sweep / none | ${R_B}x | <= 1.2x | $(pass "$R_B <= 1.2") |
+| 3a' | claim p99 / p50, no cleanup, partitioned mode ($TPS_AP claims/s) | $P99_AP / $P50_AP ms | | |
+| 3c | claim p99 / p50 across a partition drop ($TPS_C claims/s) | $P99_C / $P50_C ms | | |
+| 3c | slowest claim overlapping the drop (attempts: $ATTEMPTS_ALL) | $MAXW ms | | |
+| 3c | p99 ratio drop / none (table mode) | ${R_C}x | <= 1.2x | $(pass "$R_C <= 1.2") |
+| 3c | p99 ratio drop / none (partitioned mode) | ${R_CP}x | <= 1.2x | $(pass "$R_CP <= 1.2") |
+EOF
+}
+per_repetition() {
+    awk -F, -v reps="$REPS" 'NR > 1 && $4 ~ /^[0-9]+$/ {
+            k = $1 " | " $2 " | " $3 " | " $6; if (!(k in seen)) { seen[k] = 1; order[++n] = k }; v[k, $4] = $5 }
+        END {
+            printf "| part | measure | variant | unit |"; for (r = 1; r <= reps; r++) printf " rep %d |", r; print ""
+            printf "|---|---|---|---|"; for (r = 1; r <= reps; r++) printf "---|"; print ""
+            for (i = 1; i <= n; i++) { printf "| %s |", order[i]; for (r = 1; r <= reps; r++) printf " %s |", v[order[i], r]; print "" }
+        }' "$CSV"
+}
+{
+    echo "# Expiry benchmark: batched delete, partition drop, claim latency"
+    echo
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r); load average $LOAD_START at start, $LOAD_END at end (other work on the machine shows up here)"
+    echo "- server: $(val 'SHOW server_version'), shared_buffers 512MB, synchronous_commit on, autovacuum off, checkpoint_timeout 1h, max_wal_size 16GB"
+    echo "- command: \`$COMMAND\`"
+    echo "- extension: $VERSION"
+    echo "- data: $KEYS expired + $KEYS live keys (UUID keys, 32-byte hash, ~110-byte jsonb body), expired and live mixed on every heap page; reloaded, VACUUM ANALYZE and CHECKPOINT before every variant (so each pays the same full-page images); partition test: $PART_KEYS keys in one expired 1-hour partition"
+    echo "- worker rate from idem_stats.last_sweep_duration_ms / last_sweep_removed (one transaction per batch of idempotency.cleanup_batch_size = 10000); baseline and idem_cleanup() timed by psql \\timing; WAL from pg_current_wal_lsn() differences, full-page image share from pg_walinspect"
+    echo "- latency: pgbench -M prepared -c 2 -j 2, bench/cleanup/claim.pgbench (BEGIN; idem_claim of a new key; idem_complete; COMMIT), p99 from --log; 3a/3a'/3c over the whole run but its first second, 3b over the transactions overlapping the sweep; each value the median of $REPS repetitions (in each, the no-cleanup run comes right before the run with cleanup, on the same data)"
+    echo
+    report
+    echo
+    echo "## Per repetition"
+    echo
+    per_repetition
+    echo
+    echo "Raw pgbench logs and the server log: raw/."
+} > "$WORK/results.md"
+
+echo
+report | sed -e 's/^| //' -e 's/ |$//' | column -t -s '|'
+echo
+echo "results: $OUT/results.csv and $OUT/results.md"
