@@ -10,7 +10,7 @@
 #   BENCH_EXTRAS="wal size hash"        the other measurements; "" skips them
 #   BENCH_WAL_TXNS=10000 BENCH_SIZE_KEYS=1000000 BENCH_HASH_REPS=5
 #   BENCH_QUICK=1                       2 rounds x 3 s, clients 1 2, smaller extras
-#   BENCH_PORT=55433 BENCH_DIR=<temp dir>
+#   BENCH_PORT=55433 BENCH_DIR=<temp dir> BENCH_KEEP=1 (leave the cluster's directory behind)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh

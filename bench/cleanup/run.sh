@@ -85,7 +85,7 @@ psql_q -c "CREATE EXTENSION idempotency" -c "CREATE EXTENSION pg_walinspect"
 LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 # What was measured: the library the postmaster loaded at start, and the tree it should come from.
 SO=$("$PGBIN/pg_config" --pkglibdir)/idempotency.so
-VERSION="installed idempotency.so md5 $(md5sum < "$SO" | cut -c1-12) ($([ -f "$HERE/../../idempotency.so" ] && cmp -s "$SO" "$HERE/../../idempotency.so" && echo 'same as the repo build' || echo 'differs from the repo build')), repo HEAD $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown) with $(git -C "$HERE" status --porcelain -- ../../src ../../sql 2>/dev/null | wc -l) uncommitted change(s) under src/ and sql/"
+VERSION="installed idempotency.so md5 $(md5sum < "$SO" | cut -c1-12) ($([ -f "$HERE/../../idempotency.so" ] && cmp -s "$SO" "$HERE/../../idempotency.so" && echo 'byte-identical to' || echo 'not byte-identical to') the repo's build), repo HEAD $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown) with $(git -C "$HERE" status --porcelain -- ../../src ../../sql 2>/dev/null | wc -l) uncommitted change(s) under src/ and sql/"
 
 say "seed: $KEYS expired + $KEYS live keys"
 psql_q -v expired="$KEYS" -v live="$KEYS" -f "$HERE/make_seed.sql"
@@ -103,19 +103,20 @@ fpi_bytes() {
     val "SELECT coalesce(sum(fpi_size), 0) FROM pg_get_wal_stats('$1', least('$2'::pg_lsn, pg_current_wal_flush_lsn()))"
 }
 
-# CPU ticks (user + system) a process has used so far, into TICKS; fields after "(comm)" in
-# /proc/PID/stat. Builtins only: forking while claims are timed would load the CPUs being measured.
+# CPU ticks (user + system) a process has used so far into TICKS, its nice value into NICE; fields
+# after "(comm)" in /proc/PID/stat. Builtins only: forking while claims are timed would load the CPUs.
 HZ=$(getconf CLK_TCK)
 read_ticks() {
     local line
     { read -r line < "/proc/$1/stat"; } 2>/dev/null || return 1
     set -- ${line##*) }
-    TICKS=$(( ${12} + ${13} ))
+    TICKS=$(( ${12} + ${13} )) NICE=${17}
 }
+SWEEPER_NICE=unknown
 
 # One sweep of the background worker, started by shortening cleanup_interval and lengthened again
 # as soon as the sweep is under way, so exactly one runs. Its CPU time is read from /proc until it
-# exits. Prints: ms removed wal_bytes fpi_bytes start_epoch end_epoch cpu_s
+# exits. Prints: ms removed wal_bytes fpi_bytes start_epoch end_epoch cpu_s nice
 worker_sweep() {
     local before l0 l1 i row pid ticks=
     before=$(last_sweep)
@@ -127,7 +128,8 @@ worker_sweep() {
         sleep 0.02
     done
     set_interval 1h
-    while [ -n "$pid" ] && read_ticks "$pid"; do ticks=$TICKS; sleep 0.05; done
+    local nice=unknown
+    while [ -n "$pid" ] && read_ticks "$pid"; do ticks=$TICKS nice=$NICE; sleep 0.05; done
     for i in $(seq 1 100000); do
         [ "$(sweeper_running)" = 0 ] && [ "$(last_sweep)" != "$before" ] && break
         sleep 0.1
@@ -137,7 +139,7 @@ worker_sweep() {
                       extract(epoch FROM last_sweep_started_at) + last_sweep_duration_ms / 1000
                FROM public.idem_stats" | tr '|' ' ')
     set -- $row
-    echo "$1 $2 $(val "SELECT pg_wal_lsn_diff('$l1', '$l0')") $(fpi_bytes "$l0" "$l1") $3 $4 $([ -n "$ticks" ] && calc "$ticks / $HZ" 2 || echo NA)"
+    echo "$1 $2 $(val "SELECT pg_wal_lsn_diff('$l1', '$l0')") $(fpi_bytes "$l0" "$l1") $3 $4 $([ -n "$ticks" ] && calc "$ticks / $HZ" 2 || echo NA) $nice"
 }
 
 # A cleanup run from SQL, timed by psql, with the CPU time of its backend.
@@ -200,7 +202,7 @@ for rep in $(seq 1 "$REPS"); do
         say "part 1, repetition $rep/$REPS: load, then $variant"
         load_table
         case $variant in
-            worker) set -- $(worker_sweep); cpu=$7 ;;
+            worker) set -- $(worker_sweep); cpu=$7 SWEEPER_NICE=$8 ;;
             baseline) set -- $(sql_sweep "\\i $HERE/baseline_delete.sql"); cpu=$5 ;;
             idem_cleanup) set -- $(sql_sweep "SELECT set_config('cleanup_bench.removed', public.idem_cleanup()::text, false) \\g /dev/null"); cpu=$5 ;;
         esac
@@ -388,12 +390,16 @@ per_repetition() {
     echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r); load average $LOAD_START at start, $LOAD_END at end (other work on the machine shows up here)"
     echo "- server: $(val 'SHOW server_version'), shared_buffers 512MB, synchronous_commit on, autovacuum off, checkpoint_timeout 1h, max_wal_size 16GB"
     echo "- command: \`$COMMAND\`"
-    echo "- extension: $VERSION"
+    echo "- extension: $VERSION; the sweeper ran at nice $SWEEPER_NICE"
     echo "- data: $KEYS expired + $KEYS live keys (UUID keys, 32-byte hash, ~110-byte jsonb body), expired and live mixed on every heap page; reloaded, VACUUM ANALYZE and CHECKPOINT before every variant (so each pays the same full-page images); partition test: $PART_KEYS keys in one expired 1-hour partition"
     echo "- worker rate from idem_stats.last_sweep_duration_ms / last_sweep_removed (one transaction per batch of idempotency.cleanup_batch_size = 10000); baseline and idem_cleanup() timed by psql \\timing; WAL from pg_current_wal_lsn() differences, full-page image share from pg_walinspect"
     echo "- latency: pgbench -M prepared -c 2 -j 2, bench/cleanup/claim.pgbench (BEGIN; idem_claim of a new key; idem_complete; COMMIT), p99 from --log; 3a/3a'/3c over the whole run but its first second, 3b over the transactions overlapping the sweep; each value the median of $REPS repetitions (in each, the no-cleanup run comes right before the run with cleanup, on the same data)"
     echo
     report
+    echo
+    echo "Notes: 3c's p99 is over a ${PGB_SECONDS}-s run of which the drop disturbs well under a second, so a longer run"
+    echo "dilutes it; the slowest claim overlapping the drop does not depend on the run length. Claims and the"
+    echo "cleanup share the machine's $(nproc) CPUs with pgbench itself."
     echo
     echo "## Per repetition"
     echo
