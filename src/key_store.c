@@ -1,4 +1,4 @@
-/* key_store.c: the three statements on idempotency_keys, prepared once per backend. */
+/* key_store.c: reads and writes of the active table: the fast path where it applies, else three prepared statements. */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
@@ -234,6 +234,10 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	Oid			table_oid = plain_table(namespace_oid);
 	bool		partitioned = plain_table_inactive(table_oid);
 
+	if (!partitioned && !claim->replaces_expired_row &&
+		direct_insert(table_oid, ref, claim, response))
+		return;
+
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = TimestampTzGetDatum(claim->expires_at);
 	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
@@ -245,10 +249,6 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	nulls[6] = response->headers_null ? 'n' : ' ';
 	values[7] = response->body;
 	nulls[7] = response->body_null ? 'n' : ' ';
-
-	if (!partitioned && !claim->replaces_expired_row &&
-		direct_insert(table_oid, ref, claim, response))
-		return;
 
 	SPI_connect();
 	table = plans_for(namespace_oid, partitioned);
