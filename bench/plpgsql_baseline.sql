@@ -33,7 +33,7 @@ CREATE TABLE plpgsql_idem.idempotency_keys (
     request_hash     bytea NOT NULL,
     response_headers jsonb,
     response_body    jsonb,
-    CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, key)
+    CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key, scope)
 );
 
 -- NULL -> 22004; empty key, over 255 bytes, control characters (C0, DEL, C1) -> 22023.

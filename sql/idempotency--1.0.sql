@@ -19,7 +19,9 @@ CREATE TABLE @extschema@.idempotency_keys (
     request_hash     bytea NOT NULL,
     response_headers jsonb,
     response_body    jsonb,
-    CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, key)
+    -- key first: it tells rows apart at the first column, where scope ('' for
+    -- most callers) would make every index comparison look at both columns.
+    CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key, scope)
 );
 
 COMMENT ON TABLE @extschema@.idempotency_keys IS
@@ -39,8 +41,8 @@ CREATE TABLE @extschema@.idempotency_keys_partitioned (
     LIKE @extschema@.idempotency_keys INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS,
     CONSTRAINT idempotency_keys_inactive CHECK (false)
 ) PARTITION BY RANGE (expires_at);
-CREATE INDEX idempotency_keys_partitioned_scope_key
-    ON @extschema@.idempotency_keys_partitioned (scope, key);
+CREATE INDEX idempotency_keys_partitioned_key_scope
+    ON @extschema@.idempotency_keys_partitioned (key, scope);
 -- Rows beyond the partitions made ahead of time wait here until their partition exists.
 CREATE TABLE @extschema@.idempotency_keys_partitioned_default
     PARTITION OF @extschema@.idempotency_keys_partitioned DEFAULT;
@@ -56,17 +58,21 @@ REVOKE ALL ON TABLE @extschema@.idempotency_keys FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.idempotency_keys_partitioned FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.idempotency_keys_partitioned_default FROM PUBLIC;
 
+-- A named row type rather than OUT parameters: a call in FROM then describes
+-- its result from the type cache instead of rebuilding it from pg_proc.
+CREATE TYPE @extschema@.idem_claim_result AS (
+    outcome          text,
+    http_status      integer,
+    response_body    jsonb,
+    response_headers jsonb,
+    expires_at       timestamptz);
+
 CREATE FUNCTION @extschema@.idem_claim(
     key text,
     request_hash text,
     ttl interval DEFAULT NULL,
-    scope text DEFAULT '',
-    OUT outcome text,
-    OUT http_status integer,
-    OUT response_body jsonb,
-    OUT response_headers jsonb,
-    OUT expires_at timestamptz)
-RETURNS record
+    scope text DEFAULT '')
+RETURNS @extschema@.idem_claim_result
 AS 'MODULE_PATHNAME', 'idem_claim'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 

@@ -7,7 +7,9 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
@@ -82,6 +84,31 @@ fast_path_applies(Relation table, bool writing)
 	return OidIsValid(RelationGetPrimaryKeyIndex(table));
 }
 
+/*
+ * The primary key must be exactly the columns scope and key, plain and in
+ * either order, for an equality probe on it to be the SQL lookup. Returns
+ * each column's position in the index.
+ */
+static bool
+key_index_order(Relation index, AttrNumber *scope_column, AttrNumber *key_column)
+{
+	Form_pg_index form = index->rd_index;
+
+	if (form->indnatts != 2 || form->indnkeyatts != 2 || index->rd_rel->relam != BTREE_AM_OID ||
+		!heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL) ||
+		!heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL))
+		return false;
+	*scope_column = *key_column = InvalidAttrNumber;
+	for (int i = 0; i < 2; i++)
+	{
+		if (form->indkey.values[i] == columns[COL_SCOPE])
+			*scope_column = i + 1;
+		else if (form->indkey.values[i] == columns[COL_KEY])
+			*key_column = i + 1;
+	}
+	return *scope_column != InvalidAttrNumber && *key_column != InvalidAttrNumber;
+}
+
 static void
 require_privilege(Relation table, AclMode mode)
 {
@@ -136,6 +163,8 @@ direct_lookup(Oid table_oid, const KeyRef *ref, LookupSnapshot which, StoredResp
 	Snapshot	snapshot;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
+	AttrNumber	scope_column;
+	AttrNumber	key_column;
 
 	memset(out, 0, sizeof(*out));
 	if (!fast_path_applies(table, false))
@@ -143,17 +172,26 @@ direct_lookup(Oid table_oid, const KeyRef *ref, LookupSnapshot which, StoredResp
 		table_close(table, NoLock);
 		return false;
 	}
-	require_privilege(table, ACL_SELECT);
 	index = index_open(RelationGetPrimaryKeyIndex(table), AccessShareLock);
+	if (!key_index_order(index, &scope_column, &key_column))
+	{
+		index_close(index, NoLock);
+		table_close(table, NoLock);
+		return false;
+	}
+	require_privilege(table, ACL_SELECT);
 
 	/* As a new SQL statement would: see this transaction's own earlier writes. */
 	CommandCounterIncrement();
 	snapshot = RegisterSnapshot(which == LOOKUP_LATEST_SNAPSHOT ? GetLatestSnapshot()
 								: GetTransactionSnapshot());
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(ref->scope));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(ref->key));
+	/* Scan keys in index column order. */
+	ScanKeyEntryInitialize(&keys[key_column - 1], 0, key_column, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[key_column - 1], F_TEXTEQ,
+						   PointerGetDatum(ref->key));
+	ScanKeyEntryInitialize(&keys[scope_column - 1], 0, scope_column, BTEqualStrategyNumber,
+						   InvalidOid, index->rd_indcollation[scope_column - 1], F_TEXTEQ,
+						   PointerGetDatum(ref->scope));
 	slot = table_slot_create(table, NULL);
 	scan = index_beginscan(table, index, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);

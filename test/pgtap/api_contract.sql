@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(63);
+SELECT plan(64);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -12,7 +12,7 @@ SELECT has_function('public', 'idem_hash', ARRAY['bytea']);
 SELECT has_function('public', 'idem_hash', ARRAY['jsonb']);
 
 -- Return types.
-SELECT function_returns('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text'], 'record');
+SELECT function_returns('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text'], 'idem_claim_result');
 SELECT function_returns('public', 'idem_complete', ARRAY['text', 'integer', 'jsonb', 'jsonb', 'text'], 'boolean');
 SELECT function_returns('public', 'idem_release', ARRAY['text', 'text'], 'boolean');
 SELECT function_returns('public', 'idem_hash', ARRAY['jsonb'], 'text');
@@ -20,9 +20,14 @@ SELECT function_returns('public', 'idem_hash', ARRAY['jsonb'], 'text');
 -- Parameter names are part of the contract: clients call by name.
 SELECT is(
     (SELECT proargnames FROM pg_proc WHERE oid = 'public.idem_claim(text, text, interval, text)'::regprocedure),
-    ARRAY['key', 'request_hash', 'ttl', 'scope', 'outcome', 'http_status', 'response_body',
-          'response_headers', 'expires_at'],
-    'idem_claim parameter and result column names');
+    ARRAY['key', 'request_hash', 'ttl', 'scope'],
+    'idem_claim parameter names');
+SELECT is(
+    (SELECT array_agg(attname::text || ' ' || format_type(atttypid, atttypmod) ORDER BY attnum) FROM pg_attribute
+     WHERE attrelid = 'public.idem_claim_result'::regclass AND attnum > 0 AND NOT attisdropped),
+    ARRAY['outcome text', 'http_status integer', 'response_body jsonb', 'response_headers jsonb',
+          'expires_at timestamp with time zone'],
+    'idem_claim result columns, in order');
 SELECT is(
     (SELECT proargnames FROM pg_proc
      WHERE oid = 'public.idem_complete(text, integer, jsonb, jsonb, text)'::regprocedure),
@@ -90,7 +95,7 @@ SELECT col_type_is('public', 'idempotency_keys', 'response_headers', 'jsonb', 'r
 SELECT col_type_is('public', 'idempotency_keys', 'expires_at', 'timestamp with time zone', 'expires_at is timestamp with time zone');
 SELECT col_not_null('public', 'idempotency_keys', 'expires_at', 'expires_at is NOT NULL');
 SELECT col_not_null('public', 'idempotency_keys', 'request_hash', 'request_hash is NOT NULL');
-SELECT col_is_pk('public', 'idempotency_keys', ARRAY['scope', 'key'], 'the primary key is (scope, key)');
+SELECT col_is_pk('public', 'idempotency_keys', ARRAY['key', 'scope'], 'the primary key is (key, scope)');
 SELECT is(
     (SELECT array_agg(collname ORDER BY attnum) FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
      WHERE attrelid = 'public.idempotency_keys'::regclass AND attname IN ('scope', 'key')),

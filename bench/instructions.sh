@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Instructions per request, counted by callgrind in a single-user backend: repeatable on a noisy machine where
+# throughput is not. Each request is what the pgbench scripts send (prepared statements, one transaction per
+# request); the count is (run of N requests - run of 0 requests) / N, so start-up and shutdown cancel out.
+# Client round trips and socket I/O are not counted: this measures the backend's own work.
+#
+#   bench/instructions.sh                 all variants of "new" and "replay", N=2000
+#   INSTR_N=500 INSTR_CASES="new_floor new_extension" INSTR_KEEP=1 bench/instructions.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/cluster.sh
+
+n=${INSTR_N:-2000}
+cases=${INSTR_CASES:-new_bare new_floor new_plpgsql new_extension proc_floor proc_plpgsql proc_extension replay_floor replay_plpgsql replay_extension}
+port=${INSTR_PORT:-55434}
+dir=$(mktemp -d /tmp/idem-instr.XXXXXX)
+# INSTR_KEEP=1 keeps the callgrind files in $dir for callgrind_annotate.
+[ "${INSTR_KEEP:-0}" = 1 ] || trap 'stop_cluster "$dir"' EXIT
+
+kp=bench-key-000000-
+body='{"payment_id":"pay_7Hk2N9xQ4mB8vR1s","status":"succeeded","amount_cents":1999,"currency":"EUR","captured":true}'
+first_key=1000000000000000001
+
+make -s >/dev/null && make -s install >/dev/null
+start_cluster "$dir" "$port" "shared_preload_libraries = 'idempotency'"
+q() { psql -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d bench "$@"; }
+psql -X -q -h "$dir" -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench"
+q -c "CREATE EXTENSION idempotency" -f bench/plpgsql_baseline.sql -f bench/setup.sql >/dev/null
+h=$(q -At -c "SELECT idem_hash('$body'::jsonb)")
+for api in extension plpgsql; do
+    q -c "CALL bench.load_keys('$api', '$kp', $first_key, 20000, '$h', '$body')"
+done
+q -c "VACUUM ANALYZE"
+su postgres -c "$PG_BIN/pg_ctl -D '$dir/data' -w stop" >/dev/null
+
+# The statements of one variant: PREPARE once, then N requests of EXECUTEs.
+statements() {  # statements CASE COUNT
+    local c=$1 count=$2 api claim complete
+    case $c in
+        *_plpgsql) api=plpgsql_idem ;;
+        *) api=public ;;
+    esac
+    echo "SET synchronous_commit = off"
+    case $c in
+        new_bare) ;;
+        new_floor)
+            echo "PREPARE c(text, text) AS SELECT \$1, \$2"
+            echo "PREPARE d(text, int, text) AS SELECT \$1, \$2, \$3" ;;
+        new_*)
+            echo "PREPARE c(text, text) AS SELECT * FROM $api.idem_claim(\$1, \$2)"
+            echo "PREPARE d(text, int, jsonb) AS SELECT $api.idem_complete(\$1, \$2, \$3)" ;;
+        proc_*) echo "PREPARE p(text, text, int, bigint, jsonb) AS SELECT bench.request_${c#proc_}(\$1, \$2, \$3, \$4, \$5)" ;;
+        replay_floor) echo "PREPARE c(text, text) AS SELECT \$1, \$2" ;;
+        replay_*) echo "PREPARE c(text, text) AS SELECT * FROM $api.idem_claim(\$1, \$2)" ;;
+    esac
+    echo "PREPARE l(int, bigint) AS INSERT INTO bench.ledger (account_id, amount_cents) VALUES (\$1, \$2)"
+    for ((i = 0; i < count; i++)); do
+        key="$kp$((2000000000000000000 + RANDOM * 32768 + RANDOM))$i"
+        case $c in
+            new_bare) echo "BEGIN"; echo "EXECUTE l($((i % 1000)), $i)"; echo "COMMIT" ;;
+            new_*)
+                echo "BEGIN"; echo "EXECUTE c('$key', '$h')"; echo "EXECUTE l($((i % 1000)), $i)"
+                echo "EXECUTE d('$key', 201, '$body')"; echo "COMMIT" ;;
+            proc_*) echo "EXECUTE p('$key', '$h', $((i % 1000)), $i, '$body')" ;;
+            replay_*) echo "EXECUTE c('$kp$((first_key + i % 20000))', '$h')" ;;
+        esac
+    done
+}
+
+count_instructions() {  # count_instructions CASE COUNT: total instructions of the backend
+    local out=$dir/callgrind.$1.$2
+    statements "$1" "$2" >"$dir/input.sql"
+    chown postgres "$dir/input.sql"
+    su postgres -c "valgrind --tool=callgrind --callgrind-out-file=$out $PG_BIN/postgres --single \
+        -D '$dir/data' -c shared_preload_libraries=idempotency -c fsync=off bench <'$dir/input.sql'" \
+        >"$dir/single.log" 2>&1 || { cat "$dir/single.log" >&2; exit 1; }
+    if grep -q "ERROR" "$dir/single.log"; then
+        grep -m3 ERROR "$dir/single.log" >&2
+        exit 1
+    fi
+    sed -nE 's/^summary: ([0-9]+)/\1/p' "$out"
+}
+
+printf "%-18s %12s\n" case "instr/request"
+for c in $cases; do
+    base=$(count_instructions "$c" 0)
+    full=$(count_instructions "$c" "$n")
+    printf "%-18s %12d\n" "$c" $(((full - base) / n))
+done
