@@ -3,19 +3,24 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
@@ -42,39 +47,93 @@ static const char *const column_names[KEY_COLUMNS] = {
 	"response_headers", "response_body"
 };
 
-/* Attribute numbers of the columns, looked up once per table. */
-static Oid	columns_table = InvalidOid;
-static AttrNumber columns[KEY_COLUMNS];
+static const Oid column_types[KEY_COLUMNS] = {
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, JSONBOID
+};
 
-static bool
-resolve_columns(Relation table)
+/*
+ * What the table's columns allow, worked out once per table and again after
+ * any relcache invalidation of it (ALTER TABLE sends one).
+ */
+static struct
 {
-	TupleDesc	desc = RelationGetDescr(table);
+	Oid			table;			/* InvalidOid: not worked out */
+	bool		readable;		/* the eight columns exist with their types */
+	bool		writable;		/* and a heap tuple of them is what INSERT would store */
+	AttrNumber	attnums[KEY_COLUMNS];
+} shape;
 
-	if (columns_table == RelationGetRelid(table))
-		return true;
+static void
+forget_shape(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == shape.table)
+		shape.table = InvalidOid;
+}
+
+static int
+key_column_named(const char *name)
+{
 	for (int c = 0; c < KEY_COLUMNS; c++)
-	{
-		columns[c] = InvalidAttrNumber;
-		for (int i = 0; i < desc->natts; i++)
-		{
-			Form_pg_attribute attr = TupleDescAttr(desc, i);
+		if (strcmp(name, column_names[c]) == 0)
+			return c;
+	return -1;
+}
 
-			if (!attr->attisdropped && strcmp(NameStr(attr->attname), column_names[c]) == 0)
-				columns[c] = attr->attnum;
-		}
-		if (columns[c] == InvalidAttrNumber)
-			return false;
+/*
+ * Readable: each of the eight columns exists with the type the install script
+ * gave it. Writable as well: no other column (an INSERT of the eight would fill
+ * it with its default) and no NOT NULL on a column that can be NULL here, so the
+ * tuple formed from the eight is exactly what the INSERT statement would store.
+ */
+static void
+work_out_shape(Relation table)
+{
+	static bool callback_registered = false;
+	TupleDesc	desc = RelationGetDescr(table);
+	bool		other_columns = false;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
+		callback_registered = true;
 	}
-	columns_table = RelationGetRelid(table);
-	return true;
+	shape.readable = shape.writable = false;
+	for (int c = 0; c < KEY_COLUMNS; c++)
+		shape.attnums[c] = InvalidAttrNumber;
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute attr = TupleDescAttr(desc, i);
+		int			c;
+
+		if (attr->attisdropped)
+			continue;
+		c = key_column_named(NameStr(attr->attname));
+		if (c < 0 || attr->atttypid != column_types[c] || attr->attgenerated != '\0')
+		{
+			other_columns = true;
+			continue;
+		}
+		shape.attnums[c] = attr->attnum;
+		if (attr->attnotnull && (c == COL_HTTP_STATUS || c == COL_RESPONSE_HEADERS ||
+								 c == COL_RESPONSE_BODY))
+			other_columns = true;
+	}
+	shape.readable = true;
+	for (int c = 0; c < KEY_COLUMNS; c++)
+		shape.readable &= shape.attnums[c] != InvalidAttrNumber;
+	shape.writable = shape.readable && !other_columns;
+	shape.table = RelationGetRelid(table);
 }
 
 /* The conditions under which index and heap calls do what the SQL statements would. */
 static bool
 fast_path_applies(Relation table, bool writing)
 {
-	if (table->rd_rel->relkind != RELKIND_RELATION || !resolve_columns(table))
+	if (table->rd_rel->relkind != RELKIND_RELATION || table->rd_rel->relam != HEAP_TABLE_AM_OID)
+		return false;
+	if (shape.table != RelationGetRelid(table))
+		work_out_shape(table);
+	if (!(writing ? shape.writable : shape.readable))
 		return false;
 	if (check_enable_rls(RelationGetRelid(table), InvalidOid, true) == RLS_ENABLED)
 		return false;
@@ -101,9 +160,9 @@ key_index_order(Relation index, AttrNumber *scope_column, AttrNumber *key_column
 	*scope_column = *key_column = InvalidAttrNumber;
 	for (int i = 0; i < 2; i++)
 	{
-		if (form->indkey.values[i] == columns[COL_SCOPE])
+		if (form->indkey.values[i] == shape.attnums[COL_SCOPE])
 			*scope_column = i + 1;
-		else if (form->indkey.values[i] == columns[COL_KEY])
+		else if (form->indkey.values[i] == shape.attnums[COL_KEY])
 			*key_column = i + 1;
 	}
 	return *scope_column != InvalidAttrNumber && *key_column != InvalidAttrNumber;
@@ -121,7 +180,7 @@ require_privilege(Relation table, AclMode mode)
 static Datum
 copy_varlena(TupleTableSlot *slot, int column, bool *isnull, MemoryContext context)
 {
-	Datum		value = slot_getattr(slot, columns[column], isnull);
+	Datum		value = slot_getattr(slot, shape.attnums[column], isnull);
 	MemoryContext old;
 
 	if (*isnull)
@@ -140,24 +199,23 @@ read_row(TupleTableSlot *slot, StoredResponse *out, MemoryContext context)
 	Datum		value;
 
 	out->found = true;
-	out->expires_at = DatumGetTimestampTz(slot_getattr(slot, columns[COL_EXPIRES_AT], &isnull));
-	hash = DatumGetByteaPP(slot_getattr(slot, columns[COL_REQUEST_HASH], &isnull));
+	out->expires_at = DatumGetTimestampTz(slot_getattr(slot, shape.attnums[COL_EXPIRES_AT], &isnull));
+	hash = DatumGetByteaPP(slot_getattr(slot, shape.attnums[COL_REQUEST_HASH], &isnull));
 	if (isnull || VARSIZE_ANY_EXHDR(hash) != IDEM_SHA256_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("idempotency: a stored request_hash is not 32 bytes")));
 	memcpy(out->request_hash, VARDATA_ANY(hash), IDEM_SHA256_BYTES);
-	value = slot_getattr(slot, columns[COL_HTTP_STATUS], &out->http_status_null);
+	value = slot_getattr(slot, shape.attnums[COL_HTTP_STATUS], &out->http_status_null);
 	out->http_status = out->http_status_null ? 0 : DatumGetInt32(value);
 	out->body = copy_varlena(slot, COL_RESPONSE_BODY, &out->body_null, context);
 	out->headers = copy_varlena(slot, COL_RESPONSE_HEADERS, &out->headers_null, context);
 }
 
 bool
-direct_lookup(Oid table_oid, const KeyRef *ref, LookupSnapshot which, StoredResponse *out)
+direct_lookup(Relation table, const KeyRef *ref, LookupSnapshot which, StoredResponse *out)
 {
 	MemoryContext context = CurrentMemoryContext;
-	Relation	table = table_open(table_oid, AccessShareLock);
 	Relation	index;
 	ScanKeyData keys[2];
 	Snapshot	snapshot;
@@ -168,15 +226,11 @@ direct_lookup(Oid table_oid, const KeyRef *ref, LookupSnapshot which, StoredResp
 
 	memset(out, 0, sizeof(*out));
 	if (!fast_path_applies(table, false))
-	{
-		table_close(table, NoLock);
 		return false;
-	}
 	index = index_open(RelationGetPrimaryKeyIndex(table), AccessShareLock);
 	if (!key_index_order(index, &scope_column, &key_column))
 	{
 		index_close(index, NoLock);
-		table_close(table, NoLock);
 		return false;
 	}
 	require_privilege(table, ACL_SELECT);
@@ -201,38 +255,24 @@ direct_lookup(Oid table_oid, const KeyRef *ref, LookupSnapshot which, StoredResp
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
 	index_close(index, NoLock);
-	table_close(table, NoLock);
 	return true;
 }
 
-bool
-direct_insert(Oid table_oid, const KeyRef *ref, const TxnClaim *claim, const ResponseToStore *response)
+/* The key row's heap tuple: fast_path_applies made sure the eight columns are all there is. */
+static HeapTuple
+form_key_row(TupleDesc desc, const KeyRef *ref, const TxnClaim *claim,
+			 const ResponseToStore *response)
 {
-	Relation	table = table_open(table_oid, RowExclusiveLock);
-	TupleDesc	desc = RelationGetDescr(table);
-	Datum	   *values;
-	bool	   *nulls;
-	bytea	   *hash;
-	EState	   *estate;
-	ResultRelInfo *result;
-	TupleTableSlot *slot;
+	Datum	   *values = palloc0(desc->natts * sizeof(Datum));
+	bool	   *nulls = palloc(desc->natts * sizeof(bool));
+	bytea	   *hash = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
 
-	if (!fast_path_applies(table, true))
-	{
-		table_close(table, NoLock);
-		return false;
-	}
-	require_privilege(table, ACL_INSERT);
-
-	values = palloc0(desc->natts * sizeof(Datum));
-	nulls = palloc(desc->natts * sizeof(bool));
 	memset(nulls, true, desc->natts * sizeof(bool));
-	hash = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
 	SET_VARSIZE(hash, VARHDRSZ + IDEM_SHA256_BYTES);
 	memcpy(VARDATA(hash), claim->request_hash, IDEM_SHA256_BYTES);
 
 #define SET_COLUMN(column, value, isnull) \
-	(values[columns[column] - 1] = (value), nulls[columns[column] - 1] = (isnull))
+	(values[shape.attnums[column] - 1] = (value), nulls[shape.attnums[column] - 1] = (isnull))
 	SET_COLUMN(COL_EXPIRES_AT, TimestampTzGetDatum(claim->expires_at), false);
 	SET_COLUMN(COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
 	SET_COLUMN(COL_HTTP_STATUS, Int32GetDatum(response->http_status), false);
@@ -242,20 +282,74 @@ direct_insert(Oid table_oid, const KeyRef *ref, const TxnClaim *claim, const Res
 	SET_COLUMN(COL_RESPONSE_HEADERS, response->headers, response->headers_null);
 	SET_COLUMN(COL_RESPONSE_BODY, response->body, response->body_null);
 #undef SET_COLUMN
+	return heap_form_tuple(desc, values, nulls);
+}
 
-	/* The executor's own index maintenance, so every index on the table is kept. */
-	estate = CreateExecutorState();
-	result = makeNode(ResultRelInfo);
+/*
+ * The common case: the primary key is the table's only index, immediate and on
+ * the plain columns. Its one entry is inserted with the unique check a
+ * constraint does, without an executor state.
+ */
+static bool
+insert_with_primary_key_only(Relation table, const KeyRef *ref, HeapTuple row)
+{
+	List	   *indexes = RelationGetIndexList(table);
+	Relation	index;
+	AttrNumber	scope_column;
+	AttrNumber	key_column;
+	Datum		entry[2];
+	bool		entry_nulls[2] = {false, false};
+
+	if (list_length(indexes) != 1 || linitial_oid(indexes) != RelationGetPrimaryKeyIndex(table))
+		return false;
+	index = index_open(linitial_oid(indexes), RowExclusiveLock);
+	if (!index->rd_index->indimmediate || !index->rd_index->indisready ||
+		!key_index_order(index, &scope_column, &key_column))
+	{
+		index_close(index, NoLock);
+		return false;
+	}
+	entry[scope_column - 1] = PointerGetDatum(ref->scope);
+	entry[key_column - 1] = PointerGetDatum(ref->key);
+	heap_insert(table, row, GetCurrentCommandId(true), 0, NULL);
+	index_insert(index, entry, entry_nulls, &row->t_self, table, UNIQUE_CHECK_YES, false,
+				 BuildIndexInfo(index));
+	index_close(index, NoLock);
+	return true;
+}
+
+/* Any other set of indexes: the executor's own index maintenance keeps every one. */
+static void
+insert_with_executor(Relation table, HeapTuple row)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *result = makeNode(ResultRelInfo);
+	TupleTableSlot *slot;
+
 	InitResultRelInfo(result, table, 1, NULL, 0);
 	CheckValidResultRel(result, CMD_INSERT);
 	ExecOpenIndices(result, false);
-	slot = ExecInitExtraTupleSlot(estate, desc, &TTSOpsHeapTuple);
-	ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slot, false);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(table), &TTSOpsHeapTuple);
+	ExecStoreHeapTuple(row, slot, false);
 	table_tuple_insert(table, slot, GetCurrentCommandId(true), 0, NULL);
 	ExecInsertIndexTuples(result, slot, estate, false, false, NULL, NIL);
 	ExecCloseIndices(result);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
-	table_close(table, NoLock);
+}
+
+bool
+direct_insert(Relation table, const KeyRef *ref, const TxnClaim *claim,
+			  const ResponseToStore *response)
+{
+	HeapTuple	row;
+
+	if (!fast_path_applies(table, true))
+		return false;
+	LockRelationOid(RelationGetRelid(table), RowExclusiveLock);
+	require_privilege(table, ACL_INSERT);
+	row = form_key_row(RelationGetDescr(table), ref, claim, response);
+	if (!insert_with_primary_key_only(table, ref, row))
+		insert_with_executor(table, row);
 	return true;
 }

@@ -10,14 +10,20 @@
 #ifndef IDEM_KEY_DIRECT_H
 #define IDEM_KEY_DIRECT_H
 
+#include "utils/relcache.h"
+
 #include "key_store.h"
 
+/*
+ * Both take idempotency_keys opened with at least AccessShareLock and leave it open.
+ */
+
 /* False when the fast path does not apply and nothing was read. */
-bool		direct_lookup(Oid table_oid, const KeyRef *ref, LookupSnapshot snapshot,
+bool		direct_lookup(Relation table, const KeyRef *ref, LookupSnapshot snapshot,
 						  StoredResponse *out);
 
 /* False when the fast path does not apply and nothing was written. */
-bool		direct_insert(Oid table_oid, const KeyRef *ref, const TxnClaim *claim,
+bool		direct_insert(Relation table, const KeyRef *ref, const TxnClaim *claim,
 						  const ResponseToStore *response);
 
 #endif

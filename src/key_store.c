@@ -7,6 +7,7 @@
 #include "access/relation.h"
 #include "utils/datum.h"
 #include "utils/rel.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -132,20 +133,81 @@ plain_table(Oid namespace_oid)
 }
 
 /*
- * Locking idempotency_keys before reading its mode marker pins the mode until
- * this transaction ends: idem_set_storage needs an ACCESS EXCLUSIVE lock on it
- * to switch.
+ * The extension's schema and its idempotency_keys, remembered per backend with
+ * the functions seen calling from it (claim, complete, release: they alternate):
+ * two catalog lookups per call otherwise. Any relcache invalidation of the table
+ * (rename, drop) or a full reset forgets them.
  */
-static bool
-plain_table_inactive(Oid table_oid)
+#define LOCATED_FUNCTIONS 4
+static struct
+{
+	Oid			table_oid;		/* InvalidOid: nothing remembered */
+	Oid			namespace_oid;
+	Oid			functions[LOCATED_FUNCTIONS];
+	int			next_function;
+} located;
+
+static void
+forget_located_table(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == located.table_oid)
+		memset(&located, 0, sizeof(located));
+}
+
+static Oid
+locate_table(Oid function, Oid *namespace_oid)
+{
+	static bool callback_registered = false;
+	Oid			function_namespace;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(forget_located_table, (Datum) 0);
+		callback_registered = true;
+	}
+	for (int i = 0; OidIsValid(located.table_oid) && i < LOCATED_FUNCTIONS; i++)
+		if (located.functions[i] == function)
+		{
+			*namespace_oid = located.namespace_oid;
+			return located.table_oid;
+		}
+
+	function_namespace = get_func_namespace(function);
+	if (!OidIsValid(located.table_oid) || located.namespace_oid != function_namespace)
+	{
+		memset(&located, 0, sizeof(located));
+		located.namespace_oid = function_namespace;
+		located.table_oid = plain_table(function_namespace);
+	}
+	located.functions[located.next_function] = function;
+	located.next_function = (located.next_function + 1) % LOCATED_FUNCTIONS;
+	*namespace_oid = located.namespace_oid;
+	return located.table_oid;
+}
+
+/*
+ * Opens idempotency_keys and tells whether it is the inactive table. Locking it
+ * before reading its mode marker pins the mode until this transaction ends:
+ * idem_set_storage needs an ACCESS EXCLUSIVE lock on it to switch.
+ */
+static Relation
+open_plain_table(Oid table_oid, bool *inactive)
 {
 	Relation	table = relation_open(table_oid, AccessShareLock);
 	TupleConstr *constraints = RelationGetDescr(table)->constr;
-	bool		inactive = false;
 
+	*inactive = false;
 	for (int i = 0; constraints != NULL && i < constraints->num_check; i++)
-		inactive |= strcmp(constraints->check[i].ccname, "idempotency_keys_inactive") == 0;
-	relation_close(table, NoLock);
+		*inactive |= strcmp(constraints->check[i].ccname, "idempotency_keys_inactive") == 0;
+	return table;
+}
+
+static bool
+plain_table_inactive(Oid table_oid)
+{
+	bool		inactive;
+
+	relation_close(open_plain_table(table_oid, &inactive), NoLock);
 	return inactive;
 }
 
@@ -189,13 +251,16 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, StoredResponse *out
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		values[2] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key)};
-	Oid			namespace_oid = get_func_namespace(ref->extension_function);
-	Oid			table_oid = plain_table(namespace_oid);
-	bool		partitioned = plain_table_inactive(table_oid);
+	Oid			namespace_oid;
+	Oid			table_oid = locate_table(ref->extension_function, &namespace_oid);
+	bool		partitioned;
+	Relation	plain = open_plain_table(table_oid, &partitioned);
+	bool		done = !partitioned && direct_lookup(plain, ref, snapshot, out);
 	TablePlans *table;
 	int			rc;
 
-	if (!partitioned && direct_lookup(table_oid, ref, snapshot, out))
+	relation_close(plain, NoLock);
+	if (done)
 		return;
 
 	memset(out, 0, sizeof(*out));
@@ -230,12 +295,15 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	char		nulls[WRITE_PARAMS];
 	int			rc;
 	TablePlans *table;
-	Oid			namespace_oid = get_func_namespace(ref->extension_function);
-	Oid			table_oid = plain_table(namespace_oid);
-	bool		partitioned = plain_table_inactive(table_oid);
+	Oid			namespace_oid;
+	Oid			table_oid = locate_table(ref->extension_function, &namespace_oid);
+	bool		partitioned;
+	Relation	plain = open_plain_table(table_oid, &partitioned);
+	bool		done = !partitioned && !claim->replaces_expired_row &&
+		direct_insert(plain, ref, claim, response);
 
-	if (!partitioned && !claim->replaces_expired_row &&
-		direct_insert(table_oid, ref, claim, response))
+	relation_close(plain, NoLock);
+	if (done)
 		return;
 
 	memset(nulls, ' ', sizeof(nulls));

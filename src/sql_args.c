@@ -31,19 +31,59 @@ arg_text_required(FunctionCallInfo fcinfo, int argno, const char *name)
 	return PG_GETARG_TEXT_PP(argno);
 }
 
+/*
+ * The last valid (scope, key) and its identity: idem_complete names the key
+ * idem_claim just hashed, and a byte comparison is cheaper than validating and
+ * hashing again. Only valid inputs are remembered.
+ */
+static struct
+{
+	bool		valid;
+	uint32		scope_len;
+	uint32		key_len;
+	char		bytes[IDEM_MAX_SCOPE_BYTES + IDEM_MAX_KEY_BYTES];
+	uint8		identity[IDEM_SHA256_BYTES];
+} last_identity;
+
+static bool
+remembered_identity(const char *scope, uint32 scope_len, const char *key, uint32 key_len,
+					uint8 identity[IDEM_SHA256_BYTES])
+{
+	if (!last_identity.valid || last_identity.scope_len != scope_len ||
+		last_identity.key_len != key_len ||
+		memcmp(last_identity.bytes, key, key_len) != 0 ||
+		memcmp(last_identity.bytes + key_len, scope, scope_len) != 0)
+		return false;
+	memcpy(identity, last_identity.identity, IDEM_SHA256_BYTES);
+	return true;
+}
+
 void
 key_identity_from_args(text *scope, text *key, uint8 identity[IDEM_SHA256_BYTES])
 {
+	const char *scope_bytes = VARDATA_ANY(scope);
+	const char *key_bytes = VARDATA_ANY(key);
+	uint32		scope_len = VARSIZE_ANY_EXHDR(scope);
+	uint32		key_len = VARSIZE_ANY_EXHDR(key);
 	IdemStatus	status;
 
-	status = idem_core_validate_key(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+	if (remembered_identity(scope_bytes, scope_len, key_bytes, key_len, identity))
+		return;
+	status = idem_core_validate_key(key_bytes, key_len);
 	if (status != IDEM_OK)
 		report_invalid_argument("key", status);
-	status = idem_core_validate_scope(VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope));
+	status = idem_core_validate_scope(scope_bytes, scope_len);
 	if (status != IDEM_OK)
 		report_invalid_argument("scope", status);
-	status = idem_core_key_identity(VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope),
-									VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key), identity);
+	status = idem_core_key_identity(scope_bytes, scope_len, key_bytes, key_len, identity);
 	if (status != IDEM_OK)
 		report_invalid_argument("key", status);
+
+	/* Valid, so both fit: at most IDEM_MAX_KEY_BYTES and IDEM_MAX_SCOPE_BYTES. */
+	memcpy(last_identity.bytes, key_bytes, key_len);
+	memcpy(last_identity.bytes + key_len, scope_bytes, scope_len);
+	last_identity.key_len = key_len;
+	last_identity.scope_len = scope_len;
+	memcpy(last_identity.identity, identity, IDEM_SHA256_BYTES);
+	last_identity.valid = true;
 }
