@@ -90,7 +90,7 @@ work_out_shape(Relation table)
 {
 	static bool callback_registered = false;
 	TupleDesc	desc = RelationGetDescr(table);
-	bool		other_columns = false;
+	bool		insert_would_differ = false;
 
 	if (!callback_registered)
 	{
@@ -110,18 +110,18 @@ work_out_shape(Relation table)
 		c = key_column_named(NameStr(attr->attname));
 		if (c < 0 || attr->atttypid != column_types[c] || attr->attgenerated != '\0')
 		{
-			other_columns = true;
+			insert_would_differ = true;
 			continue;
 		}
 		shape.attnums[c] = attr->attnum;
 		if (attr->attnotnull && (c == COL_HTTP_STATUS || c == COL_RESPONSE_HEADERS ||
 								 c == COL_RESPONSE_BODY))
-			other_columns = true;
+			insert_would_differ = true;
 	}
 	shape.readable = true;
 	for (int c = 0; c < KEY_COLUMNS; c++)
 		shape.readable &= shape.attnums[c] != InvalidAttrNumber;
-	shape.writable = shape.readable && !other_columns;
+	shape.writable = shape.readable && !insert_would_differ;
 	shape.table = RelationGetRelid(table);
 }
 
@@ -299,10 +299,12 @@ insert_with_primary_key_only(Relation table, const KeyRef *ref, HeapTuple row)
 	AttrNumber	key_column;
 	Datum		entry[2];
 	bool		entry_nulls[2] = {false, false};
+	Oid			only_index = list_length(indexes) == 1 ? linitial_oid(indexes) : InvalidOid;
 
-	if (list_length(indexes) != 1 || linitial_oid(indexes) != RelationGetPrimaryKeyIndex(table))
+	list_free(indexes);
+	if (!OidIsValid(only_index) || only_index != RelationGetPrimaryKeyIndex(table))
 		return false;
-	index = index_open(linitial_oid(indexes), RowExclusiveLock);
+	index = index_open(only_index, RowExclusiveLock);
 	if (!index->rd_index->indimmediate || !index->rd_index->indisready ||
 		!key_index_order(index, &scope_column, &key_column))
 	{
