@@ -66,6 +66,12 @@ VALUES (now() + interval '1 hour', now(), '', 'raced', sha256('x'));
 SELECT sqlstate_of($$SELECT idem_complete('raced', 200, '{}')$$);
 ROLLBACK;
 
+-- The table's OID is remembered per backend, and forgotten when the table is renamed.
+BEGIN;
+ALTER TABLE idempotency_keys RENAME TO idempotency_keys_renamed;
+SELECT sqlstate_of($$SELECT idem_claim('renamed', idem_hash('renamed'))$$);
+ROLLBACK;
+
 -- After all that the plain table works as before and its caches follow it.
 SELECT store_and_replay('after');
 SELECT key, scope, http_status FROM idempotency_keys ORDER BY key, scope;

@@ -146,7 +146,8 @@ fast_path_applies(Relation table, bool writing)
 /*
  * The primary key must be exactly the columns scope and key, plain and in
  * either order, for an equality probe on it to be the SQL lookup. Returns
- * each column's position in the index.
+ * each column's position in the index. Call after fast_path_applies, which
+ * works out the table's column numbers.
  */
 static bool
 key_index_order(Relation index, AttrNumber *scope_column, AttrNumber *key_column)

@@ -133,55 +133,38 @@ plain_table(Oid namespace_oid)
 }
 
 /*
- * The extension's schema and its idempotency_keys, remembered per backend with
- * the functions seen calling from it (claim, complete, release: they alternate):
- * two catalog lookups per call otherwise. Any relcache invalidation of the table
- * (rename, drop) or a full reset forgets them.
+ * The OID of idempotency_keys in the extension's schema, remembered per backend:
+ * a lookup by name on every call otherwise. Any relcache invalidation of the
+ * table (rename, drop) or a full reset forgets it.
  */
-#define LOCATED_FUNCTIONS 4
 static struct
 {
-	Oid			table_oid;		/* InvalidOid: nothing remembered */
 	Oid			namespace_oid;
-	Oid			functions[LOCATED_FUNCTIONS];
-	int			next_function;
+	Oid			table_oid;		/* InvalidOid: nothing remembered */
 } located;
 
 static void
 forget_located_table(Datum arg, Oid relid)
 {
 	if (!OidIsValid(relid) || relid == located.table_oid)
-		memset(&located, 0, sizeof(located));
+		located.table_oid = InvalidOid;
 }
 
 static Oid
-locate_table(Oid function, Oid *namespace_oid)
+locate_table(Oid namespace_oid)
 {
 	static bool callback_registered = false;
-	Oid			function_namespace;
 
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(forget_located_table, (Datum) 0);
 		callback_registered = true;
 	}
-	for (int i = 0; OidIsValid(located.table_oid) && i < LOCATED_FUNCTIONS; i++)
-		if (located.functions[i] == function)
-		{
-			*namespace_oid = located.namespace_oid;
-			return located.table_oid;
-		}
-
-	function_namespace = get_func_namespace(function);
-	if (!OidIsValid(located.table_oid) || located.namespace_oid != function_namespace)
+	if (!OidIsValid(located.table_oid) || located.namespace_oid != namespace_oid)
 	{
-		memset(&located, 0, sizeof(located));
-		located.namespace_oid = function_namespace;
-		located.table_oid = plain_table(function_namespace);
+		located.table_oid = plain_table(namespace_oid);
+		located.namespace_oid = namespace_oid;
 	}
-	located.functions[located.next_function] = function;
-	located.next_function = (located.next_function + 1) % LOCATED_FUNCTIONS;
-	*namespace_oid = located.namespace_oid;
 	return located.table_oid;
 }
 
@@ -214,7 +197,7 @@ plain_table_inactive(Oid table_oid)
 bool
 key_store_partitioned(Oid namespace_oid)
 {
-	return plain_table_inactive(plain_table(namespace_oid));
+	return plain_table_inactive(locate_table(namespace_oid));
 }
 
 static void
@@ -251,14 +234,15 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, StoredResponse *out
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		values[2] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key)};
-	Oid			namespace_oid;
-	Oid			table_oid = locate_table(ref->extension_function, &namespace_oid);
+	Oid			namespace_oid = get_func_namespace(ref->extension_function);
 	bool		partitioned;
-	Relation	plain = open_plain_table(table_oid, &partitioned);
-	bool		done = !partitioned && direct_lookup(plain, ref, snapshot, out);
+	Relation	plain;
+	bool		done;
 	TablePlans *table;
 	int			rc;
 
+	plain = open_plain_table(locate_table(namespace_oid), &partitioned);
+	done = !partitioned && direct_lookup(plain, ref, snapshot, out);
 	relation_close(plain, NoLock);
 	if (done)
 		return;
@@ -295,13 +279,14 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	char		nulls[WRITE_PARAMS];
 	int			rc;
 	TablePlans *table;
-	Oid			namespace_oid;
-	Oid			table_oid = locate_table(ref->extension_function, &namespace_oid);
+	Oid			namespace_oid = get_func_namespace(ref->extension_function);
 	bool		partitioned;
-	Relation	plain = open_plain_table(table_oid, &partitioned);
-	bool		done = !partitioned && !claim->replaces_expired_row &&
-		direct_insert(plain, ref, claim, response);
+	Relation	plain;
+	bool		done;
 
+	plain = open_plain_table(locate_table(namespace_oid), &partitioned);
+	done = !partitioned && !claim->replaces_expired_row &&
+		direct_insert(plain, ref, claim, response);
 	relation_close(plain, NoLock);
 	if (done)
 		return;
