@@ -60,10 +60,12 @@ count_tap() {
     local name=$1 file=$2 status=$3 ok bad
     ok=$(grep -Ec '^ *ok [0-9]+' "$file")
     bad=$(grep -Ec '^ *not ok [0-9]+' "$file")
-    [ "$status" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+    # A failed run, or one that ran no assertion at all, counts as a failure.
+    [ "$status" -ne 0 ] || [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ] && bad=1
     count "$name" "$ok" "$bad"
 }
 
+run_single packaging make -s versioncheck
 run_gtest_suite unit make -s -C test/unit run
 run_single fuzz make -s -C test/fuzz run
 
@@ -90,11 +92,11 @@ if ls test/tap/*.pl >/dev/null 2>&1; then
     # They run from a copy: the clone may sit below a directory that user postgres cannot enter.
     tap_dir=$(mktemp -d /tmp/idem-tap.XXXXXX)
     mkdir -p "$tap_dir/test"
+    cp Makefile idempotency.control "$tap_dir/"
     cp -r test/tap test/faults "$tap_dir/test/"
     chown -R postgres "$tap_dir"
-    su postgres -c "cd '$tap_dir' && TESTDIR='$tap_dir' PATH=$PG_BIN:\$PATH \
-        PG_REGRESS=/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress \
-        PERL5LIB=/usr/lib/postgresql/15/lib/pgxs/src/test/perl prove -v test/tap/*.pl" 2>&1 | tee "$log_dir/tap.log"
+    su postgres -c "cd '$tap_dir' && make -s prove_installcheck PROVE_TESTS='${IDEM_TAP_TESTS:-test/tap/*.pl}'" 2>&1 \
+        | tee "$log_dir/tap.log"
     count_tap tap "$log_dir/tap.log" "${PIPESTATUS[0]}"
     rm -rf "$tap_dir"
 fi

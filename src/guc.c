@@ -16,7 +16,7 @@ int			idem_cleanup_batch_size = 10000;
 int			idem_partition_lock_timeout_ms = 100;
 
 void
-idem_define_settings(void)
+settings_init(void)
 {
 	DefineCustomIntVariable("idempotency.ttl",
 							"How long a completed key answers with its stored response.",

@@ -10,6 +10,6 @@ extern int	idem_cleanup_interval_s;
 extern int	idem_cleanup_batch_size;
 extern int	idem_partition_lock_timeout_ms;
 
-void		idem_define_settings(void);
+void		settings_init(void);
 
 #endif

@@ -1,13 +1,13 @@
-/* idempotency.c: the module's entry point. */
+/* idempotency.c: the module's entry point: one init call per subsystem. */
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 
 #include "guc.h"
-#include "miscadmin.h"
 #include "stats.h"
-#include "worker.h"
 #include "txn_claims.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
@@ -16,11 +16,11 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
-	idem_define_settings();
-	txn_claims_init();
-	if (!process_shared_preload_libraries_in_progress)
+	/* pg_upgrade loads the library only to check it: no settings, worker or shared memory then. */
+	if (IsBinaryUpgrade)
 		return;
-	stats_request_shared_memory();
-	worker_request_shared_memory();
-	worker_register_launcher();
+	settings_init();
+	txn_claims_init();
+	stats_init();
+	worker_init();
 }

@@ -50,8 +50,10 @@ init_shared_stats(void *block)
 }
 
 void
-stats_request_shared_memory(void)
+stats_init(void)
 {
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 	shmem_request_block("idempotency stats", sizeof(SharedStats), (void **) &shared,
 						init_shared_stats);
 }

@@ -31,7 +31,7 @@ void		stats_record_sweep(const char *database, TimestampTz started_at, int64 dur
 							   int64 removed);
 void		stats_record_error(const char *database, const char *message);
 
-/* Shared memory hooks; called from _PG_init only while preloading. */
-void		stats_request_shared_memory(void);
+/* Asks for the shared counters; a no-op unless preloading (then each backend counts its own). */
+void		stats_init(void);
 
 #endif

@@ -60,13 +60,6 @@ init_sweeper_slot(void *block)
 	((SweeperSlot *) block)->result = SWEEP_NOT_RUN;
 }
 
-void
-worker_request_shared_memory(void)
-{
-	shmem_request_block("idempotency sweeper slot", sizeof(SweeperSlot), (void **) &slot,
-						init_sweeper_slot);
-}
-
 static void
 fill_worker(BackgroundWorker *worker, const char *function, const char *type)
 {
@@ -79,11 +72,16 @@ fill_worker(BackgroundWorker *worker, const char *function, const char *type)
 	strlcpy(worker->bgw_name, type, BGW_MAXLEN);
 }
 
+/* Shared memory and the launcher; only while preloading. */
 void
-worker_register_launcher(void)
+worker_init(void)
 {
 	BackgroundWorker worker;
 
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	shmem_request_block("idempotency sweeper slot", sizeof(SweeperSlot), (void **) &slot,
+						init_sweeper_slot);
 	fill_worker(&worker, "idem_launcher_main", "idempotency launcher");
 	/* Comes back after a crash or pg_terminate_backend(). */
 	worker.bgw_restart_time = 5;

@@ -10,7 +10,7 @@
 #ifndef IDEM_WORKER_H
 #define IDEM_WORKER_H
 
-void		worker_register_launcher(void);
-void		worker_request_shared_memory(void);
+/* Registers the launcher and its shared memory; a no-op unless preloading. */
+void		worker_init(void);
 
 #endif

@@ -1,4 +1,6 @@
--- idempotency 1.0: install script.
+-- idempotency 1.0: the install script, built into idempotency--1.0.sql. Later versions are reached
+-- through the update scripts beside it (idempotency--1.0--1.1.sql, ...), as for pg_cron: a fresh install
+-- and an updated one run the same statements.
 -- Plain CREATE everywhere (no OR REPLACE, no IF NOT EXISTS): an object of the
 -- same name made by someone else makes CREATE EXTENSION fail instead of being
 -- adopted. Every name is schema-qualified. The C functions name their table and
