@@ -55,7 +55,7 @@ claim_expiry(FunctionCallInfo fcinfo)
 }
 
 static void
-describe_row(const StoredResponse *stored, const uint8 request_hash[IDEM_SHA256_BYTES],
+describe_row(const KeyRow *stored, const uint8 request_hash[IDEM_SHA256_BYTES],
 			 IdemStoredRow *row)
 {
 	row->found = stored->found;
@@ -87,7 +87,7 @@ claim_result_desc(FunctionCallInfo fcinfo)
 
 static Datum
 claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
-			 const StoredResponse *stored, TimestampTz claimed_until)
+			 const KeyRow *stored, TimestampTz claimed_until)
 {
 	TupleDesc	desc;
 	Datum		values[CLAIM_RESULT_COLUMNS];
@@ -153,9 +153,9 @@ outcome_counter(IdemClaimOutcome outcome)
  * of an expired row, committed after the caller's snapshot was taken.
  */
 static bool
-row_changed_after_snapshot(const KeyRef *ref, const StoredResponse *seen)
+row_changed_after_snapshot(const KeyRef *ref, const KeyRow *seen)
 {
-	StoredResponse latest;
+	KeyRow latest;
 
 	key_store_lookup(ref, LOOKUP_LATEST_SNAPSHOT, &latest);
 	if (latest.found != seen->found)
@@ -174,7 +174,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	const TxnClaim *held;
 	IdemClaimFacts facts;
 	IdemClaimOutcome outcome;
-	StoredResponse stored;
+	KeyRow stored;
 	KeyLockResult lock;
 	TxnClaim	claim;
 	TimestampTz expires_at;
@@ -188,7 +188,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	status = idem_core_parse_sha256_hex(VARDATA_ANY(request_hash_hex),
 										VARSIZE_ANY_EXHDR(request_hash_hex), request_hash);
 	if (status != IDEM_OK)
-		report_invalid_argument("request_hash", status);
+		report_invalid_argument(IDEM_ARG_REQUEST_HASH, status);
 	expires_at = claim_expiry(fcinfo);
 	PreventCommandIfReadOnly("idem_claim()");
 	PreventCommandDuringRecovery("idem_claim()");

@@ -87,7 +87,7 @@ idem_complete(PG_FUNCTION_ARGS)
 										(uint64) idem_max_response_bytes))
 	{
 		case IDEM_COMPLETION_BAD_STATUS:
-			report_invalid_argument("http_status", IDEM_ERR_STATUS_RANGE);
+			report_invalid_argument(IDEM_ARG_HTTP_STATUS, IDEM_ERR_STATUS_RANGE);
 			break;
 		case IDEM_COMPLETION_TOO_LARGE:
 			ereport(ERROR,

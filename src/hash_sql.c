@@ -18,7 +18,7 @@ sha256_hex_text(const void *data, size_t len)
 	IdemStatus	status = idem_core_sha256(data, len, digest);
 
 	if (status != IDEM_OK)
-		report_invalid_argument("hash", status);
+		report_core_failure(status);
 	result = palloc(VARHDRSZ + IDEM_SHA256_HEX_CHARS);
 	SET_VARSIZE(result, VARHDRSZ + IDEM_SHA256_HEX_CHARS);
 	idem_core_sha256_to_hex(digest, VARDATA(result));

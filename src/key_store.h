@@ -1,22 +1,30 @@
 /*
- * key_store.h: reads and writes of the idempotency_keys table through SPI.
+ * key_store.h: the key store, the one place that reads and writes key rows.
+ *
+ * key_store.c finds the active table (idempotency_keys, or its partitioned twin
+ * after idem_set_storage) once per call and chooses the path: the direct path
+ * (key_store_direct.c: one index probe, one heap insert) where it behaves exactly
+ * like SQL, else prepared statements (key_store_spi.c). Both decode rows with
+ * the one decoder in key_store.c.
  *
  * Every statement names the table by its schema (the schema of the calling
  * function, which is the extension's) and every operator by pg_catalog, so no
- * object on the caller's search_path, temporary or not, is ever used. The
- * statements run as the caller: table privileges and row level security apply.
+ * object on the caller's search_path is ever used. Both paths act as the
+ * caller: table privileges and row level security apply.
  */
 #ifndef IDEM_KEY_STORE_H
 #define IDEM_KEY_STORE_H
 
 #include "fmgr.h"
+#include "utils/relcache.h"
+#include "utils/uuid.h"
 
 #include "txn_claims.h"
 
 typedef enum LookupSnapshot
 {
 	LOOKUP_CALLER_SNAPSHOT,		/* what the caller's own snapshot sees */
-	LOOKUP_LATEST_SNAPSHOT		/* every completion committed so far */
+	LOOKUP_LATEST_SNAPSHOT		/* every change committed so far */
 } LookupSnapshot;
 
 typedef struct KeyRef
@@ -26,18 +34,27 @@ typedef struct KeyRef
 	text	   *key;
 } KeyRef;
 
-typedef struct StoredResponse
+/* A key's row as read; varlena values are copied into the caller's memory context. */
+typedef struct KeyRow
 {
 	bool		found;
 	TimestampTz expires_at;
 	uint8		request_hash[IDEM_SHA256_BYTES];
 	int32		http_status;
 	bool		http_status_null;
-	Datum		body;			/* copied into the caller's memory context */
+	Datum		body;
 	bool		body_null;
 	Datum		headers;
 	bool		headers_null;
-} StoredResponse;
+	/* Lease mode (1.1): a row with lease_until set and no status is a lease. */
+	bool		leased;
+	TimestampTz lease_until;
+	pg_uuid_t	lease_token;
+	Datum		recovery_point;	/* text */
+	bool		recovery_point_null;
+	Datum		recovery_state;	/* jsonb */
+	bool		recovery_state_null;
+} KeyRow;
 
 typedef struct ResponseToStore
 {
@@ -49,12 +66,63 @@ typedef struct ResponseToStore
 } ResponseToStore;
 
 /* Looks a key up; out->found is false when no row exists. */
-void		key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, StoredResponse *out);
+void		key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out);
 
 /* True when the storage mode is partitioned (idempotency_keys carries the inactive marker). */
 bool		key_store_partitioned(Oid namespace_oid);
 
-/* Writes the one row of a completed claim. */
+/* Writes the one row of a completed transactional claim. */
 void		key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore *response);
+
+/* ---------- between the key store's own files ---------- */
+
+/* The columns of a key row, in the order the decoder takes them. */
+typedef enum KeyColumn
+{
+	KEY_COL_EXPIRES_AT,
+	KEY_COL_CREATED_AT,
+	KEY_COL_HTTP_STATUS,
+	KEY_COL_SCOPE,
+	KEY_COL_KEY,
+	KEY_COL_REQUEST_HASH,
+	KEY_COL_RESPONSE_HEADERS,
+	KEY_COL_RESPONSE_BODY,
+	/* added by the 1.1 update; a table still at 1.0 lacks them */
+	KEY_COL_LEASE_UNTIL,
+	KEY_COL_LEASE_TOKEN,
+	KEY_COL_RECOVERY_POINT,
+	KEY_COL_RECOVERY_STATE,
+	KEY_COLUMNS
+} KeyColumn;
+
+#define KEY_COLUMNS_1_0 KEY_COL_LEASE_UNTIL
+
+extern const char *const key_column_names[KEY_COLUMNS];
+extern const Oid key_column_types[KEY_COLUMNS];
+
+/* The active table of one call, found once. */
+typedef struct KeyTable
+{
+	Oid			namespace_oid;
+	Relation	plain;			/* idempotency_keys, open with AccessShareLock */
+	bool		partitioned;	/* the rows live in idempotency_keys_partitioned */
+	bool		has_lease_columns;	/* the table is at 1.1 or later */
+} KeyTable;
+
+/* Fills out from one row's values in KeyColumn order (created_at, scope and key unused). */
+void		key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns,
+						   KeyRow *out, MemoryContext context);
+
+/* The direct path; false when it does not apply to this table and nothing was done. */
+bool		key_direct_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
+							  KeyRow *out);
+bool		key_direct_insert(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
+							  const ResponseToStore *response);
+
+/* The prepared statements. */
+void		key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
+						   KeyRow *out);
+void		key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
+						  const ResponseToStore *response);
 
 #endif

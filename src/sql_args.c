@@ -3,16 +3,52 @@
 
 #include "sql_args.h"
 
+#define REJECT(message) \
+	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg(message)))
+
 void
-report_invalid_argument(const char *name, IdemStatus status)
+report_invalid_argument(IdemArgument argument, IdemStatus status)
 {
-	if (status == IDEM_ERR_CRYPTO || status == IDEM_ERR_INTERNAL)
+	switch (argument)
+	{
+		case IDEM_ARG_KEY:
+			if (status == IDEM_ERR_EMPTY)
+				REJECT("idempotency key must not be empty");
+			if (status == IDEM_ERR_TOO_LONG)
+				REJECT("idempotency key is longer than 255 bytes");
+			if (status == IDEM_ERR_CONTROL_CHAR)
+				REJECT("idempotency key contains a control character");
+			break;
+		case IDEM_ARG_SCOPE:
+			if (status == IDEM_ERR_TOO_LONG)
+				REJECT("idempotency scope is longer than 255 bytes");
+			if (status == IDEM_ERR_CONTROL_CHAR)
+				REJECT("idempotency scope contains a control character");
+			break;
+		case IDEM_ARG_REQUEST_HASH:
+			if (status == IDEM_ERR_HEX_LENGTH)
+				REJECT("idempotency request_hash must be 64 hexadecimal digits");
+			if (status == IDEM_ERR_HEX_DIGIT)
+				REJECT("idempotency request_hash contains a character that is not a hexadecimal digit");
+			break;
+		case IDEM_ARG_HTTP_STATUS:
+			if (status == IDEM_ERR_STATUS_RANGE)
+				REJECT("idempotency http_status must be between 100 and 599");
+			break;
+	}
+	report_core_failure(status);
+}
+
+void
+report_core_failure(IdemStatus status)
+{
+	if (status == IDEM_ERR_CRYPTO)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("idempotency: %s", idem_core_status_message(status))));
+				 errmsg("idempotency: OpenSSL could not compute SHA-256")));
 	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("idempotency %s %s", name, idem_core_status_message(status))));
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("idempotency: internal error in the idempotency core (status %d)", (int) status)));
 }
 
 void
@@ -71,13 +107,13 @@ key_identity_from_args(text *scope, text *key, uint8 identity[IDEM_SHA256_BYTES]
 		return;
 	status = idem_core_validate_key(key_bytes, key_len);
 	if (status != IDEM_OK)
-		report_invalid_argument("key", status);
+		report_invalid_argument(IDEM_ARG_KEY, status);
 	status = idem_core_validate_scope(scope_bytes, scope_len);
 	if (status != IDEM_OK)
-		report_invalid_argument("scope", status);
+		report_invalid_argument(IDEM_ARG_SCOPE, status);
 	status = idem_core_key_identity(scope_bytes, scope_len, key_bytes, key_len, identity);
 	if (status != IDEM_OK)
-		report_invalid_argument("key", status);
+		report_invalid_argument(IDEM_ARG_KEY, status);
 
 	/* Valid, so both fit: at most IDEM_MAX_KEY_BYTES and IDEM_MAX_SCOPE_BYTES. */
 	memcpy(last_identity.bytes, key_bytes, key_len);

@@ -15,7 +15,19 @@ void		arg_require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 /* Validates key and scope and derives the key's identity; ERROR 22023 when invalid. */
 void		key_identity_from_args(text *scope, text *key, uint8 identity[IDEM_SHA256_BYTES]);
 
-/* ERROR 22023 carrying the core's reason. */
-void		report_invalid_argument(const char *name, IdemStatus status) pg_attribute_noreturn();
+/* The arguments the core validates. */
+typedef enum IdemArgument
+{
+	IDEM_ARG_KEY,
+	IDEM_ARG_SCOPE,
+	IDEM_ARG_REQUEST_HASH,
+	IDEM_ARG_HTTP_STATUS
+} IdemArgument;
+
+/* ERROR 22023 saying what is wrong with the argument (XX000 for a failure of the core itself). */
+void		report_invalid_argument(IdemArgument argument, IdemStatus status) pg_attribute_noreturn();
+
+/* ERROR XX000: the core failed (OpenSSL, or a bug), whatever the input. */
+void		report_core_failure(IdemStatus status) pg_attribute_noreturn();
 
 #endif

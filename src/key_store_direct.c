@@ -1,4 +1,12 @@
-/* key_direct.c: index and heap access to idempotency_keys without SQL. */
+/*
+ * key_store_direct.c: the fast path for the plain idempotency_keys table.
+ *
+ * One index probe to read a key and one heap insert plus its index entries to
+ * store it, with no SQL statement to plan and start. It is taken only where it
+ * behaves exactly like the statements in key_store_spi.c: table storage, no row
+ * level security, no triggers or CHECK constraints on the table; privileges are
+ * checked as the statements would check them.
+ */
 #include "postgres.h"
 
 #include "access/genam.h"
@@ -27,29 +35,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "key_direct.h"
-
-enum
-{
-	COL_EXPIRES_AT,
-	COL_CREATED_AT,
-	COL_HTTP_STATUS,
-	COL_SCOPE,
-	COL_KEY,
-	COL_REQUEST_HASH,
-	COL_RESPONSE_HEADERS,
-	COL_RESPONSE_BODY,
-	KEY_COLUMNS
-};
-
-static const char *const column_names[KEY_COLUMNS] = {
-	"expires_at", "created_at", "http_status", "scope", "key", "request_hash",
-	"response_headers", "response_body"
-};
-
-static const Oid column_types[KEY_COLUMNS] = {
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, JSONBOID
-};
+#include "key_store.h"
 
 /*
  * What the table's columns allow, worked out once per table and again after
@@ -58,9 +44,9 @@ static const Oid column_types[KEY_COLUMNS] = {
 static struct
 {
 	Oid			table;			/* InvalidOid: not worked out */
-	bool		readable;		/* the eight columns exist with their types */
+	bool		readable;		/* the key columns exist with their types */
 	bool		writable;		/* and a heap tuple of them is what INSERT would store */
-	AttrNumber	attnums[KEY_COLUMNS];
+	AttrNumber	attnums[KEY_COLUMNS];	/* InvalidAttrNumber: a 1.1 column of a 1.0 table */
 } shape;
 
 static void
@@ -74,19 +60,21 @@ static int
 key_column_named(const char *name)
 {
 	for (int c = 0; c < KEY_COLUMNS; c++)
-		if (strcmp(name, column_names[c]) == 0)
+		if (strcmp(name, key_column_names[c]) == 0)
 			return c;
 	return -1;
 }
 
 /*
- * Readable: each of the eight columns exists with the type the install script
- * gave it. Writable as well: no other column (an INSERT of the eight would fill
- * it with its default) and no NOT NULL on a column that can be NULL here, so the
- * tuple formed from the eight is exactly what the INSERT statement would store.
+ * Readable: each of the eight 1.0 columns exists with the type the install
+ * script gave it, and the four 1.1 columns all do or (a table still at 1.0) none.
+ * Writable as well: no other column (an INSERT of the eight would fill it with
+ * its default), no default on a 1.1 column and no NOT NULL on a column that can
+ * be NULL here, so the tuple formed from the eight is exactly what the INSERT
+ * statement would store.
  */
 static void
-work_out_shape(Relation table)
+work_out_shape(Relation table, bool has_lease_columns)
 {
 	static bool callback_registered = false;
 	TupleDesc	desc = RelationGetDescr(table);
@@ -108,31 +96,36 @@ work_out_shape(Relation table)
 		if (attr->attisdropped)
 			continue;
 		c = key_column_named(NameStr(attr->attname));
-		if (c < 0 || attr->atttypid != column_types[c] || attr->attgenerated != '\0')
+		if (c < 0 || attr->atttypid != key_column_types[c] || attr->attgenerated != '\0')
 		{
 			insert_would_differ = true;
 			continue;
 		}
 		shape.attnums[c] = attr->attnum;
-		if (attr->attnotnull && (c == COL_HTTP_STATUS || c == COL_RESPONSE_HEADERS ||
-								 c == COL_RESPONSE_BODY))
+		if (attr->attnotnull && (c == KEY_COL_HTTP_STATUS || c == KEY_COL_RESPONSE_HEADERS ||
+								 c == KEY_COL_RESPONSE_BODY || c >= KEY_COLUMNS_1_0))
+			insert_would_differ = true;
+		if (c >= KEY_COLUMNS_1_0 && attr->atthasdef)
 			insert_would_differ = true;
 	}
 	shape.readable = true;
 	for (int c = 0; c < KEY_COLUMNS; c++)
-		shape.readable &= shape.attnums[c] != InvalidAttrNumber;
+		shape.readable &= (shape.attnums[c] != InvalidAttrNumber) ==
+			(c < KEY_COLUMNS_1_0 || has_lease_columns);
 	shape.writable = shape.readable && !insert_would_differ;
 	shape.table = RelationGetRelid(table);
 }
 
 /* The conditions under which index and heap calls do what the SQL statements would. */
 static bool
-fast_path_applies(Relation table, bool writing)
+fast_path_applies(const KeyTable *key_table, bool writing)
 {
+	Relation	table = key_table->plain;
+
 	if (table->rd_rel->relkind != RELKIND_RELATION || table->rd_rel->relam != HEAP_TABLE_AM_OID)
 		return false;
 	if (shape.table != RelationGetRelid(table))
-		work_out_shape(table);
+		work_out_shape(table, key_table->has_lease_columns);
 	if (!(writing ? shape.writable : shape.readable))
 		return false;
 	if (check_enable_rls(RelationGetRelid(table), InvalidOid, true) == RLS_ENABLED)
@@ -161,9 +154,9 @@ key_index_order(Relation index, AttrNumber *scope_column, AttrNumber *key_column
 	*scope_column = *key_column = InvalidAttrNumber;
 	for (int i = 0; i < 2; i++)
 	{
-		if (form->indkey.values[i] == shape.attnums[COL_SCOPE])
+		if (form->indkey.values[i] == shape.attnums[KEY_COL_SCOPE])
 			*scope_column = i + 1;
-		else if (form->indkey.values[i] == shape.attnums[COL_KEY])
+		else if (form->indkey.values[i] == shape.attnums[KEY_COL_KEY])
 			*key_column = i + 1;
 	}
 	return *scope_column != InvalidAttrNumber && *key_column != InvalidAttrNumber;
@@ -178,45 +171,28 @@ require_privilege(Relation table, AclMode mode)
 		aclcheck_error(result, OBJECT_TABLE, RelationGetRelationName(table));
 }
 
-static Datum
-copy_varlena(TupleTableSlot *slot, int column, bool *isnull, MemoryContext context)
-{
-	Datum		value = slot_getattr(slot, shape.attnums[column], isnull);
-	MemoryContext old;
-
-	if (*isnull)
-		return (Datum) 0;
-	old = MemoryContextSwitchTo(context);
-	value = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
-	MemoryContextSwitchTo(old);
-	return value;
-}
-
+/* The row in the scan slot, through the key store's one decoder. */
 static void
-read_row(TupleTableSlot *slot, StoredResponse *out, MemoryContext context)
+read_row(TupleTableSlot *slot, bool has_lease_columns, KeyRow *out, MemoryContext context)
 {
-	bool		isnull;
-	bytea	   *hash;
-	Datum		value;
+	Datum		values[KEY_COLUMNS];
+	bool		nulls[KEY_COLUMNS];
 
-	out->found = true;
-	out->expires_at = DatumGetTimestampTz(slot_getattr(slot, shape.attnums[COL_EXPIRES_AT], &isnull));
-	hash = DatumGetByteaPP(slot_getattr(slot, shape.attnums[COL_REQUEST_HASH], &isnull));
-	if (isnull || VARSIZE_ANY_EXHDR(hash) != IDEM_SHA256_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("idempotency: a stored request_hash is not 32 bytes")));
-	memcpy(out->request_hash, VARDATA_ANY(hash), IDEM_SHA256_BYTES);
-	value = slot_getattr(slot, shape.attnums[COL_HTTP_STATUS], &out->http_status_null);
-	out->http_status = out->http_status_null ? 0 : DatumGetInt32(value);
-	out->body = copy_varlena(slot, COL_RESPONSE_BODY, &out->body_null, context);
-	out->headers = copy_varlena(slot, COL_RESPONSE_HEADERS, &out->headers_null, context);
+	for (int c = 0; c < KEY_COLUMNS; c++)
+	{
+		values[c] = (Datum) 0;
+		nulls[c] = true;
+		if (shape.attnums[c] != InvalidAttrNumber)
+			values[c] = slot_getattr(slot, shape.attnums[c], &nulls[c]);
+	}
+	key_row_decode(values, nulls, has_lease_columns, out, context);
 }
 
 bool
-direct_lookup(Relation table, const KeyRef *ref, LookupSnapshot which, StoredResponse *out)
+key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot which, KeyRow *out)
 {
 	MemoryContext context = CurrentMemoryContext;
+	Relation	table = key_table->plain;
 	Relation	index;
 	ScanKeyData keys[2];
 	Snapshot	snapshot;
@@ -226,7 +202,7 @@ direct_lookup(Relation table, const KeyRef *ref, LookupSnapshot which, StoredRes
 	AttrNumber	key_column;
 
 	memset(out, 0, sizeof(*out));
-	if (!fast_path_applies(table, false))
+	if (!fast_path_applies(key_table, false))
 		return false;
 	index = index_open(RelationGetPrimaryKeyIndex(table), AccessShareLock);
 	if (!key_index_order(index, &scope_column, &key_column))
@@ -251,7 +227,7 @@ direct_lookup(Relation table, const KeyRef *ref, LookupSnapshot which, StoredRes
 	scan = index_beginscan(table, index, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
-		read_row(slot, out, context);
+		read_row(slot, key_table->has_lease_columns, out, context);
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
@@ -259,7 +235,7 @@ direct_lookup(Relation table, const KeyRef *ref, LookupSnapshot which, StoredRes
 	return true;
 }
 
-/* The key row's heap tuple: fast_path_applies made sure the eight columns are all there is. */
+/* The key row's heap tuple: fast_path_applies made sure no column but the key columns exists. */
 static HeapTuple
 form_key_row(TupleDesc desc, const KeyRef *ref, const TxnClaim *claim,
 			 const ResponseToStore *response)
@@ -274,14 +250,14 @@ form_key_row(TupleDesc desc, const KeyRef *ref, const TxnClaim *claim,
 
 #define SET_COLUMN(column, value, isnull) \
 	(values[shape.attnums[column] - 1] = (value), nulls[shape.attnums[column] - 1] = (isnull))
-	SET_COLUMN(COL_EXPIRES_AT, TimestampTzGetDatum(claim->expires_at), false);
-	SET_COLUMN(COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
-	SET_COLUMN(COL_HTTP_STATUS, Int32GetDatum(response->http_status), false);
-	SET_COLUMN(COL_SCOPE, PointerGetDatum(ref->scope), false);
-	SET_COLUMN(COL_KEY, PointerGetDatum(ref->key), false);
-	SET_COLUMN(COL_REQUEST_HASH, PointerGetDatum(hash), false);
-	SET_COLUMN(COL_RESPONSE_HEADERS, response->headers, response->headers_null);
-	SET_COLUMN(COL_RESPONSE_BODY, response->body, response->body_null);
+	SET_COLUMN(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(claim->expires_at), false);
+	SET_COLUMN(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
+	SET_COLUMN(KEY_COL_HTTP_STATUS, Int32GetDatum(response->http_status), false);
+	SET_COLUMN(KEY_COL_SCOPE, PointerGetDatum(ref->scope), false);
+	SET_COLUMN(KEY_COL_KEY, PointerGetDatum(ref->key), false);
+	SET_COLUMN(KEY_COL_REQUEST_HASH, PointerGetDatum(hash), false);
+	SET_COLUMN(KEY_COL_RESPONSE_HEADERS, response->headers, response->headers_null);
+	SET_COLUMN(KEY_COL_RESPONSE_BODY, response->body, response->body_null);
 #undef SET_COLUMN
 	return heap_form_tuple(desc, values, nulls);
 }
@@ -342,12 +318,13 @@ insert_with_executor(Relation table, HeapTuple row)
 }
 
 bool
-direct_insert(Relation table, const KeyRef *ref, const TxnClaim *claim,
-			  const ResponseToStore *response)
+key_direct_insert(const KeyTable *key_table, const KeyRef *ref, const TxnClaim *claim,
+				  const ResponseToStore *response)
 {
+	Relation	table = key_table->plain;
 	HeapTuple	row;
 
-	if (!fast_path_applies(table, true))
+	if (!fast_path_applies(key_table, true))
 		return false;
 	LockRelationOid(RelationGetRelid(table), RowExclusiveLock);
 	require_privilege(table, ACL_INSERT);

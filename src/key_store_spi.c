@@ -1,0 +1,214 @@
+/* key_store_spi.c: the key store's prepared statements, for whatever the direct path does not take. */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+#include "utils/snapmgr.h"
+
+#include "key_store.h"
+
+/* The statements against one of the two tables. */
+typedef struct TablePlans
+{
+	SPIPlanPtr	lookup;
+	SPIPlanPtr	insert;
+	SPIPlanPtr	replace;
+} TablePlans;
+
+static struct
+{
+	Oid			namespace_oid;
+	char		namespace_name[NAMEDATALEN];
+	bool		has_lease_columns;
+	TablePlans	table;			/* idempotency_keys */
+	TablePlans	partitioned;	/* idempotency_keys_partitioned */
+} plans;
+
+/* Parameters of insert and replace, in this order. */
+#define WRITE_PARAMS 8
+static Oid	write_param_types[WRITE_PARAMS] = {
+	TIMESTAMPTZOID,				/* $1 expires_at */
+	TIMESTAMPTZOID,				/* $2 created_at, also "now" for the expiry test */
+	INT4OID,					/* $3 http_status */
+	TEXTOID,					/* $4 scope */
+	TEXTOID,					/* $5 key */
+	BYTEAOID,					/* $6 request_hash */
+	JSONBOID,					/* $7 response_headers */
+	JSONBOID					/* $8 response_body */
+};
+
+static SPIPlanPtr
+prepare_kept(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "idempotency: could not keep a prepared plan");
+	return plan;
+}
+
+static void
+forget_table_plans(TablePlans *table)
+{
+	if (table->lookup)
+		SPI_freeplan(table->lookup);
+	if (table->insert)
+		SPI_freeplan(table->insert);
+	if (table->replace)
+		SPI_freeplan(table->replace);
+	memset(table, 0, sizeof(*table));
+}
+
+/*
+ * The lookup selects the columns in KeyColumn order, for the shared decoder. In
+ * partitioned storage an expired row and its replacement never coexist (the
+ * replacement moves the row), but the lookup still prefers the live one. The
+ * replacement overwrites an expired row or a lapsed lease, and clears the lease.
+ */
+static void
+prepare_table_plans(TablePlans *table, const char *schema, const char *relname, bool partitioned,
+					bool has_lease_columns)
+{
+	const char *qualified = psprintf("%s.%s", schema, relname);
+	Oid			lookup_types[2] = {TEXTOID, TEXTOID};
+	StringInfoData columns;
+
+	initStringInfo(&columns);
+	for (int c = 0; c < (has_lease_columns ? KEY_COLUMNS : KEY_COLUMNS_1_0); c++)
+		appendStringInfo(&columns, "%s%s", c > 0 ? ", " : "", key_column_names[c]);
+
+	table->lookup = prepare_kept(psprintf(
+		"SELECT %s FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2%s",
+		columns.data, qualified, partitioned ? " ORDER BY expires_at DESC LIMIT 1" : ""),
+		2, lookup_types);
+	table->insert = prepare_kept(psprintf(
+		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
+		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+		qualified), WRITE_PARAMS, write_param_types);
+	table->replace = prepare_kept(psprintf(
+		"UPDATE %s SET expires_at = $1, created_at = $2, http_status = $3,"
+		" request_hash = $6, response_headers = $7, response_body = $8%s"
+		" WHERE scope OPERATOR(pg_catalog.=) $4 AND key OPERATOR(pg_catalog.=) $5"
+		" AND (expires_at OPERATOR(pg_catalog.<=) $2%s)",
+		qualified,
+		has_lease_columns ? ", lease_until = NULL, lease_token = NULL, recovery_point = NULL,"
+		" recovery_state = NULL" : "",
+		has_lease_columns ? " OR (http_status IS NULL AND lease_until OPERATOR(pg_catalog.<=) $2)" : ""),
+		WRITE_PARAMS, write_param_types);
+}
+
+/* The plans for one table; both live in the schema of the extension's functions. */
+static TablePlans *
+plans_for(const KeyTable *table)
+{
+	char	   *namespace_name = get_namespace_name(table->namespace_oid);
+	const char *schema;
+
+	if (namespace_name == NULL)
+		elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
+	if (plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
+		plans.has_lease_columns != table->has_lease_columns ||
+		strcmp(plans.namespace_name, namespace_name) != 0)
+	{
+		forget_table_plans(&plans.table);
+		forget_table_plans(&plans.partitioned);
+		schema = quote_identifier(namespace_name);
+		prepare_table_plans(&plans.table, schema, "idempotency_keys", false,
+							table->has_lease_columns);
+		prepare_table_plans(&plans.partitioned, schema, "idempotency_keys_partitioned", true,
+							table->has_lease_columns);
+		plans.namespace_oid = table->namespace_oid;
+		plans.has_lease_columns = table->has_lease_columns;
+		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
+	}
+	return table->partitioned ? &plans.partitioned : &plans.table;
+}
+
+void
+key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	Datum		params[2] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key)};
+	Datum		values[KEY_COLUMNS];
+	bool		nulls[KEY_COLUMNS];
+	TablePlans *statements;
+	int			rc;
+
+	memset(out, 0, sizeof(*out));
+	SPI_connect();
+	statements = plans_for(table);
+	if (snapshot == LOOKUP_LATEST_SNAPSHOT)
+		rc = SPI_execute_snapshot(statements->lookup, params, NULL, GetLatestSnapshot(),
+								  InvalidSnapshot, false, false, 1);
+	else
+		rc = SPI_execute_plan(statements->lookup, params, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "idempotency: key lookup failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+	{
+		for (int c = 0; c < SPI_tuptable->tupdesc->natts; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
+		key_row_decode(values, nulls, table->has_lease_columns, out, caller_context);
+	}
+	SPI_finish();
+}
+
+static bytea *
+hash_as_bytea(const uint8 hash[IDEM_SHA256_BYTES])
+{
+	bytea	   *result = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
+
+	SET_VARSIZE(result, VARHDRSZ + IDEM_SHA256_BYTES);
+	memcpy(VARDATA(result), hash, IDEM_SHA256_BYTES);
+	return result;
+}
+
+void
+key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
+			  const ResponseToStore *response)
+{
+	Datum		values[WRITE_PARAMS];
+	char		nulls[WRITE_PARAMS];
+	TablePlans *statements;
+	int			rc;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = TimestampTzGetDatum(claim->expires_at);
+	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[2] = Int32GetDatum(response->http_status);
+	values[3] = PointerGetDatum(ref->scope);
+	values[4] = PointerGetDatum(ref->key);
+	values[5] = PointerGetDatum(hash_as_bytea(claim->request_hash));
+	values[6] = response->headers;
+	nulls[6] = response->headers_null ? 'n' : ' ';
+	values[7] = response->body;
+	nulls[7] = response->body_null ? 'n' : ' ';
+
+	SPI_connect();
+	statements = plans_for(table);
+	if (claim->replaces_expired_row)
+	{
+		rc = SPI_execute_plan(statements->replace, values, nulls, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "idempotency: replacing an expired key failed: %s",
+				 SPI_result_code_string(rc));
+		/* Zero rows: a cleanup removed the expired row meanwhile, so insert. */
+		if (SPI_processed == 1)
+		{
+			SPI_finish();
+			return;
+		}
+	}
+	rc = SPI_execute_plan(statements->insert, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT || SPI_processed != 1)
+		elog(ERROR, "idempotency: storing the response failed: %s",
+			 SPI_result_code_string(rc));
+	SPI_finish();
+}
