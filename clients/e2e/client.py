@@ -1,0 +1,99 @@
+"""A tiny HTTP client over http.client for the payment services (loopback only)."""
+
+import http.client
+import json
+import time
+import uuid
+from urllib.parse import urlsplit
+
+
+class Response:
+    def __init__(self, status, headers, body, elapsed):
+        self.status = status
+        self.headers = headers  # http.client.HTTPMessage: case-insensitive get()
+        self.body = body
+        self.elapsed = elapsed
+
+    def header(self, name):
+        return self.headers.get(name)
+
+    @property
+    def json(self):
+        return json.loads(self.body)
+
+    @property
+    def content_type(self):
+        return (self.header("Content-Type") or "").split(";")[0].strip().lower()
+
+    @property
+    def replayed(self):
+        return (self.header("Idempotent-Replayed") or "").strip().lower() == "true"
+
+    def __repr__(self):
+        hdrs = {k: v for k, v in self.headers.items()}
+        return f"<{self.status} {hdrs} {self.body[:300]!r} in {self.elapsed * 1000:.0f} ms>"
+
+
+def new_key(prefix="k"):
+    """A key valid both as an sf-token (starts with a letter) and as an sf-string."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def body_of(amount=100, currency="EUR"):
+    return json.dumps({"amount_cents": amount, "currency": currency}).encode()
+
+
+class Client:
+    def __init__(self, base, account=None, timeout=15.0):
+        u = urlsplit(base)
+        assert u.hostname in ("127.0.0.1", "localhost", "::1"), "loopback only"
+        self.host, self.port = u.hostname, u.port
+        self.account = account
+        self.timeout = timeout
+        self._conn = None
+
+    def request(self, method, path, body=None, headers=None, keepalive=False):
+        hdrs = dict(headers or {})
+        if body is not None and "Content-Type" not in hdrs:
+            hdrs["Content-Type"] = "application/json"
+        conn = self._conn if keepalive else None
+        for attempt in (0, 1):
+            if conn is None:
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            t0 = time.monotonic()
+            try:
+                conn.request(method, path, body=body, headers=hdrs)
+                r = conn.getresponse()
+                data = r.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                conn.close()
+                conn = None
+                if keepalive and attempt == 0:
+                    continue  # a kept-alive connection the server had closed: one fresh try
+                raise
+            elapsed = time.monotonic() - t0
+            if keepalive:
+                self._conn = conn
+            else:
+                conn.close()
+            return Response(r.status, r.headers, data, elapsed)
+
+    def pay(self, key=None, amount=100, currency="EUR", fault=None, account=None, body=None, headers=None,
+            path="/payments", keepalive=False, auth=True):
+        hdrs = {}
+        acct = account or self.account
+        if auth and acct is not None:
+            hdrs["Authorization"] = f"Bearer {acct}"
+        if key is not None:
+            hdrs["Idempotency-Key"] = key
+        if fault is not None:
+            hdrs["X-Fault"] = fault
+        hdrs.update(headers or {})
+        if body is None:
+            body = body_of(amount, currency)
+        return self.request("POST", path, body=body, headers=hdrs, keepalive=keepalive)
+
+    def close(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,81 @@
+"""pytest fixtures: one stack per session (or the one clients/run-tests.sh started, named by E2E_STACK_DIR),
+one service per (language, mode), started on first use and stopped at the end of the session.
+
+A language whose folder does not exist is skipped, unless E2E_REQUIRE_ALL=1 (clients/run-tests.sh sets it),
+where it fails. A language whose folder exists but whose service does not start fails every one of its tests.
+E2E_LANGS=go,python limits the run to some languages.
+"""
+
+import fcntl
+import os
+import sys
+import tempfile
+
+import psycopg
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+LOCK = "/tmp/idempotency-clients-e2e.lock"
+
+
+
+def selected_langs():
+    env = os.environ.get("E2E_LANGS")
+    return [l for l in env.split(",") if l] if env else list(harness.LANGS)
+
+
+@pytest.fixture(scope="session")
+def stack():
+    given = os.environ.get("E2E_STACK_DIR")
+    if given:
+        yield given
+        return
+    lock = open(LOCK, "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one stack on ports 55480-55489 at a time
+    d = tempfile.mkdtemp(prefix="idem-e2e.")
+    try:
+        harness.stack_up(d)
+        yield d
+    finally:
+        harness.stack_down(d)
+        lock.close()
+
+
+@pytest.fixture(scope="session")
+def db(stack):
+    """Autocommit connection straight to PostgreSQL, to inspect the ledger and the stored keys."""
+    with psycopg.connect(harness.DIRECT_URL, autocommit=True) as c:
+        yield c
+
+
+_services = {}
+_failures = {}
+
+
+@pytest.fixture(scope="session")
+def _service_registry(stack):
+    yield _services
+    for svc in list(_services.values()):
+        svc.stop()
+    _services.clear()
+
+
+def get_service(registry, stack, lang, mode):
+    key = (lang, mode)
+    if key in _failures:
+        pytest.fail(_failures[key], pytrace=False)
+    if key not in registry:
+        if not harness.service_present(lang):
+            msg = f"clients/{harness.SERVICES[lang]['dir']} does not exist"
+            if os.environ.get("E2E_REQUIRE_ALL") == "1":
+                _failures[key] = msg
+                pytest.fail(msg, pytrace=False)
+            pytest.skip(msg)
+        try:
+            registry[key] = harness.Service(stack, lang, mode).start()
+        except harness.HarnessError as e:
+            _failures[key] = f"{lang}/{mode} service did not start: {e}"
+            pytest.fail(_failures[key], pytrace=False)
+    return registry[key]

@@ -1,0 +1,398 @@
+"""The shared harness for the client services of clients/CONTRACT.md.
+
+A stack is a throwaway PostgreSQL 15 cluster (scripts/lib/cluster.sh) with the database `payments`,
+`CREATE EXTENSION idempotency` and clients/schema.sql, plus PgBouncer in transaction pooling mode in front of it.
+Both listen on loopback only, on ports 55480-55489:
+
+    55480  PostgreSQL            55481  PgBouncer
+    55482..55487  the services: go, node, python, each once direct and once through PgBouncer
+
+Used by conftest.py (pytest), clients/run-tests.sh and bench/clients/ through its command line:
+
+    python3 harness.py stack-up DIR      start the cluster and PgBouncer in DIR, print shell variables
+    python3 harness.py stack-down DIR    stop every process recorded in DIR (services too) and remove DIR
+    python3 harness.py serve DIR LANG MODE   start one service in the background, print its base URL
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENTS = os.path.dirname(HERE)
+REPO = os.path.dirname(CLIENTS)
+
+PG_PORT = 55480
+BOUNCER_PORT = 55481
+SERVICE_PORTS = {  # (lang, mode) -> port
+    ("go", "direct"): 55482, ("go", "pgbouncer"): 55483,
+    ("node", "direct"): 55484, ("node", "pgbouncer"): 55485,
+    ("python", "direct"): 55486, ("python", "pgbouncer"): 55487,
+}
+DB = "payments"
+DIRECT_URL = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{DB}"
+BOUNCER_URL = f"postgresql://postgres@127.0.0.1:{BOUNCER_PORT}/{DB}"
+MODES = ("direct", "pgbouncer")
+LANGS = ("go", "node", "python")
+
+# How each language's service is started: the one table to fix when a service moves.
+#   dir      folder under clients/ (the working directory of every command)
+#   ready    a file (relative to dir) that must exist before the service can start: its absence means "not there yet"
+#   prepare  commands run once per harness run before the first start; {bin} is a scratch folder of the stack
+#   argv     the service's command line; env: added to PORT, DATABASE_URL, PAYMENTS_FAULTS=1
+SERVICES = {
+    "go": {
+        "dir": "go",
+        "ready": "cmd/payments",
+        "prepare": [["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
+        "argv": ["{bin}/payments-go"],
+        "env": {},
+    },
+    "node": {
+        "dir": "node",
+        "ready": "src/server.js",
+        "prepare_if_missing": ("node_modules", [["npm", "install", "--no-audit", "--no-fund"]]),
+        "argv": ["node", "src/server.js"],
+        "env": {},
+    },
+    "python": {
+        "dir": "python",
+        "ready": "src/payments_service/__main__.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service"],
+        "env": {"PYTHONPATH": "src"},
+    },
+}
+
+# Only to develop the harness itself: E2E_REF_SERVICE=/path/to/service.py adds a language "ref" served by
+# `/usr/bin/python3 <that file>` (with E2E_LANGS=ref), on ports 55488/55489.
+if os.environ.get("E2E_REF_SERVICE"):
+    _ref = os.path.abspath(os.environ["E2E_REF_SERVICE"])
+    SERVICES["ref"] = {"dir": _ref and os.path.relpath(os.path.dirname(_ref), CLIENTS), "ready": os.path.basename(_ref),
+                       "prepare": [], "argv": ["/usr/bin/python3", _ref], "env": {}}
+    SERVICE_PORTS[("ref", "direct")] = 55488
+    SERVICE_PORTS[("ref", "pgbouncer")] = 55489
+    LANGS = LANGS + ("ref",)
+
+
+class HarnessError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[harness] {msg}", file=sys.stderr, flush=True)
+
+
+def service_dir(lang):
+    return os.path.join(CLIENTS, SERVICES[lang]["dir"])
+
+
+def service_present(lang):
+    """The language folder exists: from then on the service is expected to work."""
+    return os.path.isdir(service_dir(lang))
+
+
+def port_open(port, host="127.0.0.1"):
+    import socket
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+# --------------------------------------------------------------------------- the stack
+
+def _pids_dir(stack):
+    d = os.path.join(stack, "pids")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def stack_up(stack):
+    """Start PostgreSQL and PgBouncer in the folder `stack` (created; must not hold a running stack)."""
+    import psycopg
+    os.makedirs(stack, exist_ok=True)
+    os.chmod(stack, 0o755)
+    for port in (PG_PORT, BOUNCER_PORT):
+        if port_open(port):
+            raise HarnessError(f"port {port} is already in use on 127.0.0.1 (a stack left running?)")
+    pg = os.path.join(stack, "pg")
+    script = 'source "$1/scripts/lib/cluster.sh" && start_cluster "$2" "$3" "$4" "max_connections = 200"'
+    r = subprocess.run(["bash", "-c", script, "_", REPO, pg, str(PG_PORT),
+                        "shared_preload_libraries = 'idempotency'"], cwd=stack,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        logf = os.path.join(pg, "server.log")
+        tail = open(logf).read()[-2000:] if os.path.exists(logf) else ""
+        raise HarnessError(f"start_cluster failed: {r.stdout}\n{tail}")
+    with open(os.path.join(stack, "cluster"), "w") as f:
+        f.write(pg + "\n")
+
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres", autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {DB}")
+    schema = open(os.path.join(CLIENTS, "schema.sql")).read()
+    with psycopg.connect(DIRECT_URL, autocommit=True) as c:
+        c.execute("CREATE EXTENSION idempotency")
+        c.execute(schema)
+
+    bdir = os.path.join(stack, "pgbouncer")
+    os.makedirs(bdir, exist_ok=True)
+    with open(os.path.join(bdir, "userlist.txt"), "w") as f:
+        f.write('"postgres" ""\n')
+    ini = os.path.join(bdir, "pgbouncer.ini")
+    with open(ini, "w") as f:
+        f.write(f"""[databases]
+{DB} = host=127.0.0.1 port={PG_PORT} dbname={DB} user=postgres
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {BOUNCER_PORT}
+unix_socket_dir =
+auth_type = trust
+auth_file = {bdir}/userlist.txt
+admin_users = postgres
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 20
+reserve_pool_size = 5
+ignore_startup_parameters = extra_float_digits,search_path,options
+logfile = {bdir}/pgbouncer.log
+pidfile = {bdir}/pgbouncer.pid
+""")
+    shutil.chown(bdir, "postgres")
+    for name in os.listdir(bdir):
+        shutil.chown(os.path.join(bdir, name), "postgres")
+    # pgbouncer refuses to run as root: run it as postgres, daemonized, with its pid file in bdir.
+    run(["runuser", "-u", "postgres", "--", "pgbouncer", "-d", "-q", ini], cwd=bdir)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if port_open(BOUNCER_PORT):
+            break
+        time.sleep(0.05)
+    else:
+        raise HarnessError("pgbouncer did not start: " + _tail(os.path.join(bdir, "pgbouncer.log")))
+    with psycopg.connect(BOUNCER_URL, autocommit=True, prepare_threshold=None) as c:
+        c.execute("SELECT 1")
+    os.makedirs(os.path.join(stack, "bin"), exist_ok=True)
+    os.makedirs(os.path.join(stack, "logs"), exist_ok=True)
+    log(f"stack up in {stack}: postgres {DIRECT_URL}, pgbouncer {BOUNCER_URL}")
+
+
+def _kill_group(pid, sig):
+    try:
+        os.killpg(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_pid_group(pid, grace=5.0):
+    """SIGTERM the process group led by pid (a service started with start_new_session), then SIGKILL."""
+    if not _kill_group(pid, signal.SIGTERM):
+        return
+    deadline = time.time() + grace
+    while time.time() < deadline and _alive(pid):
+        time.sleep(0.05)
+    _kill_group(pid, signal.SIGKILL)
+
+
+def stack_down(stack):
+    """Stop every service recorded in the stack, PgBouncer and PostgreSQL, then remove the folder."""
+    if not os.path.isdir(stack):
+        return
+    pids = os.path.join(stack, "pids")
+    if os.path.isdir(pids):
+        for name in os.listdir(pids):
+            try:
+                pid = int(open(os.path.join(pids, name)).read().strip())
+            except (ValueError, OSError):
+                continue
+            stop_pid_group(pid)
+    pidfile = os.path.join(stack, "pgbouncer", "pgbouncer.pid")
+    if os.path.exists(pidfile):
+        try:
+            pid = int(open(pidfile).read().strip())
+            os.kill(pid, signal.SIGTERM)  # immediate shutdown
+            deadline = time.time() + 5
+            while time.time() < deadline and _alive(pid):
+                time.sleep(0.05)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        except (ValueError, OSError):
+            pass
+    pg = os.path.join(stack, "pg")
+    if os.path.isdir(pg):
+        subprocess.run(["bash", "-c", 'source "$1/scripts/lib/cluster.sh" && stop_cluster "$2"', "_", REPO, pg],
+                       cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shutil.rmtree(stack, ignore_errors=True)
+
+
+def _tail(path, n=3000):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:]
+    except OSError:
+        return "(no log)"
+
+
+# --------------------------------------------------------------------------- services
+
+def _fmt(args, stack):
+    b = os.path.join(stack, "bin")
+    return [a.replace("{bin}", b) for a in args]
+
+
+def prepare_service(stack, lang):
+    """Build or install what the service needs, once per stack. Raises HarnessError with the output on failure."""
+    spec = SERVICES[lang]
+    cwd = service_dir(lang)
+    if not os.path.isdir(cwd):
+        raise HarnessError(f"{lang}: folder clients/{spec['dir']} is missing")
+    ready = os.path.join(cwd, spec["ready"])
+    if not os.path.exists(ready):
+        raise HarnessError(f"{lang}: clients/{spec['dir']}/{spec['ready']} does not exist (the harness's start "
+                           f"table in clients/e2e/harness.py expects it)")
+    marker = os.path.join(stack, "bin", f"{lang}.prepared")
+    if os.path.exists(marker):
+        return
+    cmds = list(spec.get("prepare", []))
+    if "prepare_if_missing" in spec:
+        path, more = spec["prepare_if_missing"]
+        if not os.path.exists(os.path.join(cwd, path)):
+            cmds += more
+    for cmd in cmds:
+        cmd = _fmt(cmd, stack)
+        r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            raise HarnessError(f"{lang}: `{' '.join(cmd)}` failed ({r.returncode}):\n{r.stdout[-3000:]}")
+    open(marker, "w").close()
+
+
+def database_url(mode):
+    return DIRECT_URL if mode == "direct" else BOUNCER_URL
+
+
+class Service:
+    def __init__(self, stack, lang, mode, port=None, extra_env=None):
+        self.stack, self.lang, self.mode = stack, lang, mode
+        self.port = port or SERVICE_PORTS[(lang, mode)]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.logfile = os.path.join(stack, "logs", f"{lang}-{mode}.log")
+        self.proc = None
+        self.extra_env = extra_env or {}
+
+    @property
+    def name(self):
+        return f"{self.lang}-{self.mode}"
+
+    def start(self, timeout=30.0):
+        prepare_service(self.stack, self.lang)
+        if port_open(self.port):
+            raise HarnessError(f"{self.name}: port {self.port} is already in use")
+        spec = SERVICES[self.lang]
+        env = dict(os.environ)
+        env.update(spec.get("env", {}))
+        env.update({"PORT": str(self.port), "DATABASE_URL": database_url(self.mode), "PAYMENTS_FAULTS": "1"})
+        env.update(self.extra_env)
+        argv = _fmt(spec["argv"], self.stack)
+        logf = open(self.logfile, "ab")
+        self.proc = subprocess.Popen(argv, cwd=service_dir(self.lang), env=env, stdin=subprocess.DEVNULL,
+                                     stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        logf.close()
+        with open(os.path.join(_pids_dir(self.stack), f"{self.name}.pid"), "w") as f:
+            f.write(str(self.proc.pid))
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise HarnessError(f"{self.name}: `{' '.join(argv)}` exited with {self.proc.returncode}:\n"
+                                   + _tail(self.logfile))
+            try:
+                with urllib.request.urlopen(self.base + "/healthz", timeout=2) as r:
+                    body = r.read()
+                    if r.status == 200 and json.loads(body) == {"ok": True}:
+                        return self
+                    last = f"{r.status} {body!r}"
+            except Exception as e:  # noqa: BLE001 - not up yet
+                last = repr(e)
+            time.sleep(0.1)
+        self.stop()
+        raise HarnessError(f"{self.name}: GET /healthz did not answer 200 {{\"ok\":true}} in {timeout}s "
+                           f"(last: {last}):\n" + _tail(self.logfile))
+
+    def stop(self):
+        if self.proc is None:
+            return
+        stop_pid_group(self.proc.pid)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.unlink(os.path.join(_pids_dir(self.stack), f"{self.name}.pid"))
+        except OSError:
+            pass
+        self.proc = None
+
+    def log_tail(self, n=3000):
+        return _tail(self.logfile, n)
+
+
+# --------------------------------------------------------------------------- command line
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == "stack-up":
+        try:
+            stack_up(argv[1])
+        except Exception as e:
+            stack_down(argv[1])
+            print(f"stack-up failed: {e}", file=sys.stderr)
+            return 1
+        print(f"E2E_STACK_DIR={argv[1]}")
+        print(f"E2E_DIRECT_URL={DIRECT_URL}")
+        print(f"E2E_PGBOUNCER_URL={BOUNCER_URL}")
+        return 0
+    if len(argv) >= 2 and argv[0] == "stack-down":
+        stack_down(argv[1])
+        return 0
+    if len(argv) >= 4 and argv[0] == "serve":
+        port = int(argv[4]) if len(argv) >= 5 else None
+        try:
+            svc = Service(argv[1], argv[2], argv[3], port=port).start()
+        except HarnessError as e:
+            print(str(e), file=sys.stderr)
+            return 1
+        print(svc.base)
+        return 0
+    if len(argv) >= 4 and argv[0] == "unserve":
+        pidf = os.path.join(_pids_dir(argv[1]), f"{argv[2]}-{argv[3]}.pid")
+        if os.path.exists(pidf):
+            stop_pid_group(int(open(pidf).read().strip()))
+            os.unlink(pidf)
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,321 @@
+"""The article's payment story over real HTTP on loopback, for every service (go, node, python) both straight
+to PostgreSQL and through PgBouncer in transaction pooling mode (clients/CONTRACT.md)."""
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+import harness
+from client import Client, body_of, new_key
+from conftest import get_service, selected_langs
+
+PARAMS = [(l, m) for l in selected_langs() for m in harness.MODES]
+
+
+@pytest.fixture(scope="session", params=PARAMS, ids=[f"{l}-{m}" for l, m in PARAMS])
+def service(request, stack, _service_registry):
+    lang, mode = request.param
+    return get_service(_service_registry, stack, lang, mode)
+
+
+@pytest.fixture(scope="session")
+def account(service):
+    """One account (the idempotency scope) per service and mode and run, so runs never share keys."""
+    return f"e2e_{service.lang}_{service.mode}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def client(service, account):
+    c = Client(service.base, account)
+    yield c
+    c.close()
+
+
+def debits(db, account, key):
+    return db.execute("SELECT id, amount_cents, currency FROM ledger WHERE account = %s AND idempotency_key = %s "
+                      "ORDER BY id", (account, key)).fetchall()
+
+
+def stored(db, account, key):
+    return db.execute("SELECT http_status FROM idempotency_keys WHERE scope = %s AND key = %s "
+                      "UNION ALL SELECT http_status FROM idempotency_keys_partitioned WHERE scope = %s AND key = %s",
+                      (account, key, account, key)).fetchall()
+
+
+def assert_problem(r, status, type_suffix=None):
+    assert r.status == status, r
+    assert r.content_type == "application/problem+json", r
+    p = r.json
+    assert p.get("status") == status, r
+    assert isinstance(p.get("title"), str) and p["title"], r
+    assert "type" in p and "detail" in p, r
+    if type_suffix:
+        assert str(p["type"]).endswith(type_suffix), r
+    return p
+
+
+def assert_created(r, account, amount=100, currency="EUR", replayed=False):
+    assert r.status == 201, r
+    assert r.content_type == "application/json", r
+    b = r.json
+    assert b["account"] == account and b["amount_cents"] == amount and b["currency"] == currency, r
+    assert isinstance(b["payment_id"], int), r
+    assert r.header("Location") == f"/payments/{b['payment_id']}", r
+    assert r.replayed == replayed, r
+    return b
+
+
+# --------------------------------------------------------------------------- the process
+
+def test_healthz(service):
+    r = Client(service.base).request("GET", "/healthz")
+    assert r.status == 200 and r.json == {"ok": True}, r
+
+
+# --------------------------------------------------------------------------- the story
+
+def test_retry_replays_same_response(client, db, account):
+    key = new_key()
+    first = client.pay(key)
+    b1 = assert_created(first, account)
+    second = client.pay(key)
+    b2 = assert_created(second, account, replayed=True)
+    assert second.body and b2 == b1, (first, second)
+    assert second.header("Location") == first.header("Location")
+    assert first.header("Idempotent-Replayed") is None, first
+    assert [row[0] for row in debits(db, account, key)] == [b1["payment_id"]]
+    assert debits(db, account, key)[0][1:] == (-100, "EUR")
+
+
+def test_lost_response_retry_replays(service, client, db, account):
+    """The server commits the debit, the response never reaches the client, the client retries."""
+    key = new_key()
+    body = body_of(100)
+    req = (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1:{service.port}\r\nAuthorization: Bearer {account}\r\n"
+           f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+           f"Connection: close\r\n\r\n").encode() + body
+    s = socket.create_connection(("127.0.0.1", service.port), timeout=10)
+    try:
+        s.sendall(req)
+        deadline = time.time() + 10
+        while time.time() < deadline and not debits(db, account, key):
+            time.sleep(0.01)
+    finally:
+        s.close()  # the response is lost: never read
+    rows = debits(db, account, key)
+    assert len(rows) == 1, f"the first request never committed its debit: {rows}"
+    r = client.pay(key)
+    b = assert_created(r, account, replayed=True)
+    assert b["payment_id"] == rows[0][0]
+    assert len(debits(db, account, key)) == 1
+
+
+def _is_sleeping(db):
+    return db.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                      "pid <> pg_backend_pid() AND state = 'active' AND query ILIKE '%pg_sleep%'").fetchone()[0] > 0
+
+
+def test_parallel_clicks(service, client, db, account):
+    """Five clicks with one key: the first (held 500 ms in its handler) gets 201, the four others 409 at once."""
+    key = new_key()
+    results = {}
+
+    def click(i, fault=None):
+        c = Client(service.base, account)
+        results[i] = c.pay(key, fault=fault)
+
+    first = threading.Thread(target=click, args=(0, "sleep=500"))
+    first.start()
+    deadline = time.time() + 0.4  # until its handler sleeps, with the key claimed
+    while time.time() < deadline and not _is_sleeping(db):
+        time.sleep(0.005)
+    barrier = threading.Barrier(4)
+
+    def other(i):
+        barrier.wait()
+        click(i)
+
+    others = [threading.Thread(target=other, args=(i,)) for i in range(1, 5)]
+    for t in others:
+        t.start()
+    for t in others + [first]:
+        t.join(timeout=15)
+    assert len(results) == 5, results
+    assert_created(results[0], account)
+    for i in range(1, 5):
+        r = results[i]
+        assert_problem(r, 409)
+        assert r.header("Retry-After") == "1", r
+        assert r.elapsed < 0.200, f"409 took {r.elapsed * 1000:.0f} ms: {r}"
+    assert sum(1 for r in results.values() if r.status == 201) == 1
+    assert len(debits(db, account, key)) == 1
+    again = client.pay(key)
+    assert assert_created(again, account, replayed=True) == results[0].json
+
+
+def test_tampered_amount_is_422(client, db, account):
+    key = new_key()
+    assert_created(client.pay(key, amount=100), account)
+    r = client.pay(key, amount=10000)
+    assert_problem(r, 422, "idempotency-key-reused")
+    assert [row[1] for row in debits(db, account, key)] == [-100]
+
+
+def test_db_error_then_retry_succeeds(client, db, account):
+    key = new_key()
+    r = client.pay(key, fault="db-error")
+    assert_problem(r, 500)
+    assert debits(db, account, key) == [], "the debit of the failed transaction was not rolled back"
+    assert stored(db, account, key) == []
+    r = client.pay(key)
+    assert_created(r, account, replayed=False)
+    assert len(debits(db, account, key)) == 1
+
+
+def test_503_is_not_cached(client, db, account):
+    key = new_key()
+    r = client.pay(key, fault="503")
+    assert_problem(r, 503)
+    assert debits(db, account, key) == []
+    assert stored(db, account, key) == []
+    r = client.pay(key)
+    assert_created(r, account, replayed=False)
+    assert len(debits(db, account, key)) == 1
+    assert stored(db, account, key) == [(201,)]
+
+
+def test_quoted_and_bare_key_are_the_same(client, db, account):
+    key = new_key()
+    a = client.pay(f'"{key}"')
+    b1 = assert_created(a, account)
+    b = client.pay(key)
+    assert assert_created(b, account, replayed=True) == b1
+    assert len(debits(db, account, key)) == 1
+
+
+def test_bare_then_quoted_key(client, db, account):
+    key = new_key()
+    b1 = assert_created(client.pay(key), account)
+    assert assert_created(client.pay(f'"{key}"'), account, replayed=True) == b1
+    assert len(debits(db, account, key)) == 1
+
+
+def test_quoted_key_with_escapes(client, db, account):
+    raw = new_key() + '"q\\z'  # the key itself holds a quote and a backslash
+    header = '"' + raw.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    b1 = assert_created(client.pay(header), account)
+    assert assert_created(client.pay(header), account, replayed=True) == b1
+    assert len(debits(db, account, raw)) == 1, "the key was not unescaped to its sf-string value"
+
+
+def test_missing_key_is_400(client, db, account):
+    before = db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
+    r = client.pay(None)
+    assert_problem(r, 400, "idempotency-key-missing")
+    after = db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
+    assert after == before
+
+
+BAD_KEYS = {
+    "empty": "",
+    "empty-quoted": '""',
+    "unterminated": '"abc',
+    "bad-escape": '"a\\qb"',
+    "trailing-garbage": '"abc"x',
+    "inner-space": "ab cd",
+    "control-char": '"a\tb"',  # a tab: legal in an HTTP field, a control character in the key
+    "too-long": "k" * 256,
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_KEYS.values()), ids=list(BAD_KEYS))
+def test_bad_key_is_400(client, db, account, bad):
+    before = db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
+    r = client.pay(bad)
+    assert_problem(r, 400, "idempotency-key-invalid")
+    after = db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
+    assert after == before
+
+
+def test_key_of_255_bytes_is_valid(client, db, account):
+    key = "k" + uuid.uuid4().hex + "x" * (255 - 33)
+    assert len(key.encode()) == 255
+    assert_created(client.pay(key), account)
+    assert_created(client.pay(key), account, replayed=True)
+    assert len(debits(db, account, key)) == 1
+
+
+# --------------------------------------------------------------------------- the rest of the contract
+
+def test_missing_or_malformed_bearer_is_401(client, db):
+    key = new_key()
+    assert_problem(client.pay(key, auth=False), 401)
+    assert_problem(client.pay(key, headers={"Authorization": "Bearer Not-Valid!"}), 401)
+    assert_problem(client.pay(key, headers={"Authorization": "Basic YWxpY2U6eA=="}), 401)
+    assert db.execute("SELECT count(*) FROM ledger WHERE idempotency_key = %s", (key,)).fetchone()[0] == 0
+
+
+def test_scope_is_the_account(client, db, account):
+    key = new_key()
+    other = account + "_b"
+    b1 = assert_created(client.pay(key), account)
+    b2 = assert_created(client.pay(key, account=other), other)
+    assert b1["payment_id"] != b2["payment_id"]
+    assert len(debits(db, account, key)) == 1 and len(debits(db, other, key)) == 1
+
+
+def test_not_json_is_400_and_key_not_consumed(client, db, account):
+    key = new_key()
+    r = client.pay(key, body=b"amount=100")
+    assert r.status == 400 and r.content_type == "application/problem+json", r
+    assert debits(db, account, key) == [] and stored(db, account, key) == []
+    assert_created(client.pay(key), account, replayed=False)
+
+
+@pytest.mark.parametrize("body", [{"amount_cents": 0, "currency": "EUR"}, {"amount_cents": -5, "currency": "EUR"},
+                                  {"amount_cents": 100, "currency": "eur"}, {"amount_cents": "100", "currency": "EUR"},
+                                  {"amount_cents": 1.5, "currency": "EUR"}, {"currency": "EUR"}],
+                         ids=["zero", "negative", "lowercase-currency", "string-amount", "fraction", "no-amount"])
+def test_invalid_body_is_422_and_stored(client, db, account, body):
+    key = new_key()
+    raw = json.dumps(body).encode()
+    r = client.pay(key, body=raw)
+    assert_problem(r, 422)
+    assert not r.replayed
+    again = client.pay(key, body=raw)
+    assert_problem(again, 422)
+    assert again.replayed, f"a 422 from the handler is stored like any 4xx and replayed: {again}"
+    assert debits(db, account, key) == []
+    assert stored(db, account, key) == [(422,)]
+
+
+def test_key_order_and_whitespace_do_not_change_the_fingerprint(client, db, account):
+    key = new_key()
+    b1 = assert_created(client.pay(key, body=b'{"amount_cents":100,"currency":"EUR"}'), account)
+    r = client.pay(key, body=b'{ "currency" : "EUR",\n  "amount_cents" : 100 }')
+    assert assert_created(r, account, replayed=True) == b1
+
+
+def test_unprotected_endpoint(client, db, account):
+    acct = account + "_u"  # its own account: the ledger rows it writes carry no idempotency key of ours
+    r = client.pay(None, path="/payments-unprotected", account=acct)
+    assert r.status == 201, r
+    b = r.json
+    assert b["account"] == acct and b["amount_cents"] == 100
+    row = db.execute("SELECT account, amount_cents FROM ledger WHERE id = %s", (b["payment_id"],)).fetchone()
+    assert row == (acct, -100)
+
+
+def test_zz_ledger_has_one_debit_per_key(service, db, account):
+    """After all of the above: no key of this service's account was debited twice."""
+    dup = db.execute("SELECT account, idempotency_key, count(*) FROM ledger WHERE account IN (%s, %s || '_b') "
+                     "GROUP BY account, idempotency_key HAVING count(*) > 1", (account, account)).fetchall()
+    assert dup == []
+    n = db.execute("SELECT count(DISTINCT idempotency_key) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
+    assert n > 0
+    assert db.execute("SELECT count(*) FROM idempotency_keys WHERE http_status >= 500").fetchone()[0] == 0
