@@ -77,5 +77,6 @@ def get_service(registry, stack, lang, mode):
             registry[key] = harness.Service(stack, lang, mode).start()
         except harness.HarnessError as e:
             _failures[key] = f"{lang}/{mode} service did not start: {e}"
+        if key in _failures:
             pytest.fail(_failures[key], pytrace=False)
     return registry[key]

@@ -10,6 +10,7 @@ Both listen on loopback only, on ports 55480-55489:
 Used by conftest.py (pytest), clients/run-tests.sh and bench/clients/ through its command line:
 
     python3 harness.py stack-up DIR      start the cluster and PgBouncer in DIR, print shell variables
+    python3 harness.py createdb NAME     another database like `payments` in the running stack, print its URL
     python3 harness.py stack-down DIR    stop every process recorded in DIR (services too) and remove DIR
     python3 harness.py serve DIR LANG MODE   start one service in the background, print its base URL
 """
@@ -136,12 +137,7 @@ def stack_up(stack):
     with open(os.path.join(stack, "cluster"), "w") as f:
         f.write(pg + "\n")
 
-    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres", autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {DB}")
-    schema = open(os.path.join(CLIENTS, "schema.sql")).read()
-    with psycopg.connect(DIRECT_URL, autocommit=True) as c:
-        c.execute("CREATE EXTENSION idempotency")
-        c.execute(schema)
+    create_database(DB)
 
     bdir = os.path.join(stack, "pgbouncer")
     os.makedirs(bdir, exist_ok=True)
@@ -184,6 +180,19 @@ pidfile = {bdir}/pgbouncer.pid
     os.makedirs(os.path.join(stack, "bin"), exist_ok=True)
     os.makedirs(os.path.join(stack, "logs"), exist_ok=True)
     log(f"stack up in {stack}: postgres {DIRECT_URL}, pgbouncer {BOUNCER_URL}")
+
+
+def create_database(name):
+    """A database with CREATE EXTENSION idempotency and clients/schema.sql; returns its direct URL."""
+    import psycopg
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres", autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{name}"
+    schema = open(os.path.join(CLIENTS, "schema.sql")).read()
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("CREATE EXTENSION idempotency")
+        c.execute(schema)
+    return url
 
 
 def _kill_group(pid, sig):
@@ -371,6 +380,9 @@ def main(argv):
         print(f"E2E_STACK_DIR={argv[1]}")
         print(f"E2E_DIRECT_URL={DIRECT_URL}")
         print(f"E2E_PGBOUNCER_URL={BOUNCER_URL}")
+        return 0
+    if len(argv) >= 2 and argv[0] == "createdb":
+        print(create_database(argv[1]))
         return 0
     if len(argv) >= 2 and argv[0] == "stack-down":
         stack_down(argv[1])
