@@ -84,7 +84,7 @@ for lang in go node python; do
         continue
     fi
     url=$("$py" "$clients/e2e/harness.py" createdb "idem_test_$lang") || { count "$suite" 0 1; continue; }
-    (cd "$dir" && IDEM_TEST_DATABASE_URL=$url bash ./test.sh) </dev/null 2>&1 | tee "$log"
+    (cd "$dir" && IDEM_TEST_DATABASE_URL=$url bash ./test.sh) </dev/null 9>&- 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
     case $lang in
         go) read -r ok bad < <(parse_go "$log") ;;
@@ -101,7 +101,7 @@ run_pytest_suite() {  # run_pytest_suite SUITE PYTEST-ARGS...
     local suite=$1 log=$logs/$1.log status ok bad
     shift
     echo "== $suite: pytest $*"
-    (cd "$clients/e2e" && E2E_REQUIRE_ALL=1 "$py" -m pytest -v -rfE --tb=short "$@") </dev/null 2>&1 | tee "$log"
+    (cd "$clients/e2e" && E2E_REQUIRE_ALL=1 "$py" -m pytest -v -rfE --tb=short "$@") </dev/null 9>&- 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
     read -r ok bad < <(parse_pytest "$log")
     if [ "$status" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi

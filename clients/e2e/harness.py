@@ -44,21 +44,26 @@ LANGS = ("go", "node", "python")
 # How each language's service is started: the one table to fix when a service moves.
 #   dir      folder under clients/ (the working directory of every command)
 #   ready    a file (relative to dir) that must exist before the service can start: its absence means "not there yet"
+#   prepare_if_missing  (path, commands): run first when path (relative to dir) does not exist
 #   prepare  commands run once per harness run before the first start; {bin} is a scratch folder of the stack
+#   prepare_env  environment added for the prepare commands
 #   argv     the service's command line; env: added to PORT, DATABASE_URL, PAYMENTS_FAULTS=1
 SERVICES = {
     "go": {
         "dir": "go",
         "ready": "cmd/payments",
+        # vendor/ from Debian's golang-*-dev sources (clients/go/debian-vendor.sh), then an offline build
+        "prepare_if_missing": ("vendor", [["sh", "debian-vendor.sh"]]),
         "prepare": [["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
+        "prepare_env": {"GOFLAGS": "-mod=vendor", "GOPROXY": "off"},
         "argv": ["{bin}/payments-go"],
         "env": {},
     },
     "node": {
         "dir": "node",
-        "ready": "src/server.js",
-        "prepare_if_missing": ("node_modules", [["npm", "install", "--no-audit", "--no-fund"]]),
-        "argv": ["node", "src/server.js"],
+        "ready": "service/server.js",
+        "prepare_if_missing": ("node_modules", [["npm", "ci", "--no-audit", "--no-fund"]]),
+        "argv": ["node", "service/server.js"],
         "env": {},
     },
     "python": {
@@ -284,14 +289,17 @@ def prepare_service(stack, lang):
     marker = os.path.join(stack, "bin", f"{lang}.prepared")
     if os.path.exists(marker):
         return
-    cmds = list(spec.get("prepare", []))
+    cmds = []
     if "prepare_if_missing" in spec:
         path, more = spec["prepare_if_missing"]
         if not os.path.exists(os.path.join(cwd, path)):
             cmds += more
+    cmds += spec.get("prepare", [])
+    env = dict(os.environ)
+    env.update(spec.get("prepare_env", {}))
     for cmd in cmds:
         cmd = _fmt(cmd, stack)
-        r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if r.returncode != 0:
             raise HarnessError(f"{lang}: `{' '.join(cmd)}` failed ({r.returncode}):\n{r.stdout[-3000:]}")
     open(marker, "w").close()
