@@ -1,0 +1,185 @@
+"""HTTP responses: problem+json bodies, the claim outcome -> HTTP mapping, and what is stored for a replay.
+
+Everything here is pure (no database, no WSGI), so it is unit tested on its own.
+"""
+
+import base64
+import json
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+PROBLEM_BASE = "https://idempotency.dev/problems/"
+
+#: Internal header kept with a stored response whose body is not stored as JSON: "text" or "base64".
+BODY_ENCODING_HEADER = "Idempotency-Body-Encoding"
+
+#: Headers never stored for a replay: they describe one connection or one response, not the answer.
+NOT_REPLAYED = frozenset(
+    h.lower()
+    for h in (
+        "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Date", "Server", "Set-Cookie",
+        "Upgrade", "TE", "Trailer", "Proxy-Authenticate", "Proxy-Connection", "Idempotent-Replayed",
+        BODY_ENCODING_HEADER,
+    )
+)
+
+
+@dataclass
+class Response:
+    status: int
+    headers: list = field(default_factory=list)  # [(name, value)], as WSGI wants them
+    body: bytes = b""
+
+    def header(self, name):
+        """The first value of header ``name`` (case-insensitive), or None."""
+        name = name.lower()
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
+
+    def status_line(self):
+        try:
+            phrase = HTTPStatus(self.status).phrase
+        except ValueError:
+            phrase = "Unknown"
+        return "%d %s" % (self.status, phrase)
+
+    def wsgi_headers(self):
+        """The headers with a Content-Length matching the body."""
+        hs = [(k, v) for k, v in self.headers if k.lower() != "content-length"]
+        hs.append(("Content-Length", str(len(self.body))))
+        return hs
+
+
+class HTTPProblem(Exception):
+    """Raised (e.g. by a scope function) to answer a problem at once, before any claim."""
+
+    def __init__(self, status, slug, title, detail="", headers=(), base=PROBLEM_BASE):
+        super().__init__(detail or title)
+        self.response = problem(status, slug, title, detail, headers, base)
+
+
+def problem(status, slug, title, detail="", headers=(), base=PROBLEM_BASE):
+    """An RFC 9457 ``application/problem+json`` response."""
+    body = {"type": base + slug, "title": title, "status": status, "detail": detail}
+    return Response(
+        status,
+        [("Content-Type", "application/problem+json")] + list(headers),
+        json.dumps(body, separators=(",", ":")).encode(),
+    )
+
+
+def json_response(status, obj, headers=()):
+    return Response(
+        status,
+        [("Content-Type", "application/json")] + list(headers),
+        json.dumps(obj, separators=(",", ":")).encode(),
+    )
+
+
+def claim_response(outcome, http_status, response_body, response_headers, base=PROBLEM_BASE):
+    """Map one ``idem_claim`` row to the answer, or None for ``claimed`` (run the handler).
+
+    ``response_body`` and ``response_headers`` are the columns as JSON text (``::text``), or None.
+    """
+    if outcome == "claimed":
+        return None
+    if outcome == "replay":
+        return replay_response(http_status, response_body, response_headers)
+    if outcome == "mismatch":
+        return problem(
+            http_status or 422, "idempotency-key-reused", "Idempotency-Key reused",
+            "this Idempotency-Key was already used with a different request", (), base,
+        )
+    if outcome == "in_progress":
+        return problem(
+            409, "idempotency-key-in-progress", "Request in progress",
+            "a request with this Idempotency-Key is still being processed; retry later",
+            [("Retry-After", "1")], base,
+        )
+    raise ValueError("unknown idem_claim outcome %r" % (outcome,))
+
+
+def replay_response(http_status, body_text, headers_text):
+    """The stored response, decoded from what :func:`stored_form` wrote, plus ``Idempotent-Replayed: true``."""
+    stored = json.loads(headers_text) if headers_text else {}
+    encoding = None
+    headers = []
+    for k, v in stored.items():
+        if k.lower() == BODY_ENCODING_HEADER.lower():
+            encoding = v
+        else:
+            headers.append((k, str(v)))
+    if body_text is None:
+        body = b""
+    elif encoding is None:
+        body = body_text.encode("utf-8")  # jsonb's canonical text of the stored JSON body
+    else:
+        value = json.loads(body_text)
+        body = value.encode("utf-8") if encoding == "text" else base64.b64decode(value)
+    headers.append(("Idempotent-Replayed", "true"))
+    return Response(http_status, headers, body)
+
+
+def is_json_type(content_type):
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def stored_form(response, replay_headers=None):
+    """What ``idem_complete`` stores for ``response``: ``(body as JSON text or None, headers as JSON text)``.
+
+    A JSON body (by its Content-Type) is stored as JSON; any other body as a JSON string, its encoding kept in an
+    internal header that the replay removes.  ``replay_headers``, when given, is the allow-list of headers to store
+    (case-insensitive); otherwise every header but the per-connection ones in :data:`NOT_REPLAYED`.  Repeated
+    headers are joined with ", ".
+    """
+    allow = None if replay_headers is None else {h.lower() for h in replay_headers}
+    headers = {}
+    lower_to_name = {}
+    for k, v in response.headers:
+        lk = k.lower()
+        if lk in NOT_REPLAYED or (allow is not None and lk not in allow):
+            continue
+        if lk in lower_to_name:
+            headers[lower_to_name[lk]] += ", " + v
+        else:
+            lower_to_name[lk] = k
+            headers[k] = v
+    body = response.body
+    if not body:
+        body_json = None
+    else:
+        body_json = None
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and is_json_type(response.header("Content-Type")):
+            try:
+                json.loads(text, parse_constant=_refuse_constant)
+                body_json = text
+            except ValueError:
+                pass
+        if body_json is None:
+            if text is not None:
+                headers[BODY_ENCODING_HEADER] = "text"
+                body_json = json.dumps(text)
+            else:
+                headers[BODY_ENCODING_HEADER] = "base64"
+                body_json = json.dumps(base64.b64encode(body).decode("ascii"))
+    return body_json, json.dumps(headers)
+
+
+def _refuse_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def parse_json_body(raw):
+    """The request body as text if it is JSON (UTF-8, no NaN/Infinity), else raise ValueError."""
+    text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    json.loads(text, parse_constant=_refuse_constant)
+    return text
