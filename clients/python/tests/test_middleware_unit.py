@@ -1,0 +1,87 @@
+"""The middleware's answers that come before any database work (the pool must not be touched)."""
+
+import pytest
+
+from idempotency_pg import HTTPProblem, IdempotencyMiddleware
+from payments_service import PaymentsApp, account_scope
+
+from wsgi_client import body_json, request
+
+
+class NoPool:
+    def connection(self):
+        raise AssertionError("the pool must not be used")
+
+
+def never_called(environ, start_response):
+    raise AssertionError("the handler must not run")
+
+
+@pytest.fixture
+def app():
+    return PaymentsApp(NoPool(), faults=True)
+
+
+GOOD = {"amount_cents": 100, "currency": "EUR"}
+AUTH = {"Authorization": "Bearer acct_1"}
+
+
+def test_missing_key_is_400(app):
+    r = request(app, "POST", "/payments", GOOD, AUTH)
+    assert r.status == 400
+    assert r.header("Content-Type") == "application/problem+json"
+    assert body_json(r)["type"].endswith("/idempotency-key-missing")
+
+
+@pytest.mark.parametrize("key", ["", '""', '"abc', "a b", "x" * 256, "a\x01b"])
+def test_invalid_key_is_400(app, key):
+    r = request(app, "POST", "/payments", GOOD, dict(AUTH, **{"Idempotency-Key": key}))
+    assert r.status == 400
+    assert body_json(r)["type"].endswith("/idempotency-key-invalid")
+
+
+@pytest.mark.parametrize("body", [b"", b"not json", b"{", b'{"amount_cents": NaN}', b"\xff"])
+def test_body_not_json_is_400_before_any_claim(app, body):
+    r = request(app, "POST", "/payments", body, dict(AUTH, **{"Idempotency-Key": "k"}))
+    assert r.status == 400
+    assert r.header("Content-Type") == "application/problem+json"
+
+
+@pytest.mark.parametrize("auth", [None, "", "Bearer", "Bearer ", "Basic abc", "Bearer UPPER", "Bearer a-b",
+                                  "Bearer " + "a" * 65, "Bearer a b"])
+def test_bad_authorization_is_401(app, auth):
+    headers = {"Idempotency-Key": "k"}
+    if auth is not None:
+        headers["Authorization"] = auth
+    r = request(app, "POST", "/payments", GOOD, headers)
+    assert r.status == 401
+    assert body_json(r)["status"] == 401
+    assert r.header("WWW-Authenticate") == "Bearer"
+
+
+def test_account_scope():
+    assert account_scope({"HTTP_AUTHORIZATION": "Bearer acct_9"}) == "acct_9"
+    assert account_scope({"HTTP_AUTHORIZATION": "bearer   acct_9 "}) == "acct_9"
+    with pytest.raises(HTTPProblem):
+        account_scope({})
+
+
+def test_healthz_and_routes(app):
+    r = request(app, "GET", "/healthz")
+    assert (r.status, body_json(r)) == (200, {"ok": True})
+    assert request(app, "GET", "/payments").status == 405
+    assert request(app, "GET", "/nowhere").status == 404
+
+
+def test_other_methods_pass_through():
+    seen = []
+
+    def inner(environ, start_response):
+        seen.append(environ["REQUEST_METHOD"])
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    mw = IdempotencyMiddleware(inner, NoPool(), methods=("POST",))
+    r = request(mw, "GET", "/x")
+    assert (r.status, r.body, seen) == (200, b"ok", ["GET"])
+    assert request(mw, "POST", "/x", {}).status == 400  # no key: refused before the pool
