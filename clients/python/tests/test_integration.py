@@ -1,0 +1,246 @@
+"""Against a real database (IDEM_TEST_DATABASE_URL): claim, replay, mismatch, 5xx and errors not cached, retries."""
+
+import hashlib
+import json
+import time
+
+import psycopg
+import pytest
+
+from idempotency_pg import ATTEMPT, CONNECTION, IdempotencyMiddleware, json_response
+from payments_service import PaymentsApp, account_scope
+
+from conftest import needs_db
+from wsgi_client import body_json, request
+
+pytestmark = needs_db
+
+PAY = {"amount_cents": 1250, "currency": "EUR"}
+
+
+@pytest.fixture
+def app(pool):
+    return PaymentsApp(pool, faults=True)
+
+
+def pay(app, account, key, body=PAY, fault=None, path="/payments"):
+    headers = {"Authorization": "Bearer " + account}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    if fault:
+        headers["X-Fault"] = fault
+    return request(app, "POST", path, body, headers)
+
+
+def ledger(db, account):
+    return db.execute("SELECT id, amount_cents, currency, idempotency_key FROM ledger WHERE account = %s ORDER BY id",
+                      (account,)).fetchall()
+
+
+def stored_outcome(db, account, key):
+    """What another session's claim of (key, account) answers: "claimed" means nothing is stored or held."""
+    with db.transaction() as tx:
+        outcome = db.execute("SELECT outcome FROM idem_claim(%s, idem_hash('x'::text), NULL, %s)",
+                             (key, account)).fetchone()[0]
+        raise psycopg.Rollback(tx)
+    return outcome
+
+
+def test_claim_then_replay(app, db, account):
+    first = pay(app, account, '"order-1"')
+    assert first.status == 201
+    b = body_json(first)
+    assert b == {"payment_id": b["payment_id"], "account": account, "amount_cents": 1250, "currency": "EUR"}
+    assert first.header("Location") == "/payments/%d" % b["payment_id"]
+    assert first.header("Content-Type") == "application/json"
+    assert first.header("Idempotent-Replayed") is None
+
+    # the bare form is the same key; key order and spacing of the body do not change the fingerprint
+    again = pay(app, account, "order-1", b'{ "currency" : "EUR",\n "amount_cents": 1250 }')
+    assert again.status == 201
+    assert body_json(again) == b
+    assert again.header("Location") == first.header("Location")
+    assert again.header("Content-Type") == "application/json"
+    assert again.header("Idempotent-Replayed") == "true"
+
+    assert ledger(db, account) == [(b["payment_id"], -1250, "EUR", "order-1")]
+
+
+def test_mismatch_is_422_and_writes_nothing(app, db, account):
+    assert pay(app, account, "k").status == 201
+    r = pay(app, account, "k", {"amount_cents": 999, "currency": "EUR"})
+    assert r.status == 422
+    assert body_json(r)["type"].endswith("/idempotency-key-reused")
+    assert len(ledger(db, account)) == 1
+
+
+def test_scope_is_the_account(app, db, account):
+    other = account + "_b"
+    assert pay(app, account, "shared").status == 201
+    r = pay(app, other, "shared")
+    assert r.status == 201 and r.header("Idempotent-Replayed") is None
+    assert len(ledger(db, account)) == 1 and len(ledger(db, other)) == 1
+
+
+def test_validation_422_is_stored_and_replayed(app, db, account):
+    bad = {"amount_cents": 0, "currency": "EUR"}
+    r1 = pay(app, account, "v", bad)
+    assert r1.status == 422
+    assert r1.header("Content-Type") == "application/problem+json"
+    r2 = pay(app, account, "v", bad)
+    assert r2.status == 422 and r2.header("Idempotent-Replayed") == "true"
+    assert body_json(r2) == body_json(r1)
+    assert ledger(db, account) == []
+
+
+@pytest.mark.parametrize("body", [
+    {"amount_cents": -5, "currency": "EUR"}, {"amount_cents": 1.5, "currency": "EUR"},
+    {"amount_cents": "5", "currency": "EUR"}, {"amount_cents": True, "currency": "EUR"},
+    {"amount_cents": 5, "currency": "eur"}, {"amount_cents": 5, "currency": "EURO"}, {"amount_cents": 5},
+    {"amount_cents": 2 ** 63, "currency": "EUR"}, [1, 2], b'"x"', b"null",
+])
+def test_invalid_payments_are_422(app, db, account, body):
+    r = pay(app, account, "bad-" + hashlib.sha1(repr(body).encode()).hexdigest(), body)
+    assert r.status == 422
+
+
+def test_503_is_not_cached_and_rolls_back(app, db, account):
+    r = pay(app, account, "f", fault="503")
+    assert r.status == 503
+    assert body_json(r)["detail"] == "upstream unavailable"
+    assert ledger(db, account) == []
+    assert stored_outcome(db, account, "f") == "claimed"  # nothing stored: the key is free
+    ok = pay(app, account, "f")
+    assert ok.status == 201 and ok.header("Idempotent-Replayed") is None
+    assert len(ledger(db, account)) == 1
+
+
+def test_db_error_is_500_and_rolls_back(app, db, account):
+    r = pay(app, account, "e", fault="db-error")
+    assert r.status == 500
+    assert r.header("Content-Type") == "application/problem+json"
+    assert ledger(db, account) == []
+    assert pay(app, account, "e").status == 201
+    assert pay(app, account, "e").header("Idempotent-Replayed") == "true"
+
+
+def test_handler_exception_rolls_back(pool, db, account):
+    def handler(environ, start_response):
+        environ[CONNECTION].execute(
+            "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES (%s, -1, 'EUR', 'x')",
+            (account,))
+        raise RuntimeError("boom")
+
+    mw = IdempotencyMiddleware(handler, pool, scope=account_scope)
+    r = pay(mw, account, "x")
+    assert r.status == 500
+    assert body_json(r)["status"] == 500
+    assert ledger(db, account) == []
+    assert stored_outcome(db, account, "x") == "claimed"
+
+
+def test_handler_5xx_of_its_own_is_not_cached(pool, db, account):
+    calls = []
+
+    def handler(environ, start_response):
+        calls.append(1)
+        status = "502 Bad Gateway" if len(calls) == 1 else "200 OK"
+        start_response(status, [("Content-Type", "text/plain")])
+        return [b"n=%d" % len(calls)]
+
+    mw = IdempotencyMiddleware(handler, pool, scope=account_scope)
+    assert pay(mw, account, "g").status == 502
+    r = pay(mw, account, "g")
+    assert (r.status, r.body) == (200, b"n=2")
+    r = pay(mw, account, "g")
+    assert (r.status, r.body, r.header("Idempotent-Replayed")) == (200, b"n=2", "true")
+    assert r.header("Content-Type") == "text/plain"
+    assert len(calls) == 2
+
+
+def test_in_progress_is_409_at_once(app, database_url, db, account):
+    with psycopg.connect(database_url, autocommit=True) as holder:
+        with holder.transaction() as tx:
+            assert holder.execute("SELECT outcome FROM idem_claim('held', idem_hash('x'::text), NULL, %s)",
+                                  (account,)).fetchone()[0] == "claimed"
+            t = time.monotonic()
+            r = pay(app, account, "held")
+            elapsed = time.monotonic() - t
+            assert r.status == 409
+            assert r.header("Retry-After") == "1"
+            assert body_json(r)["status"] == 409
+            assert elapsed < 0.2
+            raise psycopg.Rollback(tx)
+    assert pay(app, account, "held").status == 201  # the holder rolled back: the key is free
+    assert len(ledger(db, account)) == 1
+
+
+@pytest.mark.parametrize("sqlstate", ["40001", "40P01"])
+def test_serialization_failure_reruns_the_transaction(pool, db, account, sqlstate):
+    attempts = []
+
+    def handler(environ, start_response):
+        conn = environ[CONNECTION]
+        attempts.append(environ[ATTEMPT])
+        conn.execute("INSERT INTO ledger (account, amount_cents, currency, idempotency_key) "
+                     "VALUES (%s, -1, 'EUR', 'r')", (account,))
+        if environ[ATTEMPT] < 2:
+            conn.execute("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '%s'; END $$" % sqlstate)
+        resp = json_response(201, {"attempt": environ[ATTEMPT]})
+        start_response(resp.status_line(), resp.headers)
+        return [resp.body]
+
+    mw = IdempotencyMiddleware(handler, pool, scope=account_scope)
+    r = pay(mw, account, "r")
+    assert (r.status, body_json(r)) == (201, {"attempt": 2})
+    assert attempts == [0, 1, 2]
+    assert len(ledger(db, account)) == 1  # the failed attempts were rolled back
+    assert body_json(pay(mw, account, "r")) == {"attempt": 2}
+
+
+def test_serialization_failure_gives_up_after_3_retries(pool, db, account):
+    attempts = []
+
+    def handler(environ, start_response):
+        attempts.append(environ[ATTEMPT])
+        environ[CONNECTION].execute("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
+
+    mw = IdempotencyMiddleware(handler, pool, scope=account_scope)
+    r = pay(mw, account, "never")
+    assert r.status == 409 and r.header("Retry-After") == "1"
+    assert attempts == [0, 1, 2, 3]
+    assert stored_outcome(db, account, "never") == "claimed"
+
+
+@pytest.mark.parametrize("body", [b'{"amount_cents": 5, "currency": "EUR", "x": "\\u0000"}',
+                                  b'{"amount_cents": 5, "currency": "EUR", "x": "\\ud800"}'])
+def test_body_postgres_refuses_is_400_and_consumes_no_key(app, db, account, body):
+    r = pay(app, account, "pgbody", body)
+    assert r.status == 400
+    assert ledger(db, account) == []
+    assert stored_outcome(db, account, "pgbody") == "claimed"
+
+
+def test_unprotected(app, db, account):
+    r = pay(app, account, None, path="/payments-unprotected")
+    assert r.status == 201
+    r2 = pay(app, account, None, path="/payments-unprotected")
+    assert r2.status == 201 and body_json(r2)["payment_id"] != body_json(r)["payment_id"]
+    assert pay(app, account, None, fault="503", path="/payments-unprotected").status == 503
+    assert pay(app, account, None, fault="db-error", path="/payments-unprotected").status == 500
+    assert len(ledger(db, account)) == 2
+
+
+def test_faults_are_off_unless_enabled(pool, db, account):
+    r = pay(PaymentsApp(pool, faults=False), account, "nf", fault="503")
+    assert r.status == 201
+
+
+def test_many_calls_on_one_connection_prepare_nothing(pool, db, account):
+    """prepare_threshold=None: no named prepared statement, even after many executions (PgBouncer)."""
+    app = PaymentsApp(pool, faults=False)
+    for i in range(12):
+        assert pay(app, account, "p%d" % i).status == 201
+    with pool.connection() as conn:
+        assert conn.prepare_threshold is None
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
