@@ -1,0 +1,103 @@
+// The payment service of clients/CONTRACT.md, as an Express app around the idempotency middleware.
+
+import express from 'express';
+import { HttpProblem, idempotency, problem, sendResponse, transactional } from '../src/index.js';
+
+const BEARER = /^[Bb][Ee][Aa][Rr][Ee][Rr] +([a-z0-9_]{1,64})$/;
+const CURRENCY = /^[A-Z]{3}$/;
+
+/** The account of `Authorization: Bearer <account>`, or HttpProblem 401. The idempotency scope is the account. */
+export function authenticate(req) {
+  const header = req.headers.authorization;
+  const match = typeof header === 'string' ? BEARER.exec(header.trim()) : null;
+  if (!match) {
+    throw new HttpProblem(401, 'unauthorized', 'Unauthorized',
+      header === undefined ? 'an Authorization: Bearer <account> header is required'
+        : 'the Authorization header must be Bearer <account> with account [a-z0-9_]{1,64}',
+      [['WWW-Authenticate', 'Bearer']]);
+  }
+  return match[1];
+}
+
+function sendJson(res, status, obj, headers = {}) {
+  res.statusCode = status;
+  res.setHeader('Content-Type', 'application/json');
+  for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+  res.end(JSON.stringify(obj));
+}
+
+function sendProblem(res, status, slug, title, detail, headers = []) {
+  sendResponse(res, problem(status, slug, title, detail, headers));
+}
+
+/** The amount and currency of a payment body, or a detail string saying what is wrong. */
+export function validatePayment(body) {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    return { error: 'the body must be a JSON object {"amount_cents": ..., "currency": ...}' };
+  }
+  const amount = body.amount_cents;
+  if (typeof amount !== 'number' || !Number.isSafeInteger(amount) || amount <= 0) {
+    return { error: 'amount_cents must be an integer greater than 0' };
+  }
+  const currency = body.currency;
+  if (typeof currency !== 'string' || !CURRENCY.test(currency)) {
+    return { error: 'currency must be 3 upper-case letters (ISO 4217)' };
+  }
+  return { amount, currency };
+}
+
+/** The payment handler, shared by /payments and /payments-unprotected; runs inside the request's transaction. */
+export function paymentHandler({ faults = false } = {}) {
+  return async function pay(req, res) {
+    const { client, key, scope: account } = req.idempotency;
+    const payment = validatePayment(req.body);
+    if (payment.error) {
+      sendProblem(res, 422, 'invalid-payment', 'Invalid payment', payment.error);
+      return;
+    }
+    const { rows } = await client.query(
+      'INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, $2, $3, $4) RETURNING id',
+      [account, -payment.amount, payment.currency, key ?? ''],
+    );
+    const id = Number(rows[0].id);
+    const fault = faults ? req.headers['x-fault'] : undefined;
+    if (fault === '503') {
+      sendProblem(res, 503, 'upstream-unavailable', 'Service Unavailable', 'upstream unavailable');
+      return;
+    }
+    if (fault === 'db-error') {
+      await client.query('SELECT 1/0');
+    } else if (typeof fault === 'string' && fault.startsWith('sleep=')) {
+      const ms = Number(fault.slice('sleep='.length));
+      if (Number.isFinite(ms) && ms >= 0) await client.query('SELECT pg_sleep($1::float8 / 1000.0)', [ms]);
+    }
+    sendJson(
+      res, 201,
+      { payment_id: id, account, amount_cents: payment.amount, currency: payment.currency },
+      { Location: `/payments/${id}` },
+    );
+  };
+}
+
+/** The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header. */
+export function createApp({ pool, faults = false, logger = console } = {}) {
+  const app = express();
+  app.disable('x-powered-by');
+  app.disable('etag');
+
+  const idem = idempotency({ pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger });
+  const tx = transactional({ pool, scope: authenticate, logger });
+  const pay = paymentHandler({ faults });
+
+  app.get('/healthz', (req, res) => sendJson(res, 200, { ok: true }));
+  app.post('/payments', idem(pay));
+  app.post('/payments-unprotected', tx(pay));
+
+  app.use((req, res) => sendProblem(res, 404, 'not-found', 'Not Found', `no route for ${req.method} ${req.path}`));
+  // eslint-disable-next-line no-unused-vars
+  app.use((err, req, res, next) => {
+    logger.error('payments: unhandled error:', err);
+    if (!res.headersSent) sendProblem(res, 500, 'internal-error', 'Internal Server Error', 'the request failed');
+  });
+  return app;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env node
+// Start the payment service: PORT (listens on 127.0.0.1:$PORT), DATABASE_URL (libpq URI), PAYMENTS_FAULTS=1.
+
+import pg from 'pg';
+import { createApp } from './app.js';
+
+const port = Number(process.env.PORT || 8080);
+const host = process.env.HOST || '127.0.0.1';
+const faults = process.env.PAYMENTS_FAULTS === '1';
+const max = Number(process.env.PG_POOL_MAX || 10);
+
+if (!process.env.DATABASE_URL) {
+  console.error('payments: DATABASE_URL is not set (e.g. postgresql://postgres@127.0.0.1:5432/payments)');
+  process.exit(2);
+}
+
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max });
+pool.on('error', (err) => console.error('payments: idle database connection failed:', err.message));
+
+const app = createApp({ pool, faults });
+const server = app.listen(port, host, () => {
+  console.log(`payments: listening on http://${host}:${port}${faults ? ' (X-Fault enabled)' : ''}`);
+});
+server.on('error', (err) => {
+  console.error('payments: cannot listen:', err.message);
+  process.exit(1);
+});
+
+let stopping = false;
+function stop() {
+  if (stopping) return;
+  stopping = true;
+  server.close(() => pool.end().finally(() => process.exit(0)));
+  server.closeIdleConnections?.();
+  setTimeout(() => process.exit(0), 5000).unref();
+}
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);

@@ -1,0 +1,17 @@
+export { idempotency, transactional, isRetryable, readRawBody, CLAIM_SQL, COMPLETE_SQL, RETRYABLE } from './middleware.js';
+export { parseIdempotencyKey, KeyHeaderError, MAX_KEY_BYTES } from './header.js';
+export {
+  BODY_ENCODING_HEADER,
+  CapturedResponse,
+  HttpProblem,
+  NOT_REPLAYED,
+  PROBLEM_BASE,
+  claimResponse,
+  isJsonType,
+  jsonResponse,
+  parseJsonBody,
+  problem,
+  replayResponse,
+  storedForm,
+} from './responses.js';
+export { interceptResponse, sendResponse } from './capture.js';

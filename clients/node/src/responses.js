@@ -1,0 +1,184 @@
+// HTTP answers: problem+json bodies, the idem_claim outcome -> HTTP mapping, and what is stored for a replay.
+// Everything here is pure (no database, no Express), so it is unit tested on its own.
+
+export const PROBLEM_BASE = 'https://idempotency.dev/problems/';
+
+/** Internal header kept with a stored response whose body is not stored as JSON: "text" or "base64". */
+export const BODY_ENCODING_HEADER = 'Idempotency-Body-Encoding';
+
+/** Headers never stored for a replay: they describe one connection or one response, not the answer. */
+export const NOT_REPLAYED = new Set(
+  [
+    'Connection', 'Keep-Alive', 'Transfer-Encoding', 'Content-Length', 'Date', 'Server', 'Set-Cookie', 'Upgrade',
+    'TE', 'Trailer', 'Proxy-Authenticate', 'Proxy-Connection', 'X-Powered-By', 'Idempotent-Replayed',
+    BODY_ENCODING_HEADER,
+  ].map((h) => h.toLowerCase()),
+);
+
+/**
+ * A response as the middleware handles it: status, headers as [[name, value], ...] (original case, in order),
+ * body as a Buffer.
+ */
+export class CapturedResponse {
+  constructor(status, headers = [], body = Buffer.alloc(0)) {
+    this.status = status;
+    this.headers = headers;
+    this.body = body;
+  }
+
+  /** The first value of header `name` (case-insensitive), or undefined. */
+  header(name) {
+    const lower = name.toLowerCase();
+    const found = this.headers.find(([k]) => k.toLowerCase() === lower);
+    return found ? found[1] : undefined;
+  }
+}
+
+/** Thrown (e.g. by a scope function) to answer a problem at once, before any claim. */
+export class HttpProblem extends Error {
+  constructor(status, slug, title, detail = '', headers = [], base = PROBLEM_BASE) {
+    super(detail || title);
+    this.name = 'HttpProblem';
+    this.status = status;
+    this.response = problem(status, slug, title, detail, headers, base);
+  }
+}
+
+/** An RFC 9457 application/problem+json response. */
+export function problem(status, slug, title, detail = '', headers = [], base = PROBLEM_BASE) {
+  const body = { type: base + slug, title, status, detail };
+  return new CapturedResponse(
+    status,
+    [['Content-Type', 'application/problem+json'], ...headers],
+    Buffer.from(JSON.stringify(body)),
+  );
+}
+
+export function jsonResponse(status, obj, headers = []) {
+  return new CapturedResponse(status, [['Content-Type', 'application/json'], ...headers], Buffer.from(JSON.stringify(obj)));
+}
+
+/**
+ * Map one idem_claim row ({outcome, http_status, response_body, response_headers}, the jsonb columns as text) to
+ * the answer, or null for 'claimed' (run the handler).
+ */
+export function claimResponse(row, base = PROBLEM_BASE) {
+  const { outcome } = row;
+  switch (outcome) {
+    case 'claimed':
+      return null;
+    case 'replay':
+      return replayResponse(row.http_status, row.response_body, row.response_headers);
+    case 'mismatch':
+      return problem(
+        row.http_status || 422, 'idempotency-key-reused', 'Idempotency-Key reused',
+        'this Idempotency-Key was already used with a different request', [], base,
+      );
+    case 'in_progress':
+      return problem(
+        409, 'idempotency-key-in-progress', 'Request in progress',
+        'a request with this Idempotency-Key is still being processed; retry later', [['Retry-After', '1']], base,
+      );
+    default:
+      throw new Error(`unknown idem_claim outcome ${JSON.stringify(outcome)}`);
+  }
+}
+
+function asJson(value) {
+  // node-postgres gives jsonb columns already parsed unless they are cast to text; accept both.
+  return typeof value === 'string' ? JSON.parse(value) : value;
+}
+
+/** The stored response, decoded from what storedForm wrote, plus Idempotent-Replayed: true. */
+export function replayResponse(httpStatus, bodyText, headersText) {
+  const stored = headersText == null ? {} : asJson(headersText);
+  let encoding = null;
+  const headers = [];
+  for (const [k, v] of Object.entries(stored)) {
+    if (k.toLowerCase() === BODY_ENCODING_HEADER.toLowerCase()) encoding = v;
+    else headers.push([k, String(v)]);
+  }
+  let body;
+  if (bodyText == null) {
+    body = Buffer.alloc(0);
+  } else if (encoding === null) {
+    // jsonb's canonical text of the stored JSON body
+    body = Buffer.from(typeof bodyText === 'string' ? bodyText : JSON.stringify(bodyText), 'utf8');
+  } else {
+    const value = asJson(bodyText);
+    body = encoding === 'base64' ? Buffer.from(value, 'base64') : Buffer.from(value, 'utf8');
+  }
+  headers.push(['Idempotent-Replayed', 'true']);
+  return new CapturedResponse(httpStatus, headers, body);
+}
+
+export function isJsonType(contentType) {
+  if (!contentType) return false;
+  const media = String(contentType).split(';', 1)[0].trim().toLowerCase();
+  return media === 'application/json' || media.endsWith('+json');
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+function decodeUtf8(buf) {
+  try {
+    return utf8.decode(buf);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What idem_complete stores for `response`: {body: JSON text or null, headers: JSON text}.
+ *
+ * A JSON body (by its Content-Type) is stored as JSON; any other body as a JSON string, its encoding kept in an
+ * internal header that the replay removes. `replayHeaders`, when given, is the allow-list of headers to store
+ * (case-insensitive); otherwise every header but the per-connection ones in NOT_REPLAYED. Repeated headers are
+ * joined with ", ".
+ */
+export function storedForm(response, replayHeaders = null) {
+  const allow = replayHeaders ? new Set(replayHeaders.map((h) => h.toLowerCase())) : null;
+  const headers = {};
+  const lowerToName = new Map();
+  for (const [k, v] of response.headers) {
+    const lk = k.toLowerCase();
+    if (NOT_REPLAYED.has(lk) || (allow && !allow.has(lk))) continue;
+    const value = Array.isArray(v) ? v.join(', ') : String(v);
+    if (lowerToName.has(lk)) {
+      headers[lowerToName.get(lk)] += ', ' + value;
+    } else {
+      lowerToName.set(lk, k);
+      headers[k] = value;
+    }
+  }
+  const body = response.body;
+  let bodyJson = null;
+  if (body && body.length > 0) {
+    const text = decodeUtf8(body);
+    if (text !== null && isJsonType(response.header('Content-Type'))) {
+      try {
+        JSON.parse(text);
+        bodyJson = text;
+      } catch {
+        bodyJson = null;
+      }
+    }
+    if (bodyJson === null) {
+      if (text !== null) {
+        headers[BODY_ENCODING_HEADER] = 'text';
+        bodyJson = JSON.stringify(text);
+      } else {
+        headers[BODY_ENCODING_HEADER] = 'base64';
+        bodyJson = JSON.stringify(body.toString('base64'));
+      }
+    }
+  }
+  return { body: bodyJson, headers: JSON.stringify(headers) };
+}
+
+/** The request body as text if it is JSON (UTF-8), else throws. */
+export function parseJsonBody(raw) {
+  const text = decodeUtf8(raw);
+  if (text === null) throw new SyntaxError('the request body is not UTF-8');
+  return { text, value: JSON.parse(text) };
+}
