@@ -1,0 +1,90 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { KeyHeaderError, MAX_KEY_BYTES, parseIdempotencyKey } from '../src/index.js';
+
+function slugOf(value) {
+  try {
+    parseIdempotencyKey(value);
+  } catch (e) {
+    assert.ok(e instanceof KeyHeaderError, `not a KeyHeaderError: ${e}`);
+    return e.slug;
+  }
+  return null;
+}
+
+test('a quoted Structured Field string', () => {
+  assert.equal(parseIdempotencyKey('"abc"'), 'abc');
+  assert.equal(parseIdempotencyKey('"with space"'), 'with space');
+  assert.equal(parseIdempotencyKey('"8e03978e-40d5-43e8-bc93-6894a57f9324"'), '8e03978e-40d5-43e8-bc93-6894a57f9324');
+});
+
+test('escapes \\" and \\\\ in a quoted key', () => {
+  assert.equal(parseIdempotencyKey('"a\\"b"'), 'a"b');
+  assert.equal(parseIdempotencyKey('"a\\\\b"'), 'a\\b');
+  assert.equal(parseIdempotencyKey('"\\\\\\""'), '\\"');
+});
+
+test('the bare form is the same key as the quoted form', () => {
+  assert.equal(parseIdempotencyKey('abc'), parseIdempotencyKey('"abc"'));
+  assert.equal(parseIdempotencyKey('8e03978e-40d5-43e8-bc93-6894a57f9324'), '8e03978e-40d5-43e8-bc93-6894a57f9324');
+  assert.equal(parseIdempotencyKey('a:b/c*d'), 'a:b/c*d');
+});
+
+test('leading and trailing spaces and tabs are not part of the value', () => {
+  assert.equal(parseIdempotencyKey('  abc\t'), 'abc');
+  assert.equal(parseIdempotencyKey(' "abc" '), 'abc');
+  assert.equal(parseIdempotencyKey('" abc "'), ' abc ');
+});
+
+test('a missing header', () => {
+  assert.equal(slugOf(undefined), 'idempotency-key-missing');
+  assert.equal(slugOf(null), 'idempotency-key-missing');
+  assert.equal(new KeyHeaderError('idempotency-key-missing', 'x').missing, true);
+});
+
+test('empty values are invalid', () => {
+  for (const v of ['', '   ', '""', ' "" ']) assert.equal(slugOf(v), 'idempotency-key-invalid', JSON.stringify(v));
+});
+
+test('unparsable quoted keys are invalid', () => {
+  for (const v of ['"abc', '"abc\\"', '"a\\nb"', '"a\\', '"abc"def', '"abc";p=1', '"a", "b"', '"a"b"']) {
+    assert.equal(slugOf(v), 'idempotency-key-invalid', JSON.stringify(v));
+  }
+});
+
+test('bare keys with quotes, spaces or non-ASCII are invalid', () => {
+  for (const v of ['ab"c', 'a b', 'a, b', 'caf\u00e9', 'k\u20ac']) {
+    assert.equal(slugOf(v), 'idempotency-key-invalid', JSON.stringify(v));
+  }
+});
+
+test('control characters are invalid, quoted or bare', () => {
+  for (const v of ['a\u0001b', '"a\u0001b"', 'a\u007fb', '"a\u007f"', '"a\u0085"', 'a\u009fb', '"a\tb"', '"\u0000"']) {
+    assert.equal(slugOf(v), 'idempotency-key-invalid', JSON.stringify(v));
+  }
+});
+
+test('non-ASCII inside quotes is invalid (sf-string is ASCII)', () => {
+  assert.equal(slugOf('"caf\u00e9"'), 'idempotency-key-invalid');
+});
+
+test('at most 255 bytes', () => {
+  assert.equal(MAX_KEY_BYTES, 255);
+  assert.equal(parseIdempotencyKey('a'.repeat(255)).length, 255);
+  assert.equal(parseIdempotencyKey(`"${'a'.repeat(255)}"`).length, 255);
+  assert.equal(slugOf('a'.repeat(256)), 'idempotency-key-invalid');
+  assert.equal(slugOf(`"${'a'.repeat(256)}"`), 'idempotency-key-invalid');
+  // the limit is on the unescaped key: 255 escaped quotes are 510 characters of header but 255 bytes of key
+  assert.equal(parseIdempotencyKey(`"${'\\"'.repeat(255)}"`), '"'.repeat(255));
+});
+
+test('a header given more than once', () => {
+  assert.equal(parseIdempotencyKey(['abc']), 'abc');
+  assert.equal(slugOf(['a', 'b']), 'idempotency-key-invalid');
+  assert.equal(slugOf([]), 'idempotency-key-invalid');
+});
+
+test('a Buffer value is read as Latin-1 (HTTP field bytes)', () => {
+  assert.equal(parseIdempotencyKey(Buffer.from('"abc"')), 'abc');
+  assert.equal(slugOf(Buffer.from([0x61, 0xe9])), 'idempotency-key-invalid');
+});

@@ -1,0 +1,156 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  BODY_ENCODING_HEADER,
+  CapturedResponse,
+  HttpProblem,
+  PROBLEM_BASE,
+  claimResponse,
+  isJsonType,
+  parseJsonBody,
+  problem,
+  replayResponse,
+  storedForm,
+} from '../src/index.js';
+
+const json = (r) => JSON.parse(r.body.toString());
+
+test('claimed: run the handler', () => {
+  assert.equal(claimResponse({ outcome: 'claimed', http_status: null, response_body: null, response_headers: null }), null);
+});
+
+test('replay: the stored status, headers and body, plus Idempotent-Replayed: true', () => {
+  const r = claimResponse({
+    outcome: 'replay',
+    http_status: 201,
+    response_body: '{"payment_id": 7}',
+    response_headers: '{"Content-Type": "application/json", "Location": "/payments/7"}',
+  });
+  assert.equal(r.status, 201);
+  assert.deepEqual(r.headers, [
+    ['Content-Type', 'application/json'],
+    ['Location', '/payments/7'],
+    ['Idempotent-Replayed', 'true'],
+  ]);
+  assert.equal(r.body.toString(), '{"payment_id": 7}');
+});
+
+test('replay of a response stored without body or headers', () => {
+  const r = claimResponse({ outcome: 'replay', http_status: 204, response_body: null, response_headers: null });
+  assert.equal(r.status, 204);
+  assert.equal(r.body.length, 0);
+  assert.deepEqual(r.headers, [['Idempotent-Replayed', 'true']]);
+});
+
+test('mismatch: 422 problem+json idempotency-key-reused (or the configured status)', () => {
+  const r = claimResponse({ outcome: 'mismatch', http_status: 422 });
+  assert.equal(r.status, 422);
+  assert.equal(r.header('content-type'), 'application/problem+json');
+  assert.deepEqual(Object.keys(json(r)).sort(), ['detail', 'status', 'title', 'type']);
+  assert.equal(json(r).type, PROBLEM_BASE + 'idempotency-key-reused');
+  assert.equal(json(r).status, 422);
+  assert.equal(claimResponse({ outcome: 'mismatch', http_status: 400 }).status, 400);
+  assert.equal(claimResponse({ outcome: 'mismatch', http_status: null }).status, 422);
+});
+
+test('in_progress: 409 with Retry-After: 1', () => {
+  const r = claimResponse({ outcome: 'in_progress', http_status: 409 });
+  assert.equal(r.status, 409);
+  assert.equal(r.header('Retry-After'), '1');
+  assert.equal(r.header('Content-Type'), 'application/problem+json');
+  assert.equal(json(r).status, 409);
+  assert.equal(json(r).type, PROBLEM_BASE + 'idempotency-key-in-progress');
+});
+
+test('an unknown outcome is an error', () => {
+  assert.throws(() => claimResponse({ outcome: 'weird' }), /unknown idem_claim outcome/);
+});
+
+test('problem(): RFC 9457 body', () => {
+  const r = problem(400, 'idempotency-key-missing', 'Idempotency-Key required', 'the header is required');
+  assert.deepEqual(json(r), {
+    type: 'https://idempotency.dev/problems/idempotency-key-missing',
+    title: 'Idempotency-Key required',
+    status: 400,
+    detail: 'the header is required',
+  });
+  const p = new HttpProblem(401, 'unauthorized', 'Unauthorized', '', [['WWW-Authenticate', 'Bearer']]);
+  assert.equal(p.response.status, 401);
+  assert.equal(p.response.header('www-authenticate'), 'Bearer');
+});
+
+test('storedForm: a JSON body is stored as JSON, per-connection headers are dropped', () => {
+  const resp = new CapturedResponse(
+    201,
+    [
+      ['Content-Type', 'application/json; charset=utf-8'],
+      ['Location', '/payments/1'],
+      ['Content-Length', '13'],
+      ['Date', 'now'],
+      ['Set-Cookie', 's=1'],
+      ['X-Powered-By', 'Express'],
+      ['X-Trace', 'a'],
+      ['x-trace', 'b'],
+    ],
+    Buffer.from('{"ok": true }'),
+  );
+  const s = storedForm(resp);
+  assert.equal(s.body, '{"ok": true }');
+  assert.deepEqual(JSON.parse(s.headers), {
+    'Content-Type': 'application/json; charset=utf-8',
+    Location: '/payments/1',
+    'X-Trace': 'a, b',
+  });
+});
+
+test('storedForm: an allow-list of headers', () => {
+  const resp = new CapturedResponse(201, [['content-type', 'application/json'], ['Location', '/x'], ['X-Other', '1']],
+    Buffer.from('{}'));
+  assert.deepEqual(JSON.parse(storedForm(resp, ['Content-Type', 'location']).headers), {
+    'content-type': 'application/json',
+    Location: '/x',
+  });
+});
+
+test('storedForm and replayResponse round trip text, binary, invalid JSON and empty bodies', () => {
+  const cases = [
+    new CapturedResponse(200, [['Content-Type', 'text/plain']], Buffer.from('héllo')),
+    new CapturedResponse(200, [['Content-Type', 'application/octet-stream']], Buffer.from([0, 0xff, 0xfe, 1])),
+    new CapturedResponse(200, [['Content-Type', 'application/json']], Buffer.from('{not json')),
+    new CapturedResponse(200, [], Buffer.from('no type')),
+    new CapturedResponse(204, [], Buffer.alloc(0)),
+  ];
+  for (const resp of cases) {
+    const s = storedForm(resp);
+    if (resp.body.length === 0) assert.equal(s.body, null);
+    else JSON.parse(s.body); // always valid JSON for the jsonb column
+    const back = replayResponse(resp.status, s.body, s.headers);
+    assert.deepEqual(back.body, resp.body);
+    assert.equal(back.header(BODY_ENCODING_HEADER), undefined);
+    assert.equal(back.header('Content-Type'), resp.header('Content-Type'));
+    assert.equal(back.header('Idempotent-Replayed'), 'true');
+  }
+  assert.equal(JSON.parse(storedForm(cases[1]).headers)[BODY_ENCODING_HEADER], 'base64');
+  assert.equal(JSON.parse(storedForm(cases[0]).headers)[BODY_ENCODING_HEADER], 'text');
+});
+
+test('replayResponse accepts jsonb columns already parsed by node-postgres', () => {
+  const r = replayResponse(201, { a: 1 }, { 'Content-Type': 'application/json' });
+  assert.deepEqual(json(r), { a: 1 });
+  assert.equal(r.header('content-type'), 'application/json');
+});
+
+test('isJsonType', () => {
+  assert.ok(isJsonType('application/json'));
+  assert.ok(isJsonType('Application/JSON; charset=utf-8'));
+  assert.ok(isJsonType('application/problem+json'));
+  assert.ok(!isJsonType('text/plain'));
+  assert.ok(!isJsonType(undefined));
+});
+
+test('parseJsonBody', () => {
+  assert.deepEqual(parseJsonBody(Buffer.from('{"a": 1}')), { text: '{"a": 1}', value: { a: 1 } });
+  assert.throws(() => parseJsonBody(Buffer.from('{a')));
+  assert.throws(() => parseJsonBody(Buffer.alloc(0)));
+  assert.throws(() => parseJsonBody(Buffer.from([0x22, 0xff, 0x22])), /UTF-8/);
+});
