@@ -1,0 +1,61 @@
+// Command payments is the payment service of clients/CONTRACT.md.
+//
+// Environment: PORT (listens on 127.0.0.1:$PORT), DATABASE_URL (libpq URI of a database with the idempotency
+// extension and the ledger table), PAYMENTS_FAULTS=1 to honour the X-Fault request header.
+package main
+
+import (
+	"context"
+	"errors"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"example.com/idempotency"
+	"example.com/idempotency/payments"
+)
+
+func main() {
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	port := os.Getenv("PORT")
+	dsn := os.Getenv("DATABASE_URL")
+	if port == "" || dsn == "" {
+		log.Fatal("payments: PORT and DATABASE_URL must be set")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pool, err := idempotency.NewPool(connectCtx, dsn) // simple protocol: works through PgBouncer
+	cancel()
+	if err != nil {
+		log.Fatalf("payments: connect: %v", err)
+	}
+	defer pool.Close()
+
+	srv := &http.Server{
+		Handler:           payments.NewHandler(pool, payments.Config{Faults: os.Getenv("PAYMENTS_FAULTS") == "1"}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		log.Fatalf("payments: listen: %v", err)
+	}
+	log.Printf("payments: listening on http://%s", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			log.Fatalf("payments: %v", err)
+		}
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}
+}

@@ -1,0 +1,415 @@
+// Package idempotency is the Go client of the idempotency PostgreSQL extension: net/http middleware that honours
+// the Idempotency-Key request header by claiming the key, running the handler and storing its response in one
+// database transaction, the same transaction as the handler's own writes.
+//
+// Per request: the key is parsed (400 problem+json when missing or invalid), the body must be JSON (400 otherwise,
+// before any claim), then
+//
+//	BEGIN
+//	idem_claim(key, idem_hash(jsonb_build_object('method', .., 'path', .., 'body', ..)), ttl, scope)
+//	  claimed     -> the handler runs inside the transaction; its response is buffered;
+//	                 idem_complete(key, status, body, headers, scope); COMMIT; the response is sent
+//	  replay      -> ROLLBACK; the stored response, plus Idempotent-Replayed: true
+//	  mismatch    -> ROLLBACK; 422 problem+json (idempotency-key-reused)
+//	  in_progress -> ROLLBACK; 409 problem+json, Retry-After: 1
+//
+// A 5xx from the handler, a returned error, a panic or a failed statement roll everything back: nothing is
+// stored, the handler's writes are undone, the key is free for a retry. SQLSTATE 40001 or 40P01 anywhere runs the
+// whole transaction again (Options.MaxRetries times at most).
+//
+// The handler reaches the transaction with Tx(r.Context()), or receives it directly with Guard.HandleTx.
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgx/v4"
+)
+
+// DB begins the transactions; *pgxpool.Pool and *pgx.Conn satisfy it.
+type DB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Options configure a Guard. The zero value works: scope "", the extension's default ttl, 3 retries.
+type Options struct {
+	// Scope gives the idempotency scope of a request: the authenticated tenant or account, never a value the client
+	// picks freely. nil means the scope "".
+	Scope func(r *http.Request) string
+	// TTL of the stored response; 0 means the extension's idempotency.ttl.
+	TTL time.Duration
+	// MaxRetries is how many times the whole transaction is run again after SQLSTATE 40001/40P01. 0 means 3;
+	// a negative value means no retry.
+	MaxRetries int
+	// Methods guarded; other methods pass through to the handler untouched (with no transaction). nil means
+	// POST, PUT, PATCH, DELETE.
+	Methods []string
+	// ReplayHeaders is the allow-list of response headers stored for a replay. nil means every header but the
+	// per-connection ones (Date, Content-Length, Set-Cookie, ...).
+	ReplayHeaders []string
+	// TxOptions of the transaction (isolation level); the zero value is the server default (READ COMMITTED).
+	TxOptions pgx.TxOptions
+	// MaxBodyBytes limits the request body; 0 means 1 MiB. A bigger body is answered 413.
+	MaxBodyBytes int64
+	// ProblemBase prefixes problem types; "" means DefaultProblemBase.
+	ProblemBase string
+	// Logger for database and handler errors; nil means log.Default().
+	Logger *log.Logger
+}
+
+// Guard applies the idempotency protocol to handlers.
+type Guard struct {
+	db   DB
+	opts Options
+}
+
+// New returns a Guard that begins its transactions on db.
+func New(db DB, opts Options) *Guard {
+	if opts.MaxRetries == 0 {
+		opts.MaxRetries = 3
+	} else if opts.MaxRetries < 0 {
+		opts.MaxRetries = 0
+	}
+	if opts.Methods == nil {
+		opts.Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = log.Default()
+	}
+	return &Guard{db: db, opts: opts}
+}
+
+// Middleware is New(db, opts).Middleware, for routers that take func(http.Handler) http.Handler.
+func Middleware(db DB, opts Options) func(http.Handler) http.Handler {
+	return New(db, opts).Middleware
+}
+
+// TxHandlerFunc is a handler that runs inside the request's transaction. It writes its response to w (buffered
+// until the transaction commits). Returning an error rolls the transaction back and answers 500 (or runs the
+// transaction again, for 40001/40P01 anywhere in the error's chain).
+type TxHandlerFunc func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error
+
+// Middleware wraps an ordinary http.Handler. It finds the transaction with Tx(r.Context()); to roll back for a
+// database error (and have 40001/40P01 retried) it calls Fail(r.Context(), err), or panics.
+func (g *Guard) Middleware(next http.Handler) http.Handler {
+	return g.handle(next, func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		next.ServeHTTP(w, r)
+		return nil
+	})
+}
+
+// HandleTx returns a handler running h inside the request's transaction.
+func (g *Guard) HandleTx(h TxHandlerFunc) http.Handler {
+	return g.handle(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = h(w, r, nil)
+	}), h)
+}
+
+type ctxKey int
+
+const (
+	txKey ctxKey = iota
+	stateKey
+)
+
+type requestState struct {
+	key, scope string
+	attempt    int
+	err        error
+}
+
+// Tx is the transaction of a guarded request (nil outside one).
+func Tx(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey).(pgx.Tx)
+	return tx
+}
+
+// Key is the parsed Idempotency-Key of a guarded request.
+func Key(ctx context.Context) string {
+	if s, ok := ctx.Value(stateKey).(*requestState); ok {
+		return s.key
+	}
+	return ""
+}
+
+// Scope is the scope the key was claimed in.
+func Scope(ctx context.Context) string {
+	if s, ok := ctx.Value(stateKey).(*requestState); ok {
+		return s.scope
+	}
+	return ""
+}
+
+// Attempt is 0 on the first run of the transaction, 1.. on runs after 40001/40P01.
+func Attempt(ctx context.Context) int {
+	if s, ok := ctx.Value(stateKey).(*requestState); ok {
+		return s.attempt
+	}
+	return 0
+}
+
+// Fail marks the guarded request failed with err, as if a TxHandlerFunc had returned it: whatever the handler
+// writes is dropped, the transaction rolls back, and the client gets 500 (or the transaction runs again, for
+// 40001/40P01). It reports whether ctx belongs to a guarded request.
+func Fail(ctx context.Context, err error) bool {
+	s, ok := ctx.Value(stateKey).(*requestState)
+	if ok && s.err == nil {
+		s.err = err
+	}
+	return ok
+}
+
+// IsRetryable reports whether err carries SQLSTATE 40001 (serialization_failure) or 40P01 (deadlock_detected).
+func IsRetryable(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+}
+
+// badBodyCodes are SQLSTATEs of the claim statement meaning PostgreSQL does not take the body as jsonb.
+var badBodyCodes = map[string]bool{"22P02": true, "22P05": true, "22003": true, "22021": true}
+
+var errBadBody = errors.New("request body is not JSON")
+
+// PanicError is a recovered panic of the handler.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (p *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", p.Value) }
+
+const (
+	claimSQL = `SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text
+FROM idem_claim($1::text,
+                idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb)),
+                $5::interval, $6::text) AS c`
+	completeSQL = `SELECT idem_complete($1::text, $2::int, $3::jsonb, $4::jsonb, $5::text)`
+)
+
+func (g *Guard) guarded(method string) bool {
+	for _, m := range g.opts.Methods {
+		if strings.EqualFold(m, method) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *Guard) problem(status int, slug, title, detail string) *Response {
+	return Problem(g.opts.ProblemBase, status, slug, title, detail)
+}
+
+func (g *Guard) handle(passthrough http.Handler, h TxHandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !g.guarded(r.Method) {
+			passthrough.ServeHTTP(w, r)
+			return
+		}
+		g.serve(w, r, h)
+	})
+}
+
+func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
+	key, err := ParseKey(r.Header.Values("Idempotency-Key"))
+	if err != nil {
+		ke := err.(*KeyError)
+		title := "Invalid Idempotency-Key"
+		if ke.Missing {
+			title = "Idempotency-Key required"
+		}
+		g.problem(http.StatusBadRequest, ke.Slug(), title, ke.Reason).Write(w)
+		return
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
+	if err != nil {
+		g.problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body", err.Error()).Write(w)
+		return
+	}
+	if int64(len(raw)) > g.opts.MaxBodyBytes {
+		g.problem(http.StatusRequestEntityTooLarge, "request-body-too-large", "Request body too large",
+			fmt.Sprintf("the request body is over %d bytes", g.opts.MaxBodyBytes)).Write(w)
+		return
+	}
+	if !ValidRequestBody(raw) {
+		g.badBody().Write(w)
+		return
+	}
+	scope := ""
+	if g.opts.Scope != nil {
+		scope = g.opts.Scope(r)
+	}
+	req := attemptInput{key: key, scope: scope, method: r.Method, path: r.URL.Path, body: raw}
+
+	for attempt := 0; ; attempt++ {
+		resp, err := g.attempt(r, req, attempt, h)
+		if err == nil {
+			resp.Write(w)
+			return
+		}
+		var pe *PanicError
+		switch {
+		case IsRetryable(err) && attempt < g.opts.MaxRetries:
+			g.opts.Logger.Printf("idempotency: %v on attempt %d, running the transaction again", err, attempt+1)
+			continue
+		case IsRetryable(err):
+			p := g.problem(http.StatusConflict, "transaction-conflict", "Conflict",
+				"the request kept conflicting with concurrent requests; retry it")
+			p.Header.Set("Retry-After", "1")
+			p.Write(w)
+		case errors.Is(err, errBadBody):
+			g.badBody().Write(w)
+		case errors.As(err, &pe):
+			if pe.Value == http.ErrAbortHandler {
+				panic(pe.Value) // the handler asked net/http to abort the connection
+			}
+			g.opts.Logger.Printf("idempotency: %v (rolled back)\n%s", err, pe.Stack)
+			g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+				"the request failed and was rolled back").Write(w)
+		default:
+			g.opts.Logger.Printf("idempotency: %v (rolled back)", err)
+			detail := "the request failed and was rolled back"
+			var pg *pgconn.PgError
+			if errors.As(err, &pg) {
+				detail = fmt.Sprintf("database error (SQLSTATE %s); the request was rolled back", pg.Code)
+			}
+			g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error", detail).Write(w)
+		}
+		return
+	}
+}
+
+func (g *Guard) badBody() *Response {
+	return g.problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body",
+		"the request body is not JSON")
+}
+
+type attemptInput struct {
+	key, scope, method, path string
+	body                     []byte
+}
+
+func (g *Guard) ttl() any {
+	if g.opts.TTL <= 0 {
+		return nil
+	}
+	return strconv.FormatInt(g.opts.TTL.Microseconds(), 10) + " microseconds"
+}
+
+// rollback ends tx even when the request's context is already cancelled.
+func rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// attempt runs one transaction. It returns the response to send, or the error that rolled it back.
+func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandlerFunc) (*Response, error) {
+	ctx := r.Context()
+	tx, err := g.db.BeginTx(ctx, g.opts.TxOptions)
+	if err != nil {
+		return nil, err
+	}
+	defer rollback(tx) // after a COMMIT this does nothing
+
+	var c ClaimRow
+	err = tx.QueryRow(ctx, claimSQL, in.key, in.method, in.path, string(in.body), g.ttl(), in.scope).
+		Scan(&c.Outcome, &c.HTTPStatus, &c.ResponseBody, &c.ResponseHeaders)
+	if err != nil {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && badBodyCodes[pg.Code] {
+			return nil, errBadBody
+		}
+		return nil, err
+	}
+	if early, err := ClaimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
+		return early, err // replay, mismatch, in_progress: the deferred ROLLBACK ends the transaction
+	}
+
+	state := &requestState{key: in.key, scope: in.scope, attempt: attempt}
+	hctx := context.WithValue(context.WithValue(ctx, txKey, tx), stateKey, state)
+	hr := r.Clone(hctx)
+	hr.Body = io.NopCloser(bytes.NewReader(in.body))
+	hr.ContentLength = int64(len(in.body))
+	rec := NewRecorder()
+	if err := CallHandler(h, rec, hr, tx); err != nil {
+		return nil, err
+	}
+	if state.err != nil {
+		return nil, state.err
+	}
+	resp := rec.Response()
+	if resp.Status >= 500 {
+		return resp, nil // not cached: the deferred ROLLBACK undoes the handler's writes and frees the key
+	}
+	body, headers := StoredForm(resp, g.opts.ReplayHeaders)
+	var stored bool
+	if err := tx.QueryRow(ctx, completeSQL, in.key, resp.Status, body, headers, in.scope).Scan(&stored); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// CallHandler runs h, turning a panic into a *PanicError.
+func CallHandler(h TxHandlerFunc, w http.ResponseWriter, r *http.Request, tx pgx.Tx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h(w, r, tx)
+}
+
+// Recorder buffers a handler's response (an http.ResponseWriter); Response gives what was written.
+type Recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+// NewRecorder returns an empty Recorder.
+func NewRecorder() *Recorder { return &Recorder{header: http.Header{}} }
+
+func (rec *Recorder) Header() http.Header { return rec.header }
+
+func (rec *Recorder) WriteHeader(status int) {
+	if rec.status == 0 {
+		rec.status = status
+	}
+}
+
+func (rec *Recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	return rec.body.Write(b)
+}
+
+// Response is the recorded response (status 200 when the handler set none).
+func (rec *Recorder) Response() *Response {
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	h := rec.header.Clone()
+	if h.Get("Content-Type") == "" && rec.body.Len() > 0 {
+		h.Set("Content-Type", http.DetectContentType(rec.body.Bytes()))
+	}
+	return &Response{Status: status, Header: h, Body: rec.body.Bytes()}
+}

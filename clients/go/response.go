@@ -1,0 +1,262 @@
+package idempotency
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// DefaultProblemBase prefixes the problem types this package answers with (RFC 9457 "type").
+const DefaultProblemBase = "https://idempotency.dev/problems/"
+
+// BodyEncodingHeader is kept with a stored response whose body is not stored as JSON ("text" or "base64"), so the
+// replay can decode it; it is never sent to the client.
+const BodyEncodingHeader = "Idempotency-Body-Encoding"
+
+// ReplayedHeader is added to every replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// notReplayed are headers never stored for a replay: they describe one connection or one response.
+var notReplayed = map[string]bool{}
+
+func init() {
+	for _, h := range []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Date", "Server",
+		"Set-Cookie", "Upgrade", "Te", "Trailer", "Proxy-Authenticate", "Proxy-Connection", ReplayedHeader,
+		BodyEncodingHeader} {
+		notReplayed[http.CanonicalHeaderKey(h)] = true
+	}
+}
+
+// Response is a complete, buffered HTTP response.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Write sends r to w with a Content-Length that matches the body.
+func (r *Response) Write(w http.ResponseWriter) {
+	h := w.Header()
+	for k, vs := range r.Header {
+		h[k] = append([]string(nil), vs...)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(r.Body)))
+	w.WriteHeader(r.Status)
+	_, _ = w.Write(r.Body)
+}
+
+// Problem is an RFC 9457 application/problem+json response. base prefixes slug to form the type
+// (DefaultProblemBase when empty).
+func Problem(base string, status int, slug, title, detail string) *Response {
+	if base == "" {
+		base = DefaultProblemBase
+	}
+	body, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{base + slug, title, status, detail})
+	return &Response{Status: status, Header: http.Header{"Content-Type": {"application/problem+json"}}, Body: body}
+}
+
+// Claim outcomes of idem_claim.
+const (
+	OutcomeClaimed    = "claimed"
+	OutcomeReplay     = "replay"
+	OutcomeMismatch   = "mismatch"
+	OutcomeInProgress = "in_progress"
+)
+
+// ClaimRow is one row of idem_claim, with the jsonb columns as their text (nil for SQL NULL).
+type ClaimRow struct {
+	Outcome         string
+	HTTPStatus      *int32
+	ResponseBody    *string
+	ResponseHeaders *string
+}
+
+// ClaimResponse maps a claim to the HTTP answer: nil for "claimed" (run the handler), the stored response plus
+// Idempotent-Replayed for "replay", 422 (or the status the extension gives) for "mismatch", 409 with
+// Retry-After: 1 for "in_progress".
+func ClaimResponse(base string, c ClaimRow) (*Response, error) {
+	switch c.Outcome {
+	case OutcomeClaimed:
+		return nil, nil
+	case OutcomeReplay:
+		if c.HTTPStatus == nil {
+			return nil, fmt.Errorf("idempotency: replay without a stored status")
+		}
+		return replayResponse(int(*c.HTTPStatus), c.ResponseBody, c.ResponseHeaders)
+	case OutcomeMismatch:
+		status := http.StatusUnprocessableEntity
+		if c.HTTPStatus != nil {
+			status = int(*c.HTTPStatus)
+		}
+		return Problem(base, status, "idempotency-key-reused", "Idempotency-Key reused",
+			"this Idempotency-Key was already used with a different request"), nil
+	case OutcomeInProgress:
+		p := Problem(base, http.StatusConflict, "idempotency-key-in-progress", "Request in progress",
+			"a request with this Idempotency-Key is still being processed; retry later")
+		p.Header.Set("Retry-After", "1")
+		return p, nil
+	}
+	return nil, fmt.Errorf("idempotency: unknown idem_claim outcome %q", c.Outcome)
+}
+
+func replayResponse(status int, bodyText, headersText *string) (*Response, error) {
+	stored := map[string]any{}
+	if headersText != nil {
+		if err := json.Unmarshal([]byte(*headersText), &stored); err != nil {
+			return nil, fmt.Errorf("idempotency: stored headers: %w", err)
+		}
+	}
+	h := http.Header{}
+	encoding := ""
+	for k, v := range stored {
+		var s string
+		switch v := v.(type) {
+		case string:
+			s = v
+		default:
+			b, _ := json.Marshal(v)
+			s = string(b)
+		}
+		if http.CanonicalHeaderKey(k) == BodyEncodingHeader {
+			encoding = s
+			continue
+		}
+		h.Set(k, s)
+	}
+	var body []byte
+	if bodyText != nil {
+		switch encoding {
+		case "":
+			body = []byte(*bodyText) // jsonb's canonical text of the stored JSON body
+		case "text", "base64":
+			var s string
+			if err := json.Unmarshal([]byte(*bodyText), &s); err != nil {
+				return nil, fmt.Errorf("idempotency: stored %s body: %w", encoding, err)
+			}
+			if encoding == "text" {
+				body = []byte(s)
+			} else {
+				b, err := base64.StdEncoding.DecodeString(s)
+				if err != nil {
+					return nil, fmt.Errorf("idempotency: stored base64 body: %w", err)
+				}
+				body = b
+			}
+		default:
+			return nil, fmt.Errorf("idempotency: unknown stored body encoding %q", encoding)
+		}
+	}
+	h.Set(ReplayedHeader, "true")
+	return &Response{Status: status, Header: h, Body: body}, nil
+}
+
+func isJSONType(contentType string) bool {
+	media, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return media == "application/json" || strings.HasSuffix(media, "+json")
+}
+
+// StoredForm is what idem_complete stores for r: the body as JSON text (nil for an empty body) and the headers as a
+// JSON object. A JSON body (by its Content-Type) is stored as JSON; any other body as a JSON string, its encoding
+// kept in BodyEncodingHeader, which the replay removes. allow, when not nil, is the allow-list of headers to store
+// (case-insensitive); otherwise every header but the per-connection ones. Repeated headers are joined with ", ".
+func StoredForm(r *Response, allow []string) (body *string, headers string) {
+	var allowed map[string]bool
+	if allow != nil {
+		allowed = map[string]bool{}
+		for _, a := range allow {
+			allowed[http.CanonicalHeaderKey(a)] = true
+		}
+	}
+	out := map[string]string{}
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ck := http.CanonicalHeaderKey(k)
+		if notReplayed[ck] || (allowed != nil && !allowed[ck]) || len(r.Header[k]) == 0 {
+			continue
+		}
+		v := strings.Join(r.Header[k], ", ")
+		if prev, ok := out[ck]; ok {
+			v = prev + ", " + v
+		}
+		out[ck] = v
+	}
+	if len(r.Body) > 0 {
+		var s string
+		if utf8.Valid(r.Body) && isJSONType(r.Header.Get("Content-Type")) && validJSON(r.Body) {
+			s = string(r.Body)
+		} else if utf8.Valid(r.Body) && !bytes.ContainsRune(r.Body, 0) {
+			out[BodyEncodingHeader] = "text"
+			b, _ := json.Marshal(string(r.Body))
+			s = string(b)
+		} else {
+			out[BodyEncodingHeader] = "base64"
+			b, _ := json.Marshal(base64.StdEncoding.EncodeToString(r.Body))
+			s = string(b)
+		}
+		body = &s
+	}
+	hb, _ := json.Marshal(out)
+	return body, string(hb)
+}
+
+// validJSON is json.Valid plus what PostgreSQL's jsonb refuses and Go accepts: the \u0000 escape. (Invalid
+// UTF-8, which jsonb refuses too, is checked by the callers.)
+func validJSON(b []byte) bool {
+	if !json.Valid(b) {
+		return false
+	}
+	if !bytes.Contains(b, []byte(`u0000`)) {
+		return true
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if d.Decode(&v) != nil {
+		return false
+	}
+	return !hasNUL(v)
+}
+
+func hasNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.ContainsRune(v, 0)
+	case []any:
+		for _, e := range v {
+			if hasNUL(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range v {
+			if strings.ContainsRune(k, 0) || hasNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ValidRequestBody reports whether a request body is JSON PostgreSQL's jsonb accepts (UTF-8, no \u0000).
+func ValidRequestBody(b []byte) bool {
+	return utf8.Valid(b) && validJSON(b)
+}
