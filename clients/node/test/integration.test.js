@@ -1,0 +1,265 @@
+// Against a real PostgreSQL with the idempotency extension: set IDEM_TEST_DATABASE_URL (a libpq URI). The
+// database gets CREATE EXTENSION idempotency and the ledger table of clients/schema.sql when they are missing.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import express from 'express';
+import pg from 'pg';
+import { idempotency } from '../src/index.js';
+import { authenticate, createApp } from '../service/app.js';
+import { listen, post, quietLogger } from './helpers.js';
+
+const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
+const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
+
+describe('against PostgreSQL', { skip }, () => {
+  const run = `t${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  let pool;
+  let srv;
+  let n = 0;
+  const account = () => `${run}_${++n}`;
+  const auth = (acct, key) => ({ Authorization: `Bearer ${acct}`, ...(key === undefined ? {} : { 'Idempotency-Key': key }) });
+  const rows = async (acct) =>
+    (await pool.query('SELECT amount_cents, currency, idempotency_key FROM ledger WHERE account = $1 ORDER BY id', [acct])).rows;
+
+  before(async () => {
+    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 8 });
+    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
+    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
+    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    srv = await listen(createApp({ pool, faults: true, logger: quietLogger }));
+  });
+
+  after(async () => {
+    await srv?.close();
+    await pool?.end();
+  });
+
+  test('claim, then replay of the same request in another key order and spacing', async () => {
+    const acct = account();
+    const first = await post(`${srv.url}/payments`, '{"amount_cents": 1250, "currency": "EUR"}', auth(acct, '"pay-1"'));
+    assert.equal(first.status, 201);
+    assert.equal(first.headers.get('content-type'), 'application/json');
+    assert.equal(first.headers.get('idempotent-replayed'), null);
+    const id = first.json.payment_id;
+    assert.ok(Number.isInteger(id));
+    assert.deepEqual(first.json, { payment_id: id, account: acct, amount_cents: 1250, currency: 'EUR' });
+    assert.equal(first.headers.get('location'), `/payments/${id}`);
+
+    const again = await post(`${srv.url}/payments`, '{ "currency":"EUR",\n "amount_cents":1250 }', auth(acct, '"pay-1"'));
+    assert.equal(again.status, 201);
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.equal(again.headers.get('location'), `/payments/${id}`);
+    assert.equal(again.headers.get('content-type'), 'application/json');
+    assert.deepEqual(again.json, first.json);
+    assert.deepEqual(await rows(acct), [{ amount_cents: '-1250', currency: 'EUR', idempotency_key: 'pay-1' }]);
+  });
+
+  test('the quoted and the bare form are the same key; escapes are decoded', async () => {
+    const acct = account();
+    const a = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, '"same-key"'));
+    const b = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, 'same-key'));
+    assert.equal(a.status, 201);
+    assert.equal(b.headers.get('idempotent-replayed'), 'true');
+    const c = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, '"q\\"uote\\\\d"'));
+    assert.equal(c.status, 201);
+    assert.deepEqual((await rows(acct)).map((r) => r.idempotency_key), ['same-key', 'q"uote\\d']);
+  });
+
+  test('the same key with another body: 422 idempotency-key-reused, nothing written', async () => {
+    const acct = account();
+    assert.equal((await post(`${srv.url}/payments`, { amount_cents: 10, currency: 'EUR' }, auth(acct, 'k'))).status, 201);
+    const r = await post(`${srv.url}/payments`, { amount_cents: 11, currency: 'EUR' }, auth(acct, 'k'));
+    assert.equal(r.status, 422);
+    assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    assert.match(r.json.type, /\/idempotency-key-reused$/);
+    assert.equal(r.json.status, 422);
+    assert.equal((await rows(acct)).length, 1);
+  });
+
+  test('the scope is the account: the same key for two accounts is two payments', async () => {
+    const a = account();
+    const b = account();
+    const ra = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'EUR' }, auth(a, 'shared'));
+    const rb = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'EUR' }, auth(b, 'shared'));
+    assert.equal(ra.status, 201);
+    assert.equal(rb.status, 201);
+    assert.equal(rb.headers.get('idempotent-replayed'), null);
+    assert.notEqual(ra.json.payment_id, rb.json.payment_id);
+  });
+
+  test('a 503 from the handler is rolled back and not cached; the retry is claimed again', async () => {
+    const acct = account();
+    const body = { amount_cents: 700, currency: 'GBP' };
+    const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'k503'), 'X-Fault': '503' });
+    assert.equal(r.status, 503);
+    assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    assert.equal(r.json.detail, 'upstream unavailable');
+    assert.deepEqual(await rows(acct), []);
+    const retry = await post(`${srv.url}/payments`, body, auth(acct, 'k503'));
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers.get('idempotent-replayed'), null);
+    assert.equal((await rows(acct)).length, 1);
+  });
+
+  test('a database error in the handler: 500, rolled back, the retry is claimed again', async () => {
+    const acct = account();
+    const body = { amount_cents: 9, currency: 'EUR' };
+    const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'kdb'), 'X-Fault': 'db-error' });
+    assert.equal(r.status, 500);
+    assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    assert.equal(r.json.status, 500);
+    assert.deepEqual(await rows(acct), []);
+    const retry = await post(`${srv.url}/payments`, body, auth(acct, 'kdb'));
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers.get('idempotent-replayed'), null);
+  });
+
+  test('a handler that throws after its insert: rolled back, nothing cached', async () => {
+    let fail = true;
+    const app = express();
+    const idem = idempotency({ pool, scope: authenticate, logger: quietLogger });
+    app.post('/throws', idem(async (req, res) => {
+      await req.db.query(
+        "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -1, 'EUR', $2)",
+        [req.idempotency.scope, req.idempotency.key],
+      );
+      if (fail) throw new Error('the handler failed');
+      res.status(201).json({ ok: true });
+    }));
+    const s = await listen(app);
+    try {
+      const acct = account();
+      const r = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      assert.equal(r.status, 500);
+      assert.match(r.json.type, /internal-error$/);
+      assert.deepEqual(await rows(acct), []);
+      fail = false;
+      const retry = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      assert.equal(retry.status, 201);
+      assert.equal(retry.headers.get('idempotent-replayed'), null);
+      assert.equal((await rows(acct)).length, 1);
+      const replay = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+      assert.equal((await rows(acct)).length, 1);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('SQLSTATE 40001 in the handler: the whole transaction runs again, once in effect', async () => {
+    const attempts = [];
+    const app = express();
+    const idem = idempotency({ pool, scope: authenticate, logger: quietLogger });
+    app.post('/retry', idem(async (req, res) => {
+      attempts.push(req.idempotency.attempt);
+      await req.db.query(
+        "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -1, 'EUR', $2)",
+        [req.idempotency.scope, req.idempotency.key],
+      );
+      if (req.idempotency.attempt < 2) {
+        await req.db.query("DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END $$");
+      }
+      res.status(201).json({ attempt: req.idempotency.attempt });
+    }));
+    const s = await listen(app);
+    try {
+      const acct = account();
+      const r = await post(`${s.url}/retry`, {}, auth(acct, 'kr'));
+      assert.equal(r.status, 201);
+      assert.deepEqual(r.json, { attempt: 2 });
+      assert.deepEqual(attempts, [0, 1, 2]);
+      assert.equal((await rows(acct)).length, 1);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('a validation error (422) is stored and replayed like any 4xx', async () => {
+    const acct = account();
+    const r = await post(`${srv.url}/payments`, { amount_cents: -5, currency: 'EUR' }, auth(acct, 'kv'));
+    assert.equal(r.status, 422);
+    assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    const again = await post(`${srv.url}/payments`, { amount_cents: -5, currency: 'EUR' }, auth(acct, 'kv'));
+    assert.equal(again.status, 422);
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(again.json, r.json);
+    const cur = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'eur' }, auth(acct, 'kv2'));
+    assert.equal(cur.status, 422);
+    assert.deepEqual(await rows(acct), []);
+  });
+
+  test('a body that is not JSON: 400 before the claim, the key is not consumed', async () => {
+    const acct = account();
+    const bad = await post(`${srv.url}/payments`, '{"amount_cents": 5,', auth(acct, 'kj'));
+    assert.equal(bad.status, 400);
+    assert.match(bad.json.type, /request-body-not-json$/);
+    const nul = await post(`${srv.url}/payments`, '{"amount_cents": 5, "currency": "\\u0000"}', auth(acct, 'kj'));
+    assert.equal(nul.status, 400); // JSON that jsonb refuses
+    const ok = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'EUR' }, auth(acct, 'kj'));
+    assert.equal(ok.status, 201);
+    assert.equal(ok.headers.get('idempotent-replayed'), null);
+  });
+
+  test('missing or invalid Idempotency-Key: 400; missing or bad Authorization: 401', async () => {
+    const acct = account();
+    const body = { amount_cents: 5, currency: 'EUR' };
+    const missing = await post(`${srv.url}/payments`, body, auth(acct));
+    assert.equal(missing.status, 400);
+    assert.match(missing.json.type, /idempotency-key-missing$/);
+    for (const key of ['""', '"open', 'a b', 'x'.repeat(256)]) {
+      const r = await post(`${srv.url}/payments`, body, auth(acct, key));
+      assert.equal(r.status, 400, key);
+      assert.match(r.json.type, /idempotency-key-invalid$/);
+    }
+    for (const authorization of [undefined, 'Basic abc', 'Bearer UPPER', 'Bearer ', `Bearer ${'a'.repeat(65)}`]) {
+      const r = await post(`${srv.url}/payments`, body, {
+        'Idempotency-Key': 'k', ...(authorization ? { Authorization: authorization } : {}),
+      });
+      assert.equal(r.status, 401, String(authorization));
+      assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    }
+    assert.deepEqual(await rows(acct), []);
+  });
+
+  test('parallel clicks with the same key: one payment, the others 409 Retry-After: 1 at once', async () => {
+    const acct = account();
+    const body = { amount_cents: 3, currency: 'EUR' };
+    const slow = post(`${srv.url}/payments`, body, { ...auth(acct, 'kp'), 'X-Fault': 'sleep=800' });
+    await new Promise((r) => setTimeout(r, 200));
+    const started = Date.now();
+    const others = await Promise.all([1, 2, 3].map(() => post(`${srv.url}/payments`, body, auth(acct, 'kp'))));
+    assert.ok(Date.now() - started < 600, 'in_progress is answered without waiting');
+    for (const r of others) {
+      assert.equal(r.status, 409);
+      assert.equal(r.headers.get('retry-after'), '1');
+      assert.match(r.json.type, /idempotency-key-in-progress$/);
+    }
+    const first = await slow;
+    assert.equal(first.status, 201);
+    const replay = await post(`${srv.url}/payments`, body, auth(acct, 'kp'));
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.equal(replay.json.payment_id, first.json.payment_id);
+    assert.equal((await rows(acct)).length, 1);
+  });
+
+  test('POST /payments-unprotected: the same handler in one transaction, no key', async () => {
+    const acct = account();
+    const body = { amount_cents: 42, currency: 'CHF' };
+    const r = await post(`${srv.url}/payments-unprotected`, body, auth(acct));
+    assert.equal(r.status, 201);
+    assert.equal(r.json.amount_cents, 42);
+    const r2 = await post(`${srv.url}/payments-unprotected`, body, auth(acct));
+    assert.equal(r2.status, 201);
+    assert.notEqual(r2.json.payment_id, r.json.payment_id);
+    const err = await post(`${srv.url}/payments-unprotected`, body, { ...auth(acct), 'X-Fault': 'db-error' });
+    assert.equal(err.status, 500);
+    assert.equal((await rows(acct)).length, 2);
+  });
+
+  test('GET /healthz', async () => {
+    const r = await fetch(`${srv.url}/healthz`);
+    assert.equal(r.status, 200);
+    assert.deepEqual(await r.json(), { ok: true });
+  });
+});
