@@ -70,6 +70,12 @@ export async function readRawBody(req, limit) {
     });
     req.on('end', () => failed || resolve(Buffer.concat(chunks)));
     req.on('error', (err) => failed || ((failed = true), reject(err)));
+    req.on('close', () => {
+      if (!failed && !req.readableEnded) {
+        failed = true;
+        reject(new Error('the request was aborted before its body was read'));
+      }
+    });
   });
 }
 
