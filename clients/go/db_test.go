@@ -1,0 +1,408 @@
+package idempotency_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"example.com/idempotency"
+	"example.com/idempotency/internal/testdb"
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+// fixture is a guarded test handler that debits the ledger of a fresh scope.
+type fixture struct {
+	t     *testing.T
+	pool  *pgxpool.Pool
+	scope string
+	runs  atomic.Int32 // handler runs
+	// behave decides what the handler does after its insert; nil answers 201 JSON.
+	behave func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error
+	srv    *httptest.Server
+}
+
+func newFixture(t *testing.T, opts idempotency.Options) *fixture {
+	f := &fixture{t: t, pool: testdb.Pool(t), scope: testdb.Unique("go_mw_")}
+	opts.Scope = func(*http.Request) string { return f.scope }
+	if opts.Logger == nil {
+		opts.Logger = log.New(io.Discard, "", 0)
+	}
+	g := idempotency.New(f.pool, opts)
+	f.srv = httptest.NewServer(g.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		f.runs.Add(1)
+		var id int64
+		err := tx.QueryRow(r.Context(), `INSERT INTO ledger (account, amount_cents, currency, idempotency_key)
+VALUES ($1::text, -100, 'USD', $2::text) RETURNING id`, idempotency.Scope(r.Context()), idempotency.Key(r.Context())).Scan(&id)
+		if err != nil {
+			return err
+		}
+		if f.behave != nil {
+			return f.behave(w, r, tx)
+		}
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", fmt.Sprintf("/things/%d", id))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id": %d, "echo": %s}`, id, body)
+		return nil
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (r result) problemType() string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal([]byte(r.body), &p)
+	return strings.TrimPrefix(p.Type, idempotency.DefaultProblemBase)
+}
+
+func (f *fixture) post(key *string, body string) result {
+	f.t.Helper()
+	return do(f.t, f.srv.URL+"/things", key, body, nil)
+}
+
+func do(t *testing.T, url string, key *string, body string, hdr map[string]string) result {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != nil {
+		req.Header.Set("Idempotency-Key", *key)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, string(b)}
+}
+
+func ptr(s string) *string { return &s }
+
+func (f *fixture) rows() int { return testdb.LedgerRows(f.t, f.pool, f.scope) }
+
+func TestClaimThenReplay(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	key := testdb.Unique("k")
+	first := f.post(ptr(key), `{"a": 1, "b": [1, 2]}`)
+	if first.status != 201 || first.header.Get("Idempotent-Replayed") != "" || first.header.Get("Location") == "" {
+		t.Fatalf("first: %+v", first)
+	}
+	// The same key, quoted this time, and the body with other key order and spacing: the same request.
+	second := f.post(ptr(`"`+key+`"`), `{ "b":[1,2],"a":1 }`)
+	if second.status != 201 || second.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("second: %+v", second)
+	}
+	if second.header.Get("Location") != first.header.Get("Location") ||
+		second.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("replayed headers %v, first %v", second.header, first.header)
+	}
+	var a, b any
+	if json.Unmarshal([]byte(first.body), &a) != nil || json.Unmarshal([]byte(second.body), &b) != nil ||
+		fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("replayed body %q, first %q", second.body, first.body)
+	}
+	if f.runs.Load() != 1 || f.rows() != 1 {
+		t.Fatalf("handler ran %d times, %d ledger rows; want 1 and 1", f.runs.Load(), f.rows())
+	}
+}
+
+func TestMismatch(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	key := testdb.Unique("k")
+	if r := f.post(ptr(key), `{"amount": 100}`); r.status != 201 {
+		t.Fatalf("first: %+v", r)
+	}
+	r := f.post(ptr(key), `{"amount": 1000}`)
+	if r.status != 422 || r.problemType() != "idempotency-key-reused" ||
+		r.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("tampered retry: %+v", r)
+	}
+	if f.rows() != 1 {
+		t.Fatalf("%d ledger rows", f.rows())
+	}
+}
+
+func TestScopesSeparateKeys(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	key := testdb.Unique("k")
+	if r := f.post(ptr(key), `{}`); r.status != 201 {
+		t.Fatalf("%+v", r)
+	}
+	f.scope = testdb.Unique("go_mw_")
+	if r := f.post(ptr(key), `{}`); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the same key in another scope: %+v", r)
+	}
+}
+
+func TestKeyAndBodyErrors(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	for _, tc := range []struct {
+		key  *string
+		body string
+		slug string
+	}{
+		{nil, `{}`, "idempotency-key-missing"},
+		{ptr(""), `{}`, "idempotency-key-invalid"},
+		{ptr(`"unterminated`), `{}`, "idempotency-key-invalid"},
+		{ptr(strings.Repeat("x", 256)), `{}`, "idempotency-key-invalid"},
+		{ptr("a b"), `{}`, "idempotency-key-invalid"},
+		{ptr(testdb.Unique("k")), `not json`, "request-body-not-json"},
+		{ptr(testdb.Unique("k")), ``, "request-body-not-json"},
+		{ptr(testdb.Unique("k")), `{"a": "\u0000"}`, "request-body-not-json"},
+	} {
+		r := f.post(tc.key, tc.body)
+		if r.status != 400 || r.problemType() != tc.slug {
+			t.Errorf("key %v body %q: %d %s, want 400 %s", tc.key, tc.body, r.status, r.body, tc.slug)
+		}
+	}
+	if f.runs.Load() != 0 {
+		t.Fatalf("the handler ran %d times", f.runs.Load())
+	}
+	// A refused body does not consume the key.
+	key := testdb.Unique("k")
+	if r := f.post(ptr(key), `{oops`); r.status != 400 {
+		t.Fatalf("%+v", r)
+	}
+	if r := f.post(ptr(key), `{"ok": true}`); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("after a bad body the key is still free: %+v", r)
+	}
+}
+
+// expectNotCached checks that a failing request left nothing behind: no ledger row, and the retry runs again.
+func expectNotCached(t *testing.T, f *fixture, status int, slug string) {
+	t.Helper()
+	key := testdb.Unique("k")
+	r := f.post(ptr(key), `{"n": 1}`)
+	if r.status != status || (slug != "" && r.problemType() != slug) {
+		t.Fatalf("failing request: %d %s, want %d %s", r.status, r.body, status, slug)
+	}
+	if f.rows() != 0 {
+		t.Fatalf("the failed request left %d ledger rows", f.rows())
+	}
+	f.behave = nil
+	r = f.post(ptr(key), `{"n": 1}`)
+	if r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after the failure: %+v", r)
+	}
+	if f.runs.Load() != 2 || f.rows() != 1 {
+		t.Fatalf("handler runs %d, ledger rows %d; want 2 and 1", f.runs.Load(), f.rows())
+	}
+}
+
+func TestFiveHundredsNotCached(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		idempotency.Problem("", 503, "upstream-unavailable", "Service Unavailable", "upstream unavailable").Write(w)
+		return nil
+	}
+	expectNotCached(t, f, 503, "upstream-unavailable")
+}
+
+func TestPanicRollsBack(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		w.WriteHeader(201)
+		panic("boom")
+	}
+	expectNotCached(t, f, 500, "internal-error")
+}
+
+func TestStatementErrorRollsBack(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		_, err := tx.Exec(r.Context(), `SELECT 1/0`)
+		return err
+	}
+	expectNotCached(t, f, 500, "internal-error")
+}
+
+// A handler that ignores a failed statement and answers 201 still rolls back: idem_complete fails in the aborted
+// transaction.
+func TestIgnoredStatementErrorRollsBack(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		_, _ = tx.Exec(r.Context(), `SELECT 1/0`)
+		w.WriteHeader(201)
+		return nil
+	}
+	expectNotCached(t, f, 500, "internal-error")
+}
+
+func TestStoredFourHundredReplays(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(402)
+		_, _ = io.WriteString(w, "insufficient funds\n")
+		return nil
+	}
+	key := testdb.Unique("k")
+	first := f.post(ptr(key), `{}`)
+	second := f.post(ptr(key), `{}`)
+	if first.status != 402 || second.status != 402 || second.body != "insufficient funds\n" ||
+		second.header.Get("Content-Type") != "text/plain" || second.header.Get("Idempotent-Replayed") != "true" ||
+		second.header.Get(idempotency.BodyEncodingHeader) != "" {
+		t.Fatalf("first %+v, second %+v", first, second)
+	}
+	if f.runs.Load() != 1 || f.rows() != 1 {
+		t.Fatalf("runs %d rows %d", f.runs.Load(), f.rows())
+	}
+}
+
+func TestInProgress(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	key := testdb.Unique("k")
+	ctx := context.Background()
+	tx, err := f.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var outcome string
+	if err := tx.QueryRow(ctx, `SELECT outcome FROM idem_claim($1::text, idem_hash('x'::text), NULL, $2::text)`, key, f.scope).Scan(&outcome); err != nil || outcome != "claimed" {
+		t.Fatalf("claim in the other transaction: %q %v", outcome, err)
+	}
+	r := f.post(ptr(key), `{}`)
+	if r.status != 409 || r.header.Get("Retry-After") != "1" || r.problemType() != "idempotency-key-in-progress" {
+		t.Fatalf("while held elsewhere: %+v", r)
+	}
+	if f.runs.Load() != 0 {
+		t.Fatal("the handler ran")
+	}
+	_ = tx.Rollback(ctx)
+	if r := f.post(ptr(key), `{}`); r.status != 201 {
+		t.Fatalf("after the other transaction rolled back: %+v", r)
+	}
+}
+
+func TestSerializationFailureRetried(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	var attempts []int
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		attempts = append(attempts, idempotency.Attempt(r.Context()))
+		if idempotency.Attempt(r.Context()) < 2 {
+			// A real 40001 from the server, wrapped as handlers do.
+			_, err := tx.Exec(r.Context(), `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+			return fmt.Errorf("debit: %w", err)
+		}
+		w.WriteHeader(201)
+		return nil
+	}
+	if r := f.post(ptr(testdb.Unique("k")), `{}`); r.status != 201 {
+		t.Fatalf("%+v", r)
+	}
+	if fmt.Sprint(attempts) != "[0 1 2]" || f.rows() != 1 {
+		t.Fatalf("attempts %v, rows %d; want [0 1 2] and 1", attempts, f.rows())
+	}
+}
+
+func TestRetriesExhausted(t *testing.T) {
+	f := newFixture(t, idempotency.Options{MaxRetries: 2})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		return &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
+	}
+	r := f.post(ptr(testdb.Unique("k")), `{}`)
+	if r.status != 409 || r.header.Get("Retry-After") != "1" || r.problemType() != "transaction-conflict" {
+		t.Fatalf("%+v", r)
+	}
+	if f.runs.Load() != 3 || f.rows() != 0 {
+		t.Fatalf("runs %d rows %d; want 3 and 0", f.runs.Load(), f.rows())
+	}
+}
+
+// The plain net/http form: the transaction from the context, Fail for errors.
+func TestMiddlewareForm(t *testing.T) {
+	pool := testdb.Pool(t)
+	scope := testdb.Unique("go_mw_")
+	var fail atomic.Bool
+	mw := idempotency.Middleware(pool, idempotency.Options{
+		Scope:  func(*http.Request) string { return scope },
+		Logger: log.New(io.Discard, "", 0),
+	})
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := idempotency.Tx(r.Context())
+		if tx == nil {
+			w.WriteHeader(http.StatusTeapot) // not guarded: GET
+			return
+		}
+		if _, err := tx.Exec(r.Context(), `INSERT INTO ledger (account, amount_cents, currency, idempotency_key)
+VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); err != nil {
+			idempotency.Fail(r.Context(), err)
+			return
+		}
+		if fail.Load() {
+			idempotency.Fail(r.Context(), errors.New("downstream failed"))
+			w.WriteHeader(200) // dropped
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	})))
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL)
+	if err != nil || resp.StatusCode != http.StatusTeapot {
+		t.Fatalf("GET passes through: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	key := testdb.Unique("k")
+	fail.Store(true)
+	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.status != 500 {
+		t.Fatalf("Fail: %+v", r)
+	}
+	fail.Store(false)
+	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("after Fail: %+v", r)
+	}
+	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" || r.body != `{"ok": true}` {
+		t.Fatalf("replay: %+v", r)
+	}
+	if n := testdb.LedgerRows(t, pool, scope); n != 1 {
+		t.Fatalf("%d rows", n)
+	}
+}
+
+// The pool from ParsePoolConfig uses the simple protocol: no prepared statement is left on the server.
+func TestSimpleProtocolNoPreparedStatements(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	if !f.pool.Config().ConnConfig.PreferSimpleProtocol {
+		t.Fatal("PreferSimpleProtocol is off")
+	}
+	for i := 0; i < 3; i++ {
+		if r := f.post(ptr(testdb.Unique("k")), `{}`); r.status != 201 {
+			t.Fatalf("%+v", r)
+		}
+	}
+	conn, err := f.pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_prepared_statements`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d prepared statements (%v)", n, err)
+	}
+}
