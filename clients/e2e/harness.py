@@ -55,7 +55,7 @@ SERVICES = {
         # vendor/ from Debian's golang-*-dev sources (clients/go/debian-vendor.sh), then an offline build
         "prepare_if_missing": ("vendor", [["sh", "debian-vendor.sh"]]),
         "prepare": [["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
-        "prepare_env": {"GOFLAGS": "-mod=vendor", "GOPROXY": "off"},
+        "prepare_env": {"GOFLAGS": "-mod=vendor", "GOPROXY": "off", "GOTOOLCHAIN": "local", "GO111MODULE": "on"},
         "argv": ["{bin}/payments-go"],
         "env": {},
     },
