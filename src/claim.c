@@ -5,11 +5,14 @@
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "claim.h"
 #include "key_lock.h"
 #include "key_store.h"
 #include "sql_args.h"
@@ -17,6 +20,7 @@
 #include "txn_claims.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
+PG_FUNCTION_INFO_V1(idem_claim_wait);
 
 enum
 {
@@ -37,8 +41,8 @@ enum
 };
 
 /* now() + ttl, where ttl is the argument or idempotency.ttl; ERROR 22023 unless positive. */
-static TimestampTz
-claim_expiry(FunctionCallInfo fcinfo)
+TimestampTz
+claim_expiry(FunctionCallInfo fcinfo, int ttl_argno)
 {
 	Datum		now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	Interval   *zero = palloc0(sizeof(Interval));
@@ -46,7 +50,7 @@ claim_expiry(FunctionCallInfo fcinfo)
 	Datum		ttl;
 
 	default_ttl->time = (int64) idem_ttl_seconds * USECS_PER_SEC;
-	ttl = PG_ARGISNULL(ARG_TTL) ? IntervalPGetDatum(default_ttl) : PG_GETARG_DATUM(ARG_TTL);
+	ttl = PG_ARGISNULL(ttl_argno) ? IntervalPGetDatum(default_ttl) : PG_GETARG_DATUM(ttl_argno);
 	if (!DatumGetBool(DirectFunctionCall2(interval_gt, ttl, IntervalPGetDatum(zero))))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -54,6 +58,7 @@ claim_expiry(FunctionCallInfo fcinfo)
 	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, now, ttl));
 }
 
+/* Expiry counts from the transaction's start, as in 1.0; a lease runs on the clock, read now. */
 static void
 describe_row(const KeyRow *stored, const uint8 request_hash[IDEM_SHA256_BYTES],
 			 IdemStoredRow *row)
@@ -63,6 +68,15 @@ describe_row(const KeyRow *stored, const uint8 request_hash[IDEM_SHA256_BYTES],
 		stored->expires_at <= GetCurrentTransactionStartTimestamp();
 	row->hash_matches = stored->found &&
 		memcmp(stored->request_hash, request_hash, IDEM_SHA256_BYTES) == 0;
+	row->leased = stored->found && stored->leased;
+	row->lease_live = row->leased && stored->lease_until > GetCurrentTimestamp();
+}
+
+/* A stored response that answers every claim: found, not expired, not a lease. */
+static bool
+row_is_settled(const IdemStoredRow *row)
+{
+	return row->found && !row->expired && !(row->leased && !row->lease_live);
 }
 
 /* The blessed result row type, built once per backend: it costs more than the lookup. */
@@ -131,8 +145,8 @@ claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
-static IdemCounter
-outcome_counter(IdemClaimOutcome outcome)
+IdemCounter
+claim_outcome_counter(IdemClaimOutcome outcome)
 {
 	switch (outcome)
 	{
@@ -161,79 +175,156 @@ row_changed_after_snapshot(const KeyRef *ref, const KeyRow *seen)
 	if (latest.found != seen->found)
 		return true;
 	return latest.found && (latest.expires_at != seen->expires_at ||
-							memcmp(latest.request_hash, seen->request_hash, IDEM_SHA256_BYTES) != 0);
+							memcmp(latest.request_hash, seen->request_hash, IDEM_SHA256_BYTES) != 0 ||
+							latest.leased != seen->leased || latest.lease_until != seen->lease_until ||
+							memcmp(&latest.lease_token, &seen->lease_token, sizeof(pg_uuid_t)) != 0);
 }
 
-Datum
-idem_claim(PG_FUNCTION_ARGS)
+/* Sleeps up to the deadline, at most max_ms, waking for interrupts (cancel, statement_timeout). */
+static void
+sleep_until(TimestampTz deadline, long max_ms)
 {
-	KeyRef		ref;
-	text	   *request_hash_hex;
-	uint8		identity[IDEM_SHA256_BYTES];
-	uint8		request_hash[IDEM_SHA256_BYTES];
-	const TxnClaim *held;
+	long		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 Max(1, Min(remaining_ms, max_ms)), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+void
+claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
+			  const uint8 request_hash[IDEM_SHA256_BYTES], TimestampTz wait_until, ClaimAttempt *out)
+{
+	const TxnClaim *held = txn_claims_find(identity);
 	IdemClaimFacts facts;
-	IdemClaimOutcome outcome;
-	KeyRow stored;
-	KeyLockResult lock;
-	TxnClaim	claim;
-	TimestampTz expires_at;
-	IdemStatus	status;
+	long		pause_ms = 2;
+	bool		waited = false;
 
-	ref.extension_function = fcinfo->flinfo->fn_oid;
-	ref.key = arg_text_required(fcinfo, ARG_KEY, "key");
-	request_hash_hex = arg_text_required(fcinfo, ARG_REQUEST_HASH, "request_hash");
-	ref.scope = arg_text_required(fcinfo, ARG_SCOPE, "scope");
-	key_identity_from_args(ref.scope, ref.key, identity);
-	status = idem_core_parse_sha256_hex(VARDATA_ANY(request_hash_hex),
-										VARSIZE_ANY_EXHDR(request_hash_hex), request_hash);
-	if (status != IDEM_OK)
-		report_invalid_argument(IDEM_ARG_REQUEST_HASH, status);
-	expires_at = claim_expiry(fcinfo);
-	PreventCommandIfReadOnly("idem_claim()");
-	PreventCommandDuringRecovery("idem_claim()");
-
-	memset(&facts, 0, sizeof(facts));
-	memset(&stored, 0, sizeof(stored));
-	held = txn_claims_find(identity);
-	facts.claimed_by_this_transaction = held != NULL && held->state == TXN_CLAIM_HELD;
-
-	lock = KEY_LOCK_BUSY;
-	if (!facts.claimed_by_this_transaction)
+	for (;;)
 	{
+		memset(&facts, 0, sizeof(facts));
+		memset(&out->row, 0, sizeof(out->row));
+		facts.claimed_by_this_transaction = held != NULL && held->state == TXN_CLAIM_HELD;
+		out->lock = KEY_LOCK_BUSY;
+		if (!facts.claimed_by_this_transaction)
+		{
+			/*
+			 * Lock first, then read: under READ COMMITTED the read takes a new
+			 * snapshot, which sees every completion committed before the lock was
+			 * granted (a transaction is visible before it releases its locks).
+			 */
+			out->lock = key_lock_try(identity);
+			facts.lock_granted = out->lock != KEY_LOCK_BUSY;
+			key_store_lookup(ref, LOOKUP_CALLER_SNAPSHOT, &out->row);
+			describe_row(&out->row, request_hash, &facts.row);
+			if (IsolationUsesXactSnapshot() && !row_is_settled(&facts.row))
+				facts.row_changed_after_snapshot = row_changed_after_snapshot(ref, &out->row);
+		}
+		out->outcome = idem_core_decide_claim(&facts);
+
+		/* A lock taken only to find a finished request is not kept. */
+		if (out->lock == KEY_LOCK_TAKEN && out->outcome != IDEM_OUTCOME_CLAIMED)
+			key_lock_release(identity);
+
 		/*
-		 * Lock first, then read: under READ COMMITTED the read takes a new
-		 * snapshot, which sees every completion committed before the lock was
-		 * granted (a transaction is visible before it releases its locks).
+		 * Bounded wait: holding nothing, look again after a pause that doubles
+		 * up to 50 ms, until the key settles or the deadline passes. A
+		 * transaction's own claim never settles while it waits.
 		 */
-		lock = key_lock_try(identity);
-		facts.lock_granted = lock != KEY_LOCK_BUSY;
-		key_store_lookup(&ref, LOOKUP_CALLER_SNAPSHOT, &stored);
-		describe_row(&stored, request_hash, &facts.row);
-		if (IsolationUsesXactSnapshot() && !(facts.row.found && !facts.row.expired))
-			facts.row_changed_after_snapshot = row_changed_after_snapshot(&ref, &stored);
+		if (out->outcome != IDEM_OUTCOME_IN_PROGRESS || facts.claimed_by_this_transaction ||
+			wait_until == 0 || GetCurrentTimestamp() >= wait_until)
+			break;
+		waited = true;
+		sleep_until(wait_until, pause_ms);
+		pause_ms = Min(pause_ms * 2, 50);
 	}
-	outcome = idem_core_decide_claim(&facts);
+	if (waited)
+		stats_count(IDEM_COUNT_WAITS, 1);
 
-	/* A lock taken only to find a finished request is not kept. */
-	if (lock == KEY_LOCK_TAKEN && outcome != IDEM_OUTCOME_CLAIMED)
-		key_lock_release(identity);
-
-	if (outcome == IDEM_OUTCOME_SERIALIZATION_FAILURE)
+	if (out->outcome == IDEM_OUTCOME_SERIALIZATION_FAILURE)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access: idempotency key was completed by a concurrent transaction"),
 				 errdetail("The transaction's snapshot predates the key's stored response."),
 				 errhint("Retry the transaction.")));
+	stats_count(claim_outcome_counter(out->outcome), 1);
+}
 
-	if (outcome == IDEM_OUTCOME_CLAIMED)
+TimestampTz
+claim_wait_deadline(FunctionCallInfo fcinfo, int wait_argno)
+{
+	Interval   *zero = palloc0(sizeof(Interval));
+	Datum		wait;
+
+	if (PG_ARGISNULL(wait_argno))
+		return 0;
+	wait = PG_GETARG_DATUM(wait_argno);
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, wait, IntervalPGetDatum(zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency wait must not be negative")));
+	if (DatumGetBool(DirectFunctionCall2(interval_eq, wait, IntervalPGetDatum(zero))))
+		return 0;
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(GetCurrentTimestamp()), wait));
+}
+
+/* The transactional claim, by idem_claim (never waits) and idem_claim_wait. */
+static Datum
+claim_transactional(FunctionCallInfo fcinfo, int ttl_argno, int scope_argno, int wait_argno)
+{
+	KeyRef		ref;
+	text	   *request_hash_hex;
+	uint8		identity[IDEM_SHA256_BYTES];
+	uint8		request_hash[IDEM_SHA256_BYTES];
+	ClaimAttempt attempt;
+	TxnClaim	claim;
+	TimestampTz expires_at;
+	TimestampTz wait_until;
+
+	ref.extension_function = fcinfo->flinfo->fn_oid;
+	ref.key = arg_text_required(fcinfo, ARG_KEY, "key");
+	request_hash_hex = arg_text_required(fcinfo, ARG_REQUEST_HASH, "request_hash");
+	ref.scope = arg_text_required(fcinfo, scope_argno, "scope");
+	key_identity_from_args(ref.scope, ref.key, identity);
+	claim_parse_request_hash(request_hash_hex, request_hash);
+	expires_at = claim_expiry(fcinfo, ttl_argno);
+	wait_until = wait_argno < 0 ? 0 : claim_wait_deadline(fcinfo, wait_argno);
+	PreventCommandIfReadOnly("idem_claim()");
+	PreventCommandDuringRecovery("idem_claim()");
+
+	claim_attempt(&ref, identity, request_hash, wait_until, &attempt);
+	if (attempt.outcome == IDEM_OUTCOME_CLAIMED)
 	{
 		claim.state = TXN_CLAIM_HELD;
 		memcpy(claim.request_hash, request_hash, IDEM_SHA256_BYTES);
 		claim.expires_at = expires_at;
-		claim.replaces_expired_row = stored.found;
+		claim.replaces_expired_row = attempt.row.found;
 		txn_claims_record(identity, &claim);
 	}
-	stats_count(outcome_counter(outcome), 1);
-	return claim_result(fcinfo, outcome, &stored, expires_at);
+	return claim_result(fcinfo, attempt.outcome, &attempt.row, expires_at);
+}
+
+void
+claim_parse_request_hash(text *hex, uint8 request_hash[IDEM_SHA256_BYTES])
+{
+	IdemStatus	status = idem_core_parse_sha256_hex(VARDATA_ANY(hex), VARSIZE_ANY_EXHDR(hex),
+													request_hash);
+
+	if (status != IDEM_OK)
+		report_invalid_argument(IDEM_ARG_REQUEST_HASH, status);
+}
+
+Datum
+idem_claim(PG_FUNCTION_ARGS)
+{
+	return claim_transactional(fcinfo, ARG_TTL, ARG_SCOPE, -1);
+}
+
+/* idem_claim_wait(key, request_hash, wait, ttl, scope) */
+Datum
+idem_claim_wait(PG_FUNCTION_ARGS)
+{
+	return claim_transactional(fcinfo, 3, 4, 2);
 }

@@ -1,4 +1,4 @@
-/* complete.c: idem_complete and idem_release, the end of a claimed request. */
+/* complete.c: idem_complete, idem_release and idem_lease_complete, the end of a claimed request. */
 #include "postgres.h"
 
 #include "access/detoast.h"
@@ -6,15 +6,18 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 
 #include "guc.h"
 #include "key_store.h"
+#include "lease.h"
 #include "sql_args.h"
 #include "stats.h"
 #include "txn_claims.h"
 
 PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_release);
+PG_FUNCTION_INFO_V1(idem_lease_complete);
 
 enum
 {
@@ -52,64 +55,98 @@ stored_size(FunctionCallInfo fcinfo, int argno)
 	return PG_ARGISNULL(argno) ? 0 : toast_raw_datum_size(PG_GETARG_DATUM(argno));
 }
 
+/*
+ * The response from the arguments, checked, and what to do with it: store, or
+ * release (5xx). ERROR 22004 / 22023 / 54000 on bad input.
+ */
+static IdemCompletion
+response_from_args(FunctionCallInfo fcinfo, int status_argno, int body_argno, int headers_argno,
+				   ResponseToStore *response)
+{
+	IdemCompletion decision;
+	uint64		response_bytes;
+
+	arg_require_not_null(fcinfo, status_argno, "http_status");
+	response->http_status = PG_GETARG_INT32(status_argno);
+	response_bytes = stored_size(fcinfo, body_argno) + stored_size(fcinfo, headers_argno);
+	response->body_null = PG_ARGISNULL(body_argno);
+	response->body = response->body_null ? (Datum) 0 : PG_GETARG_DATUM(body_argno);
+	response->headers_null = PG_ARGISNULL(headers_argno);
+	response->headers = response->headers_null ? (Datum) 0 : PG_GETARG_DATUM(headers_argno);
+	if (!response->headers_null &&
+		!JB_ROOT_IS_OBJECT(DatumGetJsonbP(response->headers)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency response_headers must be a JSON object")));
+
+	decision = idem_core_decide_completion(response->http_status, response_bytes,
+										   (uint64) idem_max_response_bytes);
+	if (decision == IDEM_COMPLETION_BAD_STATUS)
+		report_invalid_argument(IDEM_ARG_HTTP_STATUS, IDEM_ERR_STATUS_RANGE);
+	if (decision == IDEM_COMPLETION_TOO_LARGE)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("idempotency response of %llu bytes exceeds idempotency.max_response_bytes (%d)",
+						(unsigned long long) response_bytes, idem_max_response_bytes)));
+	return decision;
+}
+
 Datum
 idem_complete(PG_FUNCTION_ARGS)
 {
 	KeyRef		ref;
 	uint8		identity[IDEM_SHA256_BYTES];
-	int32		http_status;
-	uint64		response_bytes;
 	TxnClaim	claim;
 	ResponseToStore response;
+	IdemCompletion decision;
 
 	ref.extension_function = fcinfo->flinfo->fn_oid;
 	ref.key = arg_text_required(fcinfo, COMPLETE_ARG_KEY, "key");
 	arg_require_not_null(fcinfo, COMPLETE_ARG_HTTP_STATUS, "http_status");
 	ref.scope = arg_text_required(fcinfo, COMPLETE_ARG_SCOPE, "scope");
 	key_identity_from_args(ref.scope, ref.key, identity);
-	http_status = PG_GETARG_INT32(COMPLETE_ARG_HTTP_STATUS);
-	response_bytes = stored_size(fcinfo, COMPLETE_ARG_RESPONSE_BODY) +
-		stored_size(fcinfo, COMPLETE_ARG_RESPONSE_HEADERS);
-
-	response.http_status = http_status;
-	response.body_null = PG_ARGISNULL(COMPLETE_ARG_RESPONSE_BODY);
-	response.body = response.body_null ? (Datum) 0 : PG_GETARG_DATUM(COMPLETE_ARG_RESPONSE_BODY);
-	response.headers_null = PG_ARGISNULL(COMPLETE_ARG_RESPONSE_HEADERS);
-	response.headers = response.headers_null ? (Datum) 0 :
-		PG_GETARG_DATUM(COMPLETE_ARG_RESPONSE_HEADERS);
-	if (!response.headers_null &&
-		!JB_ROOT_IS_OBJECT(DatumGetJsonbP(response.headers)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency response_headers must be a JSON object")));
-
-	switch (idem_core_decide_completion(http_status, response_bytes,
-										(uint64) idem_max_response_bytes))
-	{
-		case IDEM_COMPLETION_BAD_STATUS:
-			report_invalid_argument(IDEM_ARG_HTTP_STATUS, IDEM_ERR_STATUS_RANGE);
-			break;
-		case IDEM_COMPLETION_TOO_LARGE:
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("idempotency response of %llu bytes exceeds idempotency.max_response_bytes (%d)",
-							(unsigned long long) response_bytes, idem_max_response_bytes)));
-			break;
-		case IDEM_COMPLETION_RELEASE:
-			claim = held_claim(identity, ref.key, "idem_complete");
-			claim.state = TXN_CLAIM_RELEASED;
-			txn_claims_record(identity, &claim);
-			stats_count(IDEM_COUNT_RELEASED_5XX, 1);
-			PG_RETURN_BOOL(false);
-		case IDEM_COMPLETION_STORE:
-			break;
-	}
+	decision = response_from_args(fcinfo, COMPLETE_ARG_HTTP_STATUS, COMPLETE_ARG_RESPONSE_BODY,
+								  COMPLETE_ARG_RESPONSE_HEADERS, &response);
 
 	claim = held_claim(identity, ref.key, "idem_complete");
+	if (decision == IDEM_COMPLETION_RELEASE)
+	{
+		claim.state = TXN_CLAIM_RELEASED;
+		txn_claims_record(identity, &claim);
+		stats_count(IDEM_COUNT_RELEASED_5XX, 1);
+		PG_RETURN_BOOL(false);
+	}
 	PreventCommandIfReadOnly("idem_complete()");
 	key_store_write(&ref, &claim, &response);
 	claim.state = TXN_CLAIM_COMPLETED;
 	txn_claims_record(identity, &claim);
+	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * idem_lease_complete(key, lease_token, http_status, response_body, response_headers, scope):
+ * the lease's holder stores the response, which then replays exactly as in 1.0;
+ * a 5xx is never stored: the lease ends now and its recovery point stays.
+ */
+Datum
+idem_lease_complete(PG_FUNCTION_ARGS)
+{
+	LeaseHolder holder;
+	LeaseChangeValues values;
+	IdemCompletion decision;
+
+	lease_holder_args(fcinfo, 0, 1, 5, &holder);
+	memset(&values, 0, sizeof(values));
+	decision = response_from_args(fcinfo, 2, 3, 4, &values.response);
+	if (decision == IDEM_COMPLETION_RELEASE)
+	{
+		values.until = GetCurrentTimestamp();
+		lease_holder_change(&holder, LEASE_RELEASE, &values, "idem_lease_complete");
+		stats_count(IDEM_COUNT_RELEASED_5XX, 1);
+		PG_RETURN_BOOL(false);
+	}
+	lease_holder_change(&holder, LEASE_COMPLETE, &values, "idem_lease_complete");
 	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
 	PG_RETURN_BOOL(true);
 }

@@ -1,4 +1,4 @@
-/* key_lock.c: try-locks on key identities, never waiting. */
+/* key_lock.c: locks on key identities: tried by claims, waited for only by a lease holder. */
 #include "postgres.h"
 
 #include "miscadmin.h"
@@ -41,4 +41,13 @@ key_lock_release(const uint8 identity[IDEM_SHA256_BYTES])
 
 	key_lock_tag(&tag, identity);
 	LockRelease(&tag, ExclusiveLock, false);
+}
+
+void
+key_lock_wait(const uint8 identity[IDEM_SHA256_BYTES])
+{
+	LOCKTAG		tag;
+
+	key_lock_tag(&tag, identity);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }

@@ -23,6 +23,13 @@ typedef enum KeyLockResult
 
 KeyLockResult key_lock_try(const uint8 identity[IDEM_SHA256_BYTES]);
 
+/*
+ * Waits for the lock, to the end of the transaction (lock_timeout and cancel
+ * apply). Only a lease holder's calls wait: claims hold it for a lookup, or a
+ * lease claim's transaction until it commits.
+ */
+void		key_lock_wait(const uint8 identity[IDEM_SHA256_BYTES]);
+
 /* Gives back a lock that key_lock_try answered KEY_LOCK_TAKEN for. */
 void		key_lock_release(const uint8 identity[IDEM_SHA256_BYTES]);
 

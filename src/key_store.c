@@ -177,3 +177,39 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 		key_spi_write(&table, ref, claim, response);
 	close_key_table(&table);
 }
+
+/* Lease writes always take the statements: they are rare next to lookups, and UPDATEs. */
+static void
+require_lease_columns(const KeyTable *table)
+{
+	if (!table->has_lease_columns)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idempotency lease mode needs the extension at version 1.1"),
+				 errhint("Run ALTER EXTENSION idempotency UPDATE.")));
+}
+
+void
+key_store_take_lease(const KeyRef *ref, LeaseTake how, const LeaseGrant *grant)
+{
+	KeyTable	table;
+
+	open_key_table(get_func_namespace(ref->extension_function), &table);
+	require_lease_columns(&table);
+	key_spi_take_lease(&table, ref, how, grant);
+	close_key_table(&table);
+}
+
+bool
+key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange change,
+					   const LeaseChangeValues *values, TimestampTz *lease_until)
+{
+	KeyTable	table;
+	bool		changed;
+
+	open_key_table(get_func_namespace(ref->extension_function), &table);
+	require_lease_columns(&table);
+	changed = key_spi_change_lease(&table, ref, token, change, values, lease_until);
+	close_key_table(&table);
+	return changed;
+}

@@ -74,6 +74,52 @@ bool		key_store_partitioned(Oid namespace_oid);
 /* Writes the one row of a completed transactional claim. */
 void		key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore *response);
 
+/* Lease mode (1.1): how a lease claim writes its row. */
+typedef enum LeaseTake
+{
+	LEASE_NEW_ROW,				/* no row: insert one */
+	LEASE_REPLACE_ROW,			/* an expired row: overwrite it, recovery point cleared */
+	LEASE_TAKE_OVER				/* a lease that ran out: new token and end, recovery point kept */
+} LeaseTake;
+
+typedef struct LeaseGrant
+{
+	uint8		request_hash[IDEM_SHA256_BYTES];
+	TimestampTz expires_at;
+	TimestampTz lease_until;
+	pg_uuid_t	token;
+} LeaseGrant;
+
+/* What the holder of a lease changes with its token. */
+typedef enum LeaseChange
+{
+	LEASE_EXTEND,				/* lease_until = until (expires_at at least as late) */
+	LEASE_CHECKPOINT,			/* recovery point and state */
+	LEASE_COMPLETE,				/* the response; the lease ends */
+	LEASE_RELEASE				/* the lease ends now, the recovery point stays */
+} LeaseChange;
+
+typedef struct LeaseChangeValues
+{
+	TimestampTz until;			/* EXTEND, RELEASE */
+	Datum		recovery_point;	/* CHECKPOINT */
+	bool		recovery_point_null;
+	Datum		recovery_state;
+	bool		recovery_state_null;
+	ResponseToStore response;	/* COMPLETE */
+} LeaseChangeValues;
+
+/* Writes the lease row of a granted lease claim. */
+void		key_store_take_lease(const KeyRef *ref, LeaseTake how, const LeaseGrant *grant);
+
+/*
+ * Applies a change to the key's lease if token is its current token; false
+ * (nothing written) when it is not: taken over, completed, released or never
+ * granted. *lease_until is the lease's end afterwards.
+ */
+bool		key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange change,
+								   const LeaseChangeValues *values, TimestampTz *lease_until);
+
 /* ---------- between the key store's own files ---------- */
 
 /* The columns of a key row, in the order the decoder takes them. */
@@ -124,5 +170,10 @@ void		key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot sn
 						   KeyRow *out);
 void		key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
 						  const ResponseToStore *response);
+void		key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how,
+							   const LeaseGrant *grant);
+bool		key_spi_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *token,
+								 LeaseChange change, const LeaseChangeValues *values,
+								 TimestampTz *lease_until);
 
 #endif

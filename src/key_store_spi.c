@@ -17,6 +17,10 @@ typedef struct TablePlans
 	SPIPlanPtr	lookup;
 	SPIPlanPtr	insert;
 	SPIPlanPtr	replace;
+	/* lease mode, only for a table with the 1.1 columns */
+	SPIPlanPtr	lease_insert;
+	SPIPlanPtr	lease_replace;
+	SPIPlanPtr	lease_change[4];	/* by LeaseChange */
 } TablePlans;
 
 static struct
@@ -63,7 +67,68 @@ forget_table_plans(TablePlans *table)
 		SPI_freeplan(table->insert);
 	if (table->replace)
 		SPI_freeplan(table->replace);
+	if (table->lease_insert)
+		SPI_freeplan(table->lease_insert);
+	if (table->lease_replace)
+		SPI_freeplan(table->lease_replace);
+	for (int i = 0; i < lengthof(table->lease_change); i++)
+		if (table->lease_change[i])
+			SPI_freeplan(table->lease_change[i]);
 	memset(table, 0, sizeof(*table));
+}
+
+/* Parameters of lease_insert and lease_replace, in this order. */
+#define LEASE_PARAMS 8
+static Oid	lease_param_types[LEASE_PARAMS] = {
+	TIMESTAMPTZOID,				/* $1 expires_at */
+	TIMESTAMPTZOID,				/* $2 created_at, also "now" */
+	TEXTOID,					/* $3 scope */
+	TEXTOID,					/* $4 key */
+	BYTEAOID,					/* $5 request_hash */
+	TIMESTAMPTZOID,				/* $6 lease_until */
+	UUIDOID,					/* $7 lease_token */
+	BOOLOID						/* $8 take over: keep expiry and recovery point */
+};
+
+/* Each holder's change: $1 scope, $2 key, $3 token, then its own values; RETURNING lease_until. */
+static const char *const lease_change_sets[4] = {
+	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at, $4)",
+	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
+	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
+	" lease_until = NULL, lease_token = NULL",
+	[LEASE_RELEASE] = "lease_until = $4, lease_token = NULL"
+};
+
+static void
+prepare_lease_plans(TablePlans *table, const char *qualified)
+{
+	Oid			change_types[4][6] = {
+		[LEASE_EXTEND] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID},
+		[LEASE_CHECKPOINT] = {TEXTOID, TEXTOID, UUIDOID, TEXTOID, JSONBOID},
+		[LEASE_COMPLETE] = {TEXTOID, TEXTOID, UUIDOID, INT4OID, JSONBOID, JSONBOID},
+		[LEASE_RELEASE] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID}
+	};
+	int			change_nargs[4] = {4, 5, 6, 4};
+
+	table->lease_insert = prepare_kept(psprintf(
+		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token)"
+		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAMS - 1, lease_param_types);
+	/* An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. */
+	table->lease_replace = prepare_kept(psprintf(
+		"UPDATE %s SET"
+		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $6) ELSE $1 END,"
+		" created_at = CASE WHEN $8 THEN created_at ELSE $2 END,"
+		" request_hash = $5, http_status = NULL, response_body = NULL, response_headers = NULL,"
+		" lease_until = $6, lease_token = $7,"
+		" recovery_point = CASE WHEN $8 THEN recovery_point END,"
+		" recovery_state = CASE WHEN $8 THEN recovery_state END"
+		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4",
+		qualified), LEASE_PARAMS, lease_param_types);
+	for (int change = 0; change < 4; change++)
+		table->lease_change[change] = prepare_kept(psprintf(
+			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL RETURNING lease_until",
+			qualified, lease_change_sets[change]), change_nargs[change], change_types[change]);
 }
 
 /*
@@ -100,8 +165,10 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		qualified,
 		has_lease_columns ? ", lease_until = NULL, lease_token = NULL, recovery_point = NULL,"
 		" recovery_state = NULL" : "",
-		has_lease_columns ? " OR (http_status IS NULL AND lease_until OPERATOR(pg_catalog.<=) $2)" : ""),
+		has_lease_columns ? " OR (http_status IS NULL AND lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())" : ""),
 		WRITE_PARAMS, write_param_types);
+	if (has_lease_columns)
+		prepare_lease_plans(table, qualified);
 }
 
 /* The plans for one table; both live in the schema of the extension's functions. */
@@ -211,4 +278,93 @@ key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
 		elog(ERROR, "idempotency: storing the response failed: %s",
 			 SPI_result_code_string(rc));
 	SPI_finish();
+}
+
+void
+key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, const LeaseGrant *grant)
+{
+	Datum		values[LEASE_PARAMS];
+	TablePlans *statements;
+	int			rc;
+
+	values[0] = TimestampTzGetDatum(grant->expires_at);
+	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[2] = PointerGetDatum(ref->scope);
+	values[3] = PointerGetDatum(ref->key);
+	values[4] = PointerGetDatum(hash_as_bytea(grant->request_hash));
+	values[5] = TimestampTzGetDatum(grant->lease_until);
+	values[6] = UUIDPGetDatum(&grant->token);
+	values[7] = BoolGetDatum(how == LEASE_TAKE_OVER);
+
+	SPI_connect();
+	statements = plans_for(table);
+	if (how != LEASE_NEW_ROW)
+	{
+		rc = SPI_execute_plan(statements->lease_replace, values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "idempotency: taking a lease failed: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 1)
+		{
+			SPI_finish();
+			return;
+		}
+		/* A cleanup removed the row meanwhile: a takeover has nothing left to keep. */
+	}
+	rc = SPI_execute_plan(statements->lease_insert, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT || SPI_processed != 1)
+		elog(ERROR, "idempotency: storing a lease failed: %s", SPI_result_code_string(rc));
+	SPI_finish();
+}
+
+bool
+key_spi_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *token,
+					 LeaseChange change, const LeaseChangeValues *changes, TimestampTz *lease_until)
+{
+	Datum		values[6];
+	char		nulls[6];
+	TablePlans *statements;
+	bool		changed;
+	bool		isnull;
+	int			rc;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = PointerGetDatum(ref->scope);
+	values[1] = PointerGetDatum(ref->key);
+	values[2] = UUIDPGetDatum(token);
+	switch (change)
+	{
+		case LEASE_EXTEND:
+		case LEASE_RELEASE:
+			values[3] = TimestampTzGetDatum(changes->until);
+			break;
+		case LEASE_CHECKPOINT:
+			values[3] = changes->recovery_point;
+			nulls[3] = changes->recovery_point_null ? 'n' : ' ';
+			values[4] = changes->recovery_state;
+			nulls[4] = changes->recovery_state_null ? 'n' : ' ';
+			break;
+		case LEASE_COMPLETE:
+			values[3] = Int32GetDatum(changes->response.http_status);
+			values[4] = changes->response.body;
+			nulls[4] = changes->response.body_null ? 'n' : ' ';
+			values[5] = changes->response.headers;
+			nulls[5] = changes->response.headers_null ? 'n' : ' ';
+			break;
+	}
+
+	SPI_connect();
+	statements = plans_for(table);
+	rc = SPI_execute_plan(statements->lease_change[change], values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "idempotency: changing a lease failed: %s", SPI_result_code_string(rc));
+	changed = SPI_processed == 1;
+	*lease_until = 0;
+	if (changed)
+	{
+		Datum		until = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		*lease_until = isnull ? 0 : DatumGetTimestampTz(until);
+	}
+	SPI_finish();
+	return changed;
 }

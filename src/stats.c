@@ -170,13 +170,19 @@ text_or_null(const char *value, bool *isnull)
 	return *isnull ? (Datum) 0 : CStringGetTextDatum(value);
 }
 
+static int64
+counter_value(int counter)
+{
+	return (int64) (shared ? pg_atomic_read_u64(&shared->counters[counter]) : local_counters[counter]);
+}
+
 PG_FUNCTION_INFO_V1(idem_stats_read);
 Datum
 idem_stats_read(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[IDEM_COUNTERS + 10];
-	bool		nulls[IDEM_COUNTERS + 10];
+	Datum		values[IDEM_COUNTERS + 9];
+	bool		nulls[IDEM_COUNTERS + 9];
 	SweepReport report;
 	int			col = 0;
 
@@ -185,9 +191,8 @@ idem_stats_read(PG_FUNCTION_ARGS)
 	memset(nulls, false, sizeof(nulls));
 
 	values[col++] = BoolGetDatum(shared != NULL);
-	for (int i = 0; i < IDEM_COUNTERS; i++)
-		values[col++] = Int64GetDatum((int64) (shared ? pg_atomic_read_u64(&shared->counters[i])
-											  : local_counters[i]));
+	for (int i = 0; i < IDEM_COUNTERS_1_0; i++)
+		values[col++] = Int64GetDatum(counter_value(i));
 	if (shared)
 	{
 		SpinLockAcquire(&shared->mutex);
@@ -215,6 +220,9 @@ idem_stats_read(PG_FUNCTION_ARGS)
 	col++;
 	values[col] = timestamp_or_null(report.reset_at, &nulls[col]);
 	col++;
+	/* The counters added in 1.1, when the SQL declares them: a 1.0 database still has 19 columns. */
+	for (int i = IDEM_COUNTERS_1_0; i < IDEM_COUNTERS && col < desc->natts; i++)
+		values[col++] = Int64GetDatum(counter_value(i));
 
 	desc = BlessTupleDesc(desc);
 	Assert(col == desc->natts);

@@ -9,6 +9,8 @@
 
 #include "datatype/timestamp.h"
 
+#define IDEM_COUNTERS_1_0 10
+
 typedef enum IdemCounter
 {
 	IDEM_COUNT_CLAIMS,
@@ -21,6 +23,12 @@ typedef enum IdemCounter
 	IDEM_COUNT_KEYS_REMOVED,
 	IDEM_COUNT_PARTITIONS_CREATED,
 	IDEM_COUNT_PARTITIONS_DROPPED,
+	/* 1.1: idem_stats_read shows these after the 1.0 columns */
+	IDEM_COUNT_LEASES,
+	IDEM_COUNT_LEASE_TAKEOVERS,
+	IDEM_COUNT_CHECKPOINTS,
+	IDEM_COUNT_STALE_TOKENS,
+	IDEM_COUNT_WAITS,
 	IDEM_COUNTERS
 } IdemCounter;
 

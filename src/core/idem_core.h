@@ -63,6 +63,10 @@ typedef struct IdemStoredRow
 	bool		found;
 	bool		expired;
 	bool		hash_matches;
+	/* lease mode (1.1): the row is a lease, not a stored response */
+	bool		leased;
+	/* and the lease has not run out */
+	bool		lease_live;
 } IdemStoredRow;
 
 /*

@@ -17,9 +17,18 @@ IdemClaimOutcome decide_claim(const IdemClaimFacts& facts) {
     // This transaction is already running the request: a second claim must not run it again.
     if (facts.claimed_by_this_transaction)
         return IDEM_OUTCOME_IN_PROGRESS;
-    // A live stored response answers, whoever holds the lock (another replay may hold it briefly).
-    if (is_live(facts.row))
-        return answer_from_stored(facts.row);
+    if (is_live(facts.row)) {
+        // A live stored response answers, whoever holds the lock (another replay may hold it briefly).
+        if (!facts.row.leased)
+            return answer_from_stored(facts.row);
+        // A lease binds the key to its payload whether or not it has run out.
+        if (!facts.row.hash_matches)
+            return IDEM_OUTCOME_MISMATCH;
+        // Its holder is still working on it (or has crashed and the lease has yet to run out).
+        if (facts.row.lease_live)
+            return IDEM_OUTCOME_IN_PROGRESS;
+        // A lease that ran out is taken over like an absent key, below.
+    }
     // The snapshot misses a completion or replacement: running the request could run it twice.
     if (facts.row_changed_after_snapshot)
         return IDEM_OUTCOME_SERIALIZATION_FAILURE;

@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(64);
+SELECT plan(81);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -86,7 +86,14 @@ SELECT is(
 SELECT has_table('public', 'idempotency_keys', 'table idempotency_keys exists');
 SELECT columns_are('public', 'idempotency_keys',
     ARRAY['expires_at', 'created_at', 'http_status', 'scope', 'key', 'request_hash',
-          'response_headers', 'response_body']);
+          'response_headers', 'response_body', 'lease_until', 'lease_token', 'recovery_point', 'recovery_state']);
+SELECT col_type_is('public', 'idempotency_keys', 'lease_token', 'uuid', 'lease_token is uuid');
+SELECT col_is_null('public', 'idempotency_keys', 'lease_until', 'lease_until is nullable');
+SELECT col_hasnt_default('public', 'idempotency_keys', 'lease_until', 'lease_until has no default (the fast path relies on it)');
+SELECT columns_are('public', 'idempotency_keys_partitioned',
+    ARRAY['expires_at', 'created_at', 'http_status', 'scope', 'key', 'request_hash',
+          'response_headers', 'response_body', 'lease_until', 'lease_token', 'recovery_point', 'recovery_state'],
+    'the partitioned table has the same columns in the same order');
 SELECT col_type_is('public', 'idempotency_keys', 'scope', 'text', 'scope is text');
 SELECT col_type_is('public', 'idempotency_keys', 'key', 'text', 'key is text');
 SELECT col_type_is('public', 'idempotency_keys', 'request_hash', 'bytea', 'request_hash is bytea');
@@ -129,7 +136,8 @@ SELECT columns_are('public', 'idem_stats',
     ARRAY['shared', 'claims', 'replays', 'in_progress', 'mismatches', 'completions_stored', 'released_5xx',
           'releases', 'keys_removed', 'partitions_created', 'partitions_dropped', 'last_sweep_database',
           'last_sweep_started_at', 'last_sweep_duration_ms', 'last_sweep_removed', 'last_error',
-          'last_error_database', 'last_error_at', 'stats_reset_at']);
+          'last_error_database', 'last_error_at', 'stats_reset_at',
+          'leases', 'lease_takeovers', 'checkpoints', 'stale_tokens', 'waits']);
 SELECT has_table('public', 'idempotency_keys_partitioned', 'the partitioned storage table exists');
 SELECT is((SELECT relkind FROM pg_class WHERE oid = 'public.idempotency_keys_partitioned'::regclass),
           'p'::"char", 'idempotency_keys_partitioned is range-partitioned');
@@ -154,6 +162,25 @@ SELECT is(
 -- Settings exist with their documented defaults.
 SELECT is(current_setting('idempotency.ttl'), '1d', 'idempotency.ttl defaults to 24h');
 SELECT is(current_setting('idempotency.mismatch_status'), '422', 'idempotency.mismatch_status defaults to 422');
+
+
+-- 1.1: lease mode and the bounded wait, under names of their own (the 1.0 signatures stay as they were).
+SELECT has_function('public', 'idem_lease', ARRAY['text', 'text', 'interval', 'interval', 'text', 'interval']);
+SELECT function_returns('public', 'idem_lease', ARRAY['text', 'text', 'interval', 'interval', 'text', 'interval'],
+                        'idem_lease_result');
+SELECT has_function('public', 'idem_lease_extend', ARRAY['text', 'uuid', 'interval', 'text']);
+SELECT function_returns('public', 'idem_lease_extend', ARRAY['text', 'uuid', 'interval', 'text'], 'timestamp with time zone');
+SELECT has_function('public', 'idem_checkpoint', ARRAY['text', 'uuid', 'text', 'jsonb', 'text']);
+SELECT has_function('public', 'idem_lease_complete', ARRAY['text', 'uuid', 'integer', 'jsonb', 'jsonb', 'text']);
+SELECT function_returns('public', 'idem_lease_complete', ARRAY['text', 'uuid', 'integer', 'jsonb', 'jsonb', 'text'], 'boolean');
+SELECT has_function('public', 'idem_lease_release', ARRAY['text', 'uuid', 'text']);
+SELECT has_function('public', 'idem_claim_wait', ARRAY['text', 'text', 'interval', 'interval', 'text']);
+SELECT function_returns('public', 'idem_claim_wait', ARRAY['text', 'text', 'interval', 'interval', 'text'], 'idem_claim_result');
+SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_claim'), 1,
+          'idem_claim has one signature: untyped calls from 1.0 clients stay unambiguous');
+SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_complete'), 1,
+          'idem_complete has one signature');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '1.1', 'a fresh install is at 1.1');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -124,3 +124,39 @@ TEST(DecideClaim, TruthTable) {
             << " expected " << idem_core_outcome_name(r.expected);
     }
 }
+
+// Lease mode: a live row that is a lease. found=T, expired=F; {leased, lease_live, matches} x lock x changed.
+TEST(DecideClaim, LeaseRows) {
+    struct LeaseRow {
+        bool lock_granted, changed, lease_live, hash_matches;
+        IdemClaimOutcome expected;
+    };
+    const std::vector<LeaseRow> table = {
+        // granted, changed, live, matches
+        {F, F, F, F, MISMATCH},    {F, F, F, T, IN_PROGRESS}, {F, F, T, F, MISMATCH},
+        {F, F, T, T, IN_PROGRESS}, {F, T, F, F, MISMATCH},    {F, T, F, T, SERIALIZE},
+        {F, T, T, F, MISMATCH},    {F, T, T, T, IN_PROGRESS}, {T, F, F, F, MISMATCH},
+        {T, F, F, T, CLAIMED},     {T, F, T, F, MISMATCH},    {T, F, T, T, IN_PROGRESS},
+        {T, T, F, F, MISMATCH},    {T, T, F, T, SERIALIZE},   {T, T, T, F, MISMATCH},
+        {T, T, T, T, IN_PROGRESS},
+    };
+    for (std::size_t i = 0; i < table.size(); ++i) {
+        const LeaseRow& r = table[i];
+        IdemClaimFacts facts{};
+        facts.lock_granted = r.lock_granted;
+        facts.row_changed_after_snapshot = r.changed;
+        facts.row = IdemStoredRow{T, F, r.hash_matches, T, r.lease_live};
+        EXPECT_EQ(idem_core_decide_claim(&facts), r.expected) << "lease row " << i;
+        // This transaction holding the key wins over any lease.
+        facts.claimed_by_this_transaction = true;
+        EXPECT_EQ(idem_core_decide_claim(&facts), IN_PROGRESS) << "lease row " << i;
+    }
+}
+
+// An expired lease is an expired row: claimed with the lock, whatever its payload.
+TEST(DecideClaim, ExpiredLeaseIsAbsent) {
+    IdemClaimFacts facts{};
+    facts.lock_granted = true;
+    facts.row = IdemStoredRow{T, T, F, T, T};
+    EXPECT_EQ(idem_core_decide_claim(&facts), CLAIMED);
+}

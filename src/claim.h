@@ -1,0 +1,38 @@
+/* claim.h: one claim attempt, shared by the transactional claim (claim.c) and lease mode (lease.c). */
+#ifndef IDEM_CLAIM_H
+#define IDEM_CLAIM_H
+
+#include "fmgr.h"
+
+#include "key_lock.h"
+#include "key_store.h"
+#include "stats.h"
+
+typedef struct ClaimAttempt
+{
+	IdemClaimOutcome outcome;	/* never SERIALIZATION_FAILURE: that is an ERROR */
+	KeyRow		row;			/* the key's row as seen by the deciding lookup */
+	KeyLockResult lock;			/* kept only when the outcome is CLAIMED */
+} ClaimAttempt;
+
+/*
+ * Tries the key's lock, reads its row and decides; while the answer is
+ * in_progress and wait_until (0: never wait) has not passed, pauses holding
+ * nothing and tries again. ERROR 40001 when the snapshot is too old.
+ */
+void		claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
+						  const uint8 request_hash[IDEM_SHA256_BYTES], TimestampTz wait_until,
+						  ClaimAttempt *out);
+
+/* now() + ttl (the argument, or idempotency.ttl when NULL); ERROR 22023 unless positive. */
+TimestampTz claim_expiry(FunctionCallInfo fcinfo, int ttl_argno);
+
+/* The clock plus the wait argument; 0 when it is NULL or zero; ERROR 22023 when negative. */
+TimestampTz claim_wait_deadline(FunctionCallInfo fcinfo, int wait_argno);
+
+/* 64 hex digits into 32 bytes; ERROR 22023 otherwise. */
+void		claim_parse_request_hash(text *hex, uint8 request_hash[IDEM_SHA256_BYTES]);
+
+IdemCounter claim_outcome_counter(IdemClaimOutcome outcome);
+
+#endif

@@ -1,0 +1,277 @@
+/*
+ * lease.c: lease mode, for handlers whose side effects cannot roll back.
+ *
+ * idem_lease writes the key's row as a lease (lease_until, a fencing token) in
+ * a transaction the caller commits at once, so no transaction stays open across
+ * the external call. Until the lease runs out every other claim answers
+ * in_progress; afterwards the next claim takes the key over with a new token and
+ * gets the last recovery point back. Only the current token extends,
+ * checkpoints, completes or releases: a stale holder gets ERROR 55000 and
+ * writes nothing. The holder's calls wait for the key's lock, so they never
+ * interleave with a claim deciding on the same row.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "claim.h"
+#include "guc.h"
+#include "lease.h"
+#include "sql_args.h"
+
+PG_FUNCTION_INFO_V1(idem_lease);
+PG_FUNCTION_INFO_V1(idem_lease_extend);
+PG_FUNCTION_INFO_V1(idem_checkpoint);
+PG_FUNCTION_INFO_V1(idem_lease_release);
+
+enum
+{
+	LEASE_ARG_KEY,
+	LEASE_ARG_REQUEST_HASH,
+	LEASE_ARG_LEASE,
+	LEASE_ARG_TTL,
+	LEASE_ARG_SCOPE,
+	LEASE_ARG_WAIT
+};
+
+enum
+{
+	COL_OUTCOME,
+	COL_HTTP_STATUS,
+	COL_RESPONSE_BODY,
+	COL_RESPONSE_HEADERS,
+	COL_EXPIRES_AT,
+	COL_LEASE_TOKEN,
+	COL_LEASE_UNTIL,
+	COL_RECOVERY_POINT,
+	COL_RECOVERY_STATE,
+	LEASE_RESULT_COLUMNS
+};
+
+/* The clock plus the lease argument; ERROR 22004 when NULL, 22023 unless positive. */
+static TimestampTz
+lease_end(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *zero = palloc0(sizeof(Interval));
+	Datum		lease;
+
+	arg_require_not_null(fcinfo, argno, "lease");
+	lease = PG_GETARG_DATUM(argno);
+	if (!DatumGetBool(DirectFunctionCall2(interval_gt, lease, IntervalPGetDatum(zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency lease must be greater than zero")));
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(GetCurrentTimestamp()), lease));
+}
+
+static pg_uuid_t
+new_token(void)
+{
+	pg_uuid_t	token;
+
+	if (!pg_strong_random(token.data, UUID_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("idempotency: could not generate a random lease token")));
+	/* A version 4 UUID, as gen_random_uuid() makes. */
+	token.data[6] = (token.data[6] & 0x0f) | 0x40;
+	token.data[8] = (token.data[8] & 0x3f) | 0x80;
+	return token;
+}
+
+static void
+set_column(Datum *values, bool *nulls, int column, Datum value, bool isnull)
+{
+	values[column] = isnull ? (Datum) 0 : value;
+	nulls[column] = isnull;
+}
+
+static Datum
+lease_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome, const KeyRow *row,
+			 TimestampTz expires_at, const LeaseGrant *grant)
+{
+	TupleDesc	desc;
+	Datum		values[LEASE_RESULT_COLUMNS];
+	bool		nulls[LEASE_RESULT_COLUMNS];
+	pg_uuid_t  *token;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idempotency: idem_lease must return a row");
+	desc = BlessTupleDesc(desc);
+	memset(nulls, true, sizeof(nulls));
+	set_column(values, nulls, COL_OUTCOME, CStringGetTextDatum(idem_core_outcome_name(outcome)), false);
+	switch (outcome)
+	{
+		case IDEM_OUTCOME_CLAIMED:
+			token = palloc(sizeof(pg_uuid_t));
+			*token = grant->token;
+			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(expires_at), false);
+			set_column(values, nulls, COL_LEASE_TOKEN, UUIDPGetDatum(token), false);
+			set_column(values, nulls, COL_LEASE_UNTIL, TimestampTzGetDatum(grant->lease_until), false);
+			/* A takeover resumes from the recovery point the last holder recorded. */
+			set_column(values, nulls, COL_RECOVERY_POINT, row->recovery_point, row->recovery_point_null);
+			set_column(values, nulls, COL_RECOVERY_STATE, row->recovery_state, row->recovery_state_null);
+			break;
+		case IDEM_OUTCOME_REPLAY:
+			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(row->http_status),
+					   row->http_status_null);
+			set_column(values, nulls, COL_RESPONSE_BODY, row->body, row->body_null);
+			set_column(values, nulls, COL_RESPONSE_HEADERS, row->headers, row->headers_null);
+			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(row->expires_at), false);
+			break;
+		case IDEM_OUTCOME_MISMATCH:
+			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(idem_mismatch_status), false);
+			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(row->expires_at), false);
+			break;
+		case IDEM_OUTCOME_IN_PROGRESS:
+			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(409), false);
+			/* The lease's end, for Retry-After; NULL when a transaction holds the key. */
+			set_column(values, nulls, COL_LEASE_UNTIL, TimestampTzGetDatum(row->lease_until),
+					   !(row->found && row->leased));
+			break;
+		default:
+			elog(ERROR, "idempotency: outcome %s is not an answer", idem_core_outcome_name(outcome));
+	}
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+}
+
+/* idem_lease(key, request_hash, lease, ttl, scope, wait) */
+Datum
+idem_lease(PG_FUNCTION_ARGS)
+{
+	KeyRef		ref;
+	uint8		identity[IDEM_SHA256_BYTES];
+	LeaseGrant	grant;
+	ClaimAttempt attempt;
+	TimestampTz wait_until;
+	LeaseTake	how;
+
+	ref.extension_function = fcinfo->flinfo->fn_oid;
+	ref.key = arg_text_required(fcinfo, LEASE_ARG_KEY, "key");
+	ref.scope = arg_text_required(fcinfo, LEASE_ARG_SCOPE, "scope");
+	key_identity_from_args(ref.scope, ref.key, identity);
+	claim_parse_request_hash(arg_text_required(fcinfo, LEASE_ARG_REQUEST_HASH, "request_hash"),
+							 grant.request_hash);
+	grant.lease_until = lease_end(fcinfo, LEASE_ARG_LEASE);
+	/* The key outlives its lease: a lease longer than the ttl stretches the expiry. */
+	grant.expires_at = Max(claim_expiry(fcinfo, LEASE_ARG_TTL), grant.lease_until);
+	wait_until = claim_wait_deadline(fcinfo, LEASE_ARG_WAIT);
+	PreventCommandIfReadOnly("idem_lease()");
+	PreventCommandDuringRecovery("idem_lease()");
+
+	claim_attempt(&ref, identity, grant.request_hash, wait_until, &attempt);
+	if (attempt.outcome == IDEM_OUTCOME_CLAIMED)
+	{
+		grant.token = new_token();
+		if (!attempt.row.found)
+			how = LEASE_NEW_ROW;
+		else if (attempt.row.leased &&
+				 attempt.row.expires_at > GetCurrentTransactionStartTimestamp())
+			how = LEASE_TAKE_OVER;
+		else
+			how = LEASE_REPLACE_ROW;
+		/* The key's lock stays until this transaction ends, so the row appears whole. */
+		key_store_take_lease(&ref, how, &grant);
+		stats_count(IDEM_COUNT_LEASES, 1);
+		if (how == LEASE_TAKE_OVER)
+			stats_count(IDEM_COUNT_LEASE_TAKEOVERS, 1);
+		if (how != LEASE_TAKE_OVER)
+			attempt.row.recovery_point_null = attempt.row.recovery_state_null = true;
+	}
+	return lease_result(fcinfo, attempt.outcome, &attempt.row, grant.expires_at, &grant);
+}
+
+void
+lease_holder_args(FunctionCallInfo fcinfo, int key_argno, int token_argno, int scope_argno,
+				  LeaseHolder *holder)
+{
+	uint8		identity[IDEM_SHA256_BYTES];
+
+	holder->ref.extension_function = fcinfo->flinfo->fn_oid;
+	holder->ref.key = arg_text_required(fcinfo, key_argno, "key");
+	arg_require_not_null(fcinfo, token_argno, "lease_token");
+	holder->token = *PG_GETARG_UUID_P(token_argno);
+	holder->ref.scope = arg_text_required(fcinfo, scope_argno, "scope");
+	key_identity_from_args(holder->ref.scope, holder->ref.key, identity);
+	memcpy(holder->identity, identity, IDEM_SHA256_BYTES);
+}
+
+TimestampTz
+lease_holder_change(LeaseHolder *holder, LeaseChange change, const LeaseChangeValues *values,
+					const char *caller)
+{
+	TimestampTz lease_until;
+
+	PreventCommandIfReadOnly(caller);
+	PreventCommandDuringRecovery(caller);
+	/* Waits out a claim that is reading the row right now (it holds the lock for microseconds). */
+	key_lock_wait(holder->identity);
+	if (!key_store_change_lease(&holder->ref, &holder->token, change, values, &lease_until))
+	{
+		stats_count(IDEM_COUNT_STALE_TOKENS, 1);
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: idempotency lease token is not the current one for key \"%s\"",
+						caller, text_to_cstring(holder->ref.key)),
+				 errdetail("The lease was taken over after it ran out, or was completed or released."),
+				 errhint("Stop working on this request: another attempt owns it now.")));
+	}
+	return lease_until;
+}
+
+/* idem_lease_extend(key, lease_token, lease, scope) */
+Datum
+idem_lease_extend(PG_FUNCTION_ARGS)
+{
+	LeaseHolder holder;
+	LeaseChangeValues values;
+
+	lease_holder_args(fcinfo, 0, 1, 3, &holder);
+	memset(&values, 0, sizeof(values));
+	values.until = lease_end(fcinfo, 2);
+	PG_RETURN_TIMESTAMPTZ(lease_holder_change(&holder, LEASE_EXTEND, &values, "idem_lease_extend"));
+}
+
+/* idem_checkpoint(key, lease_token, recovery_point, recovery_state, scope) */
+Datum
+idem_checkpoint(PG_FUNCTION_ARGS)
+{
+	LeaseHolder holder;
+	LeaseChangeValues values;
+
+	lease_holder_args(fcinfo, 0, 1, 4, &holder);
+	memset(&values, 0, sizeof(values));
+	values.recovery_point = PointerGetDatum(arg_text_required(fcinfo, 2, "recovery_point"));
+	if (VARSIZE_ANY_EXHDR(DatumGetPointer(values.recovery_point)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency recovery_point must not be empty")));
+	values.recovery_state_null = PG_ARGISNULL(3);
+	values.recovery_state = values.recovery_state_null ? (Datum) 0 : PG_GETARG_DATUM(3);
+	lease_holder_change(&holder, LEASE_CHECKPOINT, &values, "idem_checkpoint");
+	stats_count(IDEM_COUNT_CHECKPOINTS, 1);
+	PG_RETURN_VOID();
+}
+
+/* idem_lease_release(key, lease_token, scope) */
+Datum
+idem_lease_release(PG_FUNCTION_ARGS)
+{
+	LeaseHolder holder;
+	LeaseChangeValues values;
+
+	lease_holder_args(fcinfo, 0, 1, 2, &holder);
+	memset(&values, 0, sizeof(values));
+	values.until = GetCurrentTimestamp();
+	lease_holder_change(&holder, LEASE_RELEASE, &values, "idem_lease_release");
+	stats_count(IDEM_COUNT_RELEASES, 1);
+	PG_RETURN_BOOL(true);
+}
