@@ -406,3 +406,25 @@ func TestSimpleProtocolNoPreparedStatements(t *testing.T) {
 		t.Fatalf("%d prepared statements (%v)", n, err)
 	}
 }
+
+// Keys and bodies with quotes and backslashes survive the simple protocol's client-side interpolation.
+func TestQuotesAndBackslashes(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	key := testdb.Unique(`it's\a"key`)
+	quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
+	body := `{"note": "O'Brien said \"hi\" \\ bye", "emoji": "\u00e9\ud83d\ude00"}`
+	first := f.post(ptr(quoted), body)
+	second := f.post(ptr(quoted), body)
+	if first.status != 201 || second.status != 201 || second.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first %+v, second %+v", first, second)
+	}
+	var got string
+	if err := f.pool.QueryRow(context.Background(), `SELECT idempotency_key FROM ledger WHERE account = $1::text`, f.scope).Scan(&got); err != nil || got != key {
+		t.Fatalf("stored key %q (%v), want %q", got, err, key)
+	}
+	var a, b map[string]any
+	if json.Unmarshal([]byte(first.body), &a) != nil || json.Unmarshal([]byte(second.body), &b) != nil ||
+		fmt.Sprint(a["echo"]) != fmt.Sprint(b["echo"]) || !strings.Contains(second.body, `O'Brien`) {
+		t.Fatalf("bodies %q and %q", first.body, second.body)
+	}
+}
