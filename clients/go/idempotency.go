@@ -112,7 +112,8 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-// HandleTx returns a handler running h inside the request's transaction.
+// HandleTx returns a handler running h inside the request's transaction. A request whose method is not guarded
+// (Options.Methods) runs h with a nil tx and no transaction.
 func (g *Guard) HandleTx(h TxHandlerFunc) http.Handler {
 	return g.handle(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = h(w, r, nil)
