@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func i32(v int32) *int32 { return &v }
+func i32(v int32) *int32   { return &v }
 func str(s string) *string { return &s }
 
 type problemBody struct {
@@ -193,17 +193,17 @@ func TestStoredFormRoundTrip(t *testing.T) {
 func TestValidRequestBody(t *testing.T) {
 	for body, want := range map[string]bool{
 		`{"amount_cents": 100, "currency": "USD"}`: true,
-		`[1, 2]`:                  true,
-		`"x"`:                     true,
-		`{"a": "\\u0000"}`:        true, // an escaped backslash, then the text u0000
-		``:                        false,
-		`{"a": 1`:                 false,
-		`not json`:                false,
-		`{"a": "\u0000"}`:         false, // jsonb refuses the NUL escape
-		`{"\u0000": 1}`:           false,
-		"{\"a\": \"\xff\"}":       false, // invalid UTF-8
-		`{"a": NaN}`:              false,
-		`{"a": 1} {"b": 2}`:       false,
+		`[1, 2]`:            true,
+		`"x"`:               true,
+		`{"a": "\\u0000"}`:  true, // an escaped backslash, then the text u0000
+		``:                  false,
+		`{"a": 1`:           false,
+		`not json`:          false,
+		`{"a": "\u0000"}`:   false, // jsonb refuses the NUL escape
+		`{"\u0000": 1}`:     false,
+		"{\"a\": \"\xff\"}": false, // invalid UTF-8
+		`{"a": NaN}`:        false,
+		`{"a": 1} {"b": 2}`: false,
 	} {
 		if got := ValidRequestBody([]byte(body)); got != want {
 			t.Errorf("ValidRequestBody(%q) = %v, want %v", body, got, want)

@@ -31,6 +31,8 @@ export PATH="/usr/lib/go/bin:$PATH"
 
 ./debian-vendor.sh
 go version
+unformatted=$(find . -path ./vendor -prune -o -name '*.go' -print | xargs gofmt -l)
+[ -z "$unformatted" ] || { echo "test.sh: not gofmt-formatted: $unformatted" >&2; exit 1; }
 go vet ./...
 mkdir -p bin
 go build -o bin/payments ./cmd/payments
