@@ -75,7 +75,8 @@ def main():
                 for mode in harness.MODES:
                     svcs[mode] = harness.Service(stack, lang, mode).start()
             except harness.HarnessError as e:
-                problems.append(f"{lang}: {str(e).splitlines()[0]}")
+                print(f"[bench] {lang}: {e}", file=sys.stderr, flush=True)
+                problems.append(f"{lang}: " + " / ".join(l.strip() for l in str(e).splitlines() if l.strip())[:600])
                 for s in svcs.values():
                     s.stop()
                 continue

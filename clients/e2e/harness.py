@@ -110,6 +110,29 @@ def port_open(port, host="127.0.0.1"):
         return s.connect_ex((host, port)) == 0
 
 
+def port_bindable(port, host="127.0.0.1"):
+    """A server that does not set SO_REUSEADDR can listen here: nothing listens, and no socket of an outgoing
+    connection (the ephemeral range covers 55480-55489) holds the port, not even in TIME_WAIT."""
+    import socket
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+SPARE_PORTS = range(55482, 55490)
+_ports_in_use = set()  # ports of the services this process runs
+
+
+def pick_port(preferred):
+    for p in [preferred] + [p for p in SPARE_PORTS if p != preferred]:
+        if p not in _ports_in_use and port_bindable(p):
+            return p
+    raise HarnessError(f"no free port in 55482-55489 (in use here: {sorted(_ports_in_use)})")
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
@@ -324,8 +347,17 @@ class Service:
 
     def start(self, timeout=30.0):
         prepare_service(self.stack, self.lang)
-        if port_open(self.port):
-            raise HarnessError(f"{self.name}: port {self.port} is already in use")
+        for attempt in range(3):
+            self.port = pick_port(self.port)
+            self.base = f"http://127.0.0.1:{self.port}"
+            try:
+                return self._start(timeout)
+            except HarnessError as e:
+                if attempt == 2 or "address already in use" not in str(e).lower():
+                    raise
+                log(f"{self.name}: port {self.port} was taken meanwhile, trying another")
+
+    def _start(self, timeout):
         spec = SERVICES[self.lang]
         env = dict(os.environ)
         env.update(spec.get("env", {}))
@@ -338,10 +370,12 @@ class Service:
         logf.close()
         with open(os.path.join(_pids_dir(self.stack), f"{self.name}.pid"), "w") as f:
             f.write(str(self.proc.pid))
+        _ports_in_use.add(self.port)
         deadline = time.time() + timeout
         last = None
         while time.time() < deadline:
             if self.proc.poll() is not None:
+                _ports_in_use.discard(self.port)
                 raise HarnessError(f"{self.name}: `{' '.join(argv)}` exited with {self.proc.returncode}:\n"
                                    + _tail(self.logfile))
             try:
@@ -365,6 +399,7 @@ class Service:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        _ports_in_use.discard(self.port)
         try:
             os.unlink(os.path.join(_pids_dir(self.stack), f"{self.name}.pid"))
         except OSError:
