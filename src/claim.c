@@ -3,6 +3,8 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "utils/guc.h"
+#include "utils/resowner.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -192,6 +194,57 @@ sleep_until(TimestampTz deadline, long max_ms)
 	CHECK_FOR_INTERRUPTS();
 }
 
+/*
+ * Waits for a transaction holding the key's lock to end, at most until the
+ * deadline: a lock wait, so it wakes the moment the holder commits or rolls
+ * back. The wait runs in a subtransaction with lock_timeout set for it alone,
+ * as a PL/pgSQL exception block would; a lock timeout is caught, any other
+ * error (cancel, statement_timeout, deadlock) goes on to the caller. True when
+ * the lock was granted: it is this transaction's now.
+ */
+static bool
+wait_for_key_lock(const uint8 identity[IDEM_SHA256_BYTES], TimestampTz deadline)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	long		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+	char		timeout[32];
+	bool		granted = false;
+
+	snprintf(timeout, sizeof(timeout), "%ld", Max(remaining_ms, 1));
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		int			guc_level = NewGUCNestLevel();
+
+		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		key_lock_wait(identity);
+		AtEOXact_GUC(true, guc_level);
+		ReleaseCurrentSubTransaction();
+		granted = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(context);
+		error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(error);
+		FreeErrorData(error);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(context);
+	CurrentResourceOwner = owner;
+	return granted;
+}
+
 void
 claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 			  const uint8 request_hash[IDEM_SHA256_BYTES], TimestampTz wait_until, ClaimAttempt *out)
@@ -200,13 +253,15 @@ claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 	IdemClaimFacts facts;
 	long		pause_ms = 2;
 	bool		waited = false;
+	bool		lock_waited_for = false;
+
+	out->lock = KEY_LOCK_BUSY;
 
 	for (;;)
 	{
 		memset(&facts, 0, sizeof(facts));
 		memset(&out->row, 0, sizeof(out->row));
 		facts.claimed_by_this_transaction = held != NULL && held->state == TXN_CLAIM_HELD;
-		out->lock = KEY_LOCK_BUSY;
 		if (!facts.claimed_by_this_transaction)
 		{
 			/*
@@ -214,7 +269,7 @@ claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 			 * snapshot, which sees every completion committed before the lock was
 			 * granted (a transaction is visible before it releases its locks).
 			 */
-			out->lock = key_lock_try(identity);
+			out->lock = lock_waited_for ? KEY_LOCK_TAKEN : key_lock_try(identity);
 			facts.lock_granted = out->lock != KEY_LOCK_BUSY;
 			key_store_lookup(ref, LOOKUP_CALLER_SNAPSHOT, &out->row);
 			describe_row(&out->row, request_hash, &facts.row);
@@ -223,21 +278,40 @@ claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 		}
 		out->outcome = idem_core_decide_claim(&facts);
 
-		/* A lock taken only to find a finished request is not kept. */
+		/*
+		 * A lock taken only to find a finished request is not kept. One granted
+		 * after a wait belongs to the transaction's resource owner (the wait's
+		 * subtransaction handed it up), not the portal's: release it there.
+		 */
 		if (out->lock == KEY_LOCK_TAKEN && out->outcome != IDEM_OUTCOME_CLAIMED)
+		{
+			ResourceOwner owner = CurrentResourceOwner;
+
+			if (lock_waited_for)
+				CurrentResourceOwner = CurTransactionResourceOwner;
 			key_lock_release(identity);
+			CurrentResourceOwner = owner;
+		}
+		lock_waited_for = false;
 
 		/*
-		 * Bounded wait: holding nothing, look again after a pause that doubles
-		 * up to 50 ms, until the key settles or the deadline passes. A
-		 * transaction's own claim never settles while it waits.
+		 * Bounded wait, until the key settles or the deadline passes. A
+		 * transaction holding the key: wait for its lock, which wakes at its
+		 * end. A lease (no lock held): look again after a pause that doubles
+		 * up to 50 ms, holding nothing. A transaction's own claim never
+		 * settles while it waits.
 		 */
 		if (out->outcome != IDEM_OUTCOME_IN_PROGRESS || facts.claimed_by_this_transaction ||
 			wait_until == 0 || GetCurrentTimestamp() >= wait_until)
 			break;
 		waited = true;
-		sleep_until(wait_until, pause_ms);
-		pause_ms = Min(pause_ms * 2, 50);
+		if (out->lock == KEY_LOCK_BUSY)
+			lock_waited_for = wait_for_key_lock(identity, wait_until);
+		else
+		{
+			sleep_until(wait_until, pause_ms);
+			pause_ms = Min(pause_ms * 2, 50);
+		}
 	}
 	if (waited)
 		stats_count(IDEM_COUNT_WAITS, 1);
