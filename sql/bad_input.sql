@@ -1,12 +1,7 @@
 -- Every bad input is an ERROR with a documented SQLSTATE, and nothing is written.
 TRUNCATE idempotency_keys;
-CREATE FUNCTION sqlstate_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/sqlstate_of.sql
 
 -- 22004: NULL where a value is required (STRICT would have hidden it as a NULL result).
 SELECT sqlstate_of($$SELECT idem_claim(NULL, idem_hash('x'))$$);

@@ -2,13 +2,8 @@
 -- would, whatever a user has done to the table; where it cannot, the statements run instead.
 -- Each case alters the table inside a transaction and rolls back.
 CREATE EXTENSION amcheck;
-CREATE FUNCTION sqlstate_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/sqlstate_of.sql
 -- claim + complete of a new key, then a replay of it, in one answer.
 CREATE FUNCTION store_and_replay(k text, s text DEFAULT '') RETURNS text LANGUAGE plpgsql AS $$
 DECLARE

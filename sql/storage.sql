@@ -1,12 +1,7 @@
 -- Expiry and storage modes: idem_cleanup(), idem_set_storage(), idem_stats.
 TRUNCATE idempotency_keys;
-CREATE FUNCTION sqlstate_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/sqlstate_of.sql
 CREATE FUNCTION complete_key(k text, body jsonb, ttl interval DEFAULT NULL) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     answer text;
