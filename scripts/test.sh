@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite against a real, throwaway PostgreSQL 15 cluster, as CI does:
 #   C++ unit tests (plain and under ASan/UBSan), the libFuzzer run, pg_regress, isolation specs,
-#   pgTAP (pg_prove), the Perl TAP tests (as user postgres) and sqlsmith.
+#   pgTAP (pg_prove), the Perl TAP tests (as user postgres), sqlsmith, and the Go, Node.js and Python clients.
 # Ends with one line over all suites: "N passed, N failed". Exit status 0 only when nothing failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -104,6 +104,18 @@ fi
 # Random SQL (sqlsmith, seed 42) and random idem_* arguments on a throwaway cluster of its own: no backend
 # may crash (~20 s). test/robustness/valgrind.sh (~5 min) stays a separate command.
 run_single sqlsmith env SMITH_PORT=55433 test/robustness/sqlsmith.sh
+
+# The Go, Node.js and Python clients: each language's own tests, then one end-to-end suite over real HTTP for
+# all three services, directly and through PgBouncer, and a load test per service (clients/run-tests.sh).
+clients/run-tests.sh 2>&1 | tee "$log_dir/clients.log"
+clients_status=${PIPESTATUS[0]}
+client_suites=$(grep -Ec '^[a-z0-9-]+ [0-9]+ passed, [0-9]+ failed$' "$log_dir/clients.log")
+while read -r suite ok _ bad _; do
+    count "$suite" "$ok" "$bad"
+done < <(grep -E '^[a-z0-9-]+ [0-9]+ passed, [0-9]+ failed$' "$log_dir/clients.log")
+[ "$clients_status" -ne 0 ] && ! grep -Eq '^[a-z0-9-]+ [0-9]+ passed, [1-9][0-9]* failed$' "$log_dir/clients.log" &&
+    count clients-run 0 1
+[ "$client_suites" -eq 0 ] && count clients-run 0 1
 
 echo
 echo "== summary"
