@@ -142,3 +142,30 @@ RETURNS record
 AS 'MODULE_PATHNAME', 'idem_stats_read'
 LANGUAGE C VOLATILE PARALLEL SAFE;
 CREATE VIEW @extschema@.idem_stats AS SELECT * FROM @extschema@.idem_stats_read();
+
+-- Field-subset fingerprints (IETF draft: the fingerprint may leave out fields that differ between retries,
+-- such as a request id or a client timestamp). Each entry of exclude is a path of object keys joined by
+-- '.', removed from the payload before hashing: '{request_id}' or 'meta.sent_at'.
+CREATE FUNCTION @extschema@.idem_hash(payload jsonb, exclude text[])
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    path text;
+BEGIN
+    FOREACH path IN ARRAY exclude LOOP
+        IF path IS NULL THEN
+            RAISE EXCEPTION 'idempotency exclude paths must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF path = '' THEN
+            RAISE EXCEPTION 'idempotency exclude paths must not be empty' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        payload := payload OPERATOR(pg_catalog.#-) pg_catalog.string_to_array(path, '.');
+    END LOOP;
+    RETURN @extschema@.idem_hash(payload);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_hash(jsonb, text[]) IS
+    'idem_hash of the payload without the fields named by exclude (paths of keys joined by ''.'').';

@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(81);
+SELECT plan(82);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -174,6 +174,7 @@ SELECT has_function('public', 'idem_checkpoint', ARRAY['text', 'uuid', 'text', '
 SELECT has_function('public', 'idem_lease_complete', ARRAY['text', 'uuid', 'integer', 'jsonb', 'jsonb', 'text']);
 SELECT function_returns('public', 'idem_lease_complete', ARRAY['text', 'uuid', 'integer', 'jsonb', 'jsonb', 'text'], 'boolean');
 SELECT has_function('public', 'idem_lease_release', ARRAY['text', 'uuid', 'text']);
+SELECT has_function('public', 'idem_hash', ARRAY['jsonb', 'text[]']);
 SELECT has_function('public', 'idem_claim_wait', ARRAY['text', 'text', 'interval', 'interval', 'text']);
 SELECT function_returns('public', 'idem_claim_wait', ARRAY['text', 'text', 'interval', 'interval', 'text'], 'idem_claim_result');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_claim'), 1,
