@@ -13,9 +13,14 @@ constexpr IdemClaimOutcome CLAIMED = IDEM_OUTCOME_CLAIMED, REPLAY = IDEM_OUTCOME
                            MISMATCH = IDEM_OUTCOME_MISMATCH, IN_PROGRESS = IDEM_OUTCOME_IN_PROGRESS,
                            SERIALIZE = IDEM_OUTCOME_SERIALIZATION_FAILURE;
 
+// The 1.0 facts of a row; the lease facts (leased, lease_live) are false here: see LeaseRows.
+struct Stored {
+    bool found, expired, hash_matches;
+};
+
 struct Row {
     bool claimed_by_this_transaction, lock_granted, row_changed_after_snapshot;
-    IdemStoredRow row;  // {found, expired, hash_matches}
+    Stored row;
     IdemClaimOutcome expected;
 };
 
@@ -97,7 +102,9 @@ IdemClaimFacts facts_of(const Row& r) {
     facts.claimed_by_this_transaction = r.claimed_by_this_transaction;
     facts.lock_granted = r.lock_granted;
     facts.row_changed_after_snapshot = r.row_changed_after_snapshot;
-    facts.row = r.row;
+    facts.row.found = r.row.found;
+    facts.row.expired = r.row.expired;
+    facts.row.hash_matches = r.row.hash_matches;
     return facts;
 }
 
