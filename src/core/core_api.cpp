@@ -13,10 +13,6 @@
 using idem::core::Sha256;
 using idem::core::Sha256Digest;
 
-struct IdemSha256Stream {
-    Sha256 digest;
-};
-
 namespace {
 
 // Runs body and turns any exception into a status; nothing escapes into C.
@@ -86,32 +82,6 @@ IdemStatus idem_core_sha256(const void* data, size_t len, uint8_t out[IDEM_SHA25
         return IDEM_OK;
     });
 }
-
-IdemSha256Stream* idem_core_sha256_begin(void) {
-    try {
-        return new IdemSha256Stream();
-    } catch (...) {
-        return nullptr;
-    }
-}
-
-IdemStatus idem_core_sha256_update(IdemSha256Stream* stream, const void* data, size_t len) {
-    return guarded([&] {
-        stream->digest.update(data, len);
-        return IDEM_OK;
-    });
-}
-
-IdemStatus idem_core_sha256_finish(IdemSha256Stream* stream, uint8_t out[IDEM_SHA256_BYTES]) {
-    const IdemStatus status = guarded([&] {
-        copy_digest(stream->digest.finish(), out);
-        return IDEM_OK;
-    });
-    delete stream;
-    return status;
-}
-
-void idem_core_sha256_abandon(IdemSha256Stream* stream) { delete stream; }
 
 IdemStatus idem_core_key_identity(const char* scope, size_t scope_len, const char* key, size_t key_len,
                                   uint8_t out[IDEM_SHA256_BYTES]) {

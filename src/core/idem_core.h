@@ -107,14 +107,6 @@ void		idem_core_sha256_to_hex(const uint8_t digest[IDEM_SHA256_BYTES],
 IdemStatus	idem_core_sha256(const void *data, size_t len,
 							 uint8_t out[IDEM_SHA256_BYTES]);
 
-/* Incremental SHA-256 for data that arrives in pieces. */
-typedef struct IdemSha256Stream IdemSha256Stream;
-IdemSha256Stream *idem_core_sha256_begin(void);
-IdemStatus	idem_core_sha256_update(IdemSha256Stream *stream, const void *data, size_t len);
-/* Writes the digest and frees the stream, whatever the result. */
-IdemStatus	idem_core_sha256_finish(IdemSha256Stream *stream, uint8_t out[IDEM_SHA256_BYTES]);
-void		idem_core_sha256_abandon(IdemSha256Stream *stream);
-
 /*
  * The identity of a key within its scope: SHA-256 over the length-prefixed
  * scope and key, so ("a", "bc") and ("ab", "c") differ.

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "../unit/sha256_stream.hpp"
 #include "idem_core.h"
 
 #define REQUIRE(cond)              \
@@ -103,25 +104,25 @@ void check_hex_round_trip(const std::uint8_t* bytes) {
     REQUIRE(std::memcmp(back, bytes, sizeof back) == 0);
 }
 
-void stream_update(IdemSha256Stream* s, const void* data, std::size_t len) {
-    REQUIRE(idem_core_sha256_update(s, data, len) == IDEM_OK);
+void stream_update(Sha256Stream* s, const void* data, std::size_t len) {
+    REQUIRE(sha256_stream_update(s, data, len) == IDEM_OK);
 }
 
 // One-shot equals streaming in input-chosen pieces; key identity equals its documented format.
 void check_hashing(std::string_view text, std::uint16_t split) {
     std::uint8_t one_shot[IDEM_SHA256_BYTES], again[IDEM_SHA256_BYTES], streamed[IDEM_SHA256_BYTES];
     REQUIRE(idem_core_sha256(text.data(), text.size(), one_shot) == IDEM_OK);
-    IdemSha256Stream* s = idem_core_sha256_begin();
+    Sha256Stream* s = sha256_stream_begin();
     REQUIRE(s != nullptr);
     const std::size_t piece = 1 + split % 131;
     for (std::size_t at = 0; at < text.size(); at += piece)
         stream_update(s, text.data() + at, std::min(piece, text.size() - at));
-    REQUIRE(idem_core_sha256_finish(s, streamed) == IDEM_OK);
+    REQUIRE(sha256_stream_finish(s, streamed) == IDEM_OK);
     REQUIRE(std::memcmp(one_shot, streamed, sizeof one_shot) == 0);
-    s = idem_core_sha256_begin();
+    s = sha256_stream_begin();
     REQUIRE(s != nullptr);
     stream_update(s, text.data(), text.size());
-    idem_core_sha256_abandon(s);  // a leak here is reported by LeakSanitizer
+    sha256_stream_abandon(s);  // a leak here is reported by LeakSanitizer
     REQUIRE(idem_core_sha256(text.data(), text.size(), again) == IDEM_OK);
     REQUIRE(std::memcmp(one_shot, again, sizeof one_shot) == 0);
 
@@ -131,13 +132,13 @@ void check_hashing(std::string_view text, std::uint16_t split) {
     REQUIRE(idem_core_key_identity(scope.data(), scope.size(), key.data(), key.size(), identity) == IDEM_OK);
     const std::uint32_t scope_len = static_cast<std::uint32_t>(scope.size());
     const std::uint32_t key_len = static_cast<std::uint32_t>(key.size());
-    s = idem_core_sha256_begin();
+    s = sha256_stream_begin();
     REQUIRE(s != nullptr);
     stream_update(s, &scope_len, sizeof scope_len);
     stream_update(s, scope.data(), scope.size());
     stream_update(s, &key_len, sizeof key_len);
     stream_update(s, key.data(), key.size());
-    REQUIRE(idem_core_sha256_finish(s, expected) == IDEM_OK);
+    REQUIRE(sha256_stream_finish(s, expected) == IDEM_OK);
     REQUIRE(std::memcmp(identity, expected, sizeof identity) == 0);
 
     // Moving the boundary by one byte must change the identity.

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "sha256_stream.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -32,21 +33,21 @@ const std::vector<Vector>& nist_vectors() {
 
 // Feeds message in the given piece sizes, cycling; odd sizes straddle the 64-byte blocks.
 Digest sha256_streamed(const std::string& message, const std::vector<std::size_t>& pieces) {
-    IdemSha256Stream* stream = idem_core_sha256_begin();
+    Sha256Stream* stream = sha256_stream_begin();
     if (stream == nullptr)
-        throw std::runtime_error("idem_core_sha256_begin failed");
+        throw std::runtime_error("sha256_stream_begin failed");
     std::size_t offset = 0;
     for (std::size_t i = 0; offset < message.size(); ++i) {
         const std::size_t n = std::min(pieces[i % pieces.size()], message.size() - offset);
-        if (idem_core_sha256_update(stream, message.data() + offset, n) != IDEM_OK) {
-            idem_core_sha256_abandon(stream);
-            throw std::runtime_error("idem_core_sha256_update failed");
+        if (sha256_stream_update(stream, message.data() + offset, n) != IDEM_OK) {
+            sha256_stream_abandon(stream);
+            throw std::runtime_error("sha256_stream_update failed");
         }
         offset += n;
     }
     Digest d{};
-    if (idem_core_sha256_finish(stream, d.data()) != IDEM_OK)
-        throw std::runtime_error("idem_core_sha256_finish failed");
+    if (sha256_stream_finish(stream, d.data()) != IDEM_OK)
+        throw std::runtime_error("sha256_stream_finish failed");
     return d;
 }
 
@@ -70,11 +71,11 @@ TEST(Sha256, StreamedInLargeOddPiecesMatchesMillionA) {
 }
 
 TEST(Sha256, StreamWithNoUpdateIsTheEmptyDigest) {
-    IdemSha256Stream* stream = idem_core_sha256_begin();
+    Sha256Stream* stream = sha256_stream_begin();
     ASSERT_NE(stream, nullptr);
-    ASSERT_EQ(idem_core_sha256_update(stream, nullptr, 0), IDEM_OK);
+    ASSERT_EQ(sha256_stream_update(stream, nullptr, 0), IDEM_OK);
     Digest d{};
-    ASSERT_EQ(idem_core_sha256_finish(stream, d.data()), IDEM_OK);
+    ASSERT_EQ(sha256_stream_finish(stream, d.data()), IDEM_OK);
     EXPECT_EQ(hex_of(d), nist_vectors()[0].expected);
 }
 
@@ -94,29 +95,29 @@ TEST(Sha256, RepeatedOneShotCallsDoNotCarryState) {
 
 // Streams must not share the one-shot context, nor each other's.
 TEST(Sha256, InterleavedStreamsAndOneShotsStayApart) {
-    IdemSha256Stream* first = idem_core_sha256_begin();
-    IdemSha256Stream* second = idem_core_sha256_begin();
+    Sha256Stream* first = sha256_stream_begin();
+    Sha256Stream* second = sha256_stream_begin();
     ASSERT_NE(first, nullptr);
     ASSERT_NE(second, nullptr);
-    ASSERT_EQ(idem_core_sha256_update(first, "ab", 2), IDEM_OK);
-    ASSERT_EQ(idem_core_sha256_update(second, "abcdbcde", 8), IDEM_OK);
+    ASSERT_EQ(sha256_stream_update(first, "ab", 2), IDEM_OK);
+    ASSERT_EQ(sha256_stream_update(second, "abcdbcde", 8), IDEM_OK);
     EXPECT_EQ(hex_of(sha256_one_shot("")), nist_vectors()[0].expected);
-    ASSERT_EQ(idem_core_sha256_update(first, "c", 1), IDEM_OK);
+    ASSERT_EQ(sha256_stream_update(first, "c", 1), IDEM_OK);
     const std::string rest = nist_vectors()[2].message.substr(8);
-    ASSERT_EQ(idem_core_sha256_update(second, rest.data(), rest.size()), IDEM_OK);
+    ASSERT_EQ(sha256_stream_update(second, rest.data(), rest.size()), IDEM_OK);
     Digest a{}, b{};
-    ASSERT_EQ(idem_core_sha256_finish(first, a.data()), IDEM_OK);
-    ASSERT_EQ(idem_core_sha256_finish(second, b.data()), IDEM_OK);
+    ASSERT_EQ(sha256_stream_finish(first, a.data()), IDEM_OK);
+    ASSERT_EQ(sha256_stream_finish(second, b.data()), IDEM_OK);
     EXPECT_EQ(hex_of(a), nist_vectors()[1].expected);
     EXPECT_EQ(hex_of(b), nist_vectors()[2].expected);
 }
 
 // Fails only in the sanitizer build (LeakSanitizer) if abandon does not free the stream.
 TEST(Sha256, AbandonedStreamIsFreed) {
-    IdemSha256Stream* stream = idem_core_sha256_begin();
+    Sha256Stream* stream = sha256_stream_begin();
     ASSERT_NE(stream, nullptr);
-    ASSERT_EQ(idem_core_sha256_update(stream, "abc", 3), IDEM_OK);
-    idem_core_sha256_abandon(stream);
+    ASSERT_EQ(sha256_stream_update(stream, "abc", 3), IDEM_OK);
+    sha256_stream_abandon(stream);
 }
 
 // Backends are single-threaded, but the core promises per-thread contexts; a shared one corrupts digests.
