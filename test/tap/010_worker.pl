@@ -4,57 +4,17 @@
 use strict;
 use warnings;
 
+use FindBin;
+use lib "$FindBin::RealBin/../faults";
+
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-# Cluster::init runs pg_regress --config-auth; Debian keeps it under pgxs.
-if (!$ENV{PG_REGRESS})
-{
-	my $pgxs = `pg_config --pgxs`;
-	chomp $pgxs;
-	$pgxs =~ s{/src/makefiles/pgxs\.mk$}{};
-	$ENV{PG_REGRESS} = "$pgxs/src/test/regress/pg_regress";
-}
+use IdemTap;
 
 my $HASH = 'a' x 64;
-
-# Seconds until $sql returns true in $db, or undef after $limit seconds.
-sub wait_until
-{
-	my ($node, $db, $sql, $limit) = @_;
-	my $start = time;
-	for (;;)
-	{
-		return time - $start if $node->safe_psql($db, $sql) eq 't';
-		return undef if time - $start > $limit;
-		sleep 0.1;
-	}
-}
-
-# Expired rows written directly: only the worker or idem_cleanup() removes them.
-sub insert_expired
-{
-	my ($node, $db, $prefix, $n) = @_;
-	$node->safe_psql($db, qq{
-		INSERT INTO idempotency_keys
-		SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', '$prefix' || i,
-		       sha256(i::text::bytea), NULL, NULL
-		FROM generate_series(1, $n) i});
-}
-
-sub count_keys
-{
-	my ($node, $db, $prefix) = @_;
-	return $node->safe_psql($db, "SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%'");
-}
-
-sub log_lines
-{
-	my ($node, $offset, $regexp) = @_;
-	return scalar grep { /$regexp/ } split /\n/, slurp_file($node->logfile, $offset);
-}
 
 # Whether $regexp appears in the log after $offset within $limit seconds.
 sub log_shows

@@ -5,35 +5,19 @@
 use strict;
 use warnings;
 
-use DBI;
+use FindBin;
+use lib "$FindBin::RealBin/../faults";
+
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use POSIX ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-if (!$ENV{PG_REGRESS})
-{
-	my $pgxs = `pg_config --pgxs`;
-	chomp $pgxs;
-	$pgxs =~ s{/src/makefiles/pgxs\.mk$}{};
-	$ENV{PG_REGRESS} = "$pgxs/src/test/regress/pg_regress";
-}
+use IdemTap;
 
 my $CLIENTS = 2;
 my $HASH = 'ab' x 32;
-
-sub wait_until
-{
-	my ($node, $db, $sql, $limit) = @_;
-	my $start = time;
-	for (;;)
-	{
-		return time - $start if $node->safe_psql($db, $sql) eq 't';
-		return undef if time - $start > $limit;
-		sleep 0.1;
-	}
-}
 
 my $node = PostgreSQL::Test::Cluster->new('partitioned');
 $node->init;
@@ -94,7 +78,7 @@ ok(defined wait_until($node, 'appdb',
 
 # Clients claiming and completing with ttl 2min the whole time; each writes a summary.
 my $work = PostgreSQL::Test::Utils::tempdir();
-my $dsn = 'dbi:Pg:host=' . $node->host . ';port=' . $node->port . ';dbname=appdb';
+my $dsn = idem_dsn($node, dbname => 'appdb');
 my @children;
 for my $c (1 .. $CLIENTS)
 {
@@ -102,8 +86,7 @@ for my $c (1 .. $CLIENTS)
 	if ($pid == 0)
 	{
 		my ($done, $errors, $max_latency, %messages) = (0, 0, 0);
-		my $dbh = DBI->connect($dsn, undef, undef,
-			{ AutoCommit => 0, RaiseError => 1, PrintError => 0, PrintWarn => 0 });
+		my $dbh = idem_connect($dsn, AutoCommit => 0) or die "client $c: no connection\n";
 		for (my $n = 0; !-e "$work/stop"; $n++)
 		{
 			my $started = time;
@@ -202,7 +185,7 @@ is($node->safe_psql('appdb', "SELECT outcome FROM idem_claim('far', '$HASH')"), 
 is($node->safe_psql('appdb', q{
 	SELECT partitions_dropped >= 1, partitions_created >= 1, keys_removed >= 40, last_error
 	FROM idem_stats}), 't|t|t|', 'idem_stats: partitions dropped and created, keys removed, no error');
-is(scalar grep({ /terminated by signal|PANIC/ } split /\n/, slurp_file($node->logfile)), 0, 'no process crashed');
+is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
 
 $node->stop;
 done_testing();

@@ -4,38 +4,17 @@
 use strict;
 use warnings;
 
+use FindBin;
+use lib "$FindBin::RealBin/../faults";
+
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-if (!$ENV{PG_REGRESS})
-{
-	my $pgxs = `pg_config --pgxs`;
-	chomp $pgxs;
-	$pgxs =~ s{/src/makefiles/pgxs\.mk$}{};
-	$ENV{PG_REGRESS} = "$pgxs/src/test/regress/pg_regress";
-}
+use IdemTap;
 
 my $HASH = 'a' x 64;
-
-sub wait_until
-{
-	my ($node, $db, $sql, $limit) = @_;
-	my $start = time;
-	for (;;)
-	{
-		return time - $start if $node->safe_psql($db, $sql) eq 't';
-		return undef if time - $start > $limit;
-		sleep 0.1;
-	}
-}
-
-sub count_keys
-{
-	my ($node, $prefix) = @_;
-	return $node->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%'");
-}
 
 # The primary sweeps only postgres until told otherwise, so that expired keys
 # reach the standby and stay there unless the standby removes them itself.
@@ -62,13 +41,10 @@ $primary->safe_psql('appdb', qq{
 	BEGIN;
 	SELECT idem_claim('live', '$HASH', interval '1 hour');
 	SELECT idem_complete('live', 201, '{"id": 7}');
-	COMMIT;
-	INSERT INTO idempotency_keys
-	SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', 'old' || i,
-	       sha256(i::text::bytea), NULL, NULL
-	FROM generate_series(1, 200) i});
+	COMMIT});
+insert_expired($primary, 'appdb', 'old', 200);
 $primary->wait_for_catchup($standby);
-is(count_keys($standby, 'old'), '200', 'expired keys are replicated to the standby');
+is(count_keys($standby, 'appdb', 'old'), '200', 'expired keys are replicated to the standby');
 
 # ---- claims on the standby ----
 for my $key ('live', 'new')
@@ -107,9 +83,9 @@ is(join(',', sort keys %seen), '', 'no idempotency launcher or cleanup backend o
 is($standby->safe_psql('appdb', q{
 	SELECT last_sweep_started_at IS NULL, keys_removed, last_error IS NULL FROM idem_stats}),
 	't|0|t', 'the standby has no sweep in its stats');
-is(scalar grep({ /ERROR|FATAL/ } split /\n/, slurp_file($standby->logfile, $log_from)), 0,
+is(log_lines($standby, $log_from, qr/ERROR|FATAL/), 0,
 	'no ERROR or FATAL in the standby log');
-is(count_keys($standby, 'old'), '200', 'expired keys stay on the standby while the primary keeps them');
+is(count_keys($standby, 'appdb', 'old'), '200', 'expired keys stay on the standby while the primary keeps them');
 
 # ---- the primary's worker removes them; the standby follows ----
 $primary->safe_psql('postgres', "ALTER SYSTEM SET idempotency.databases = 'postgres, appdb'");
@@ -117,7 +93,7 @@ $primary->safe_psql('postgres', 'SELECT pg_reload_conf()');
 ok(defined wait_until($primary, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'old%'", 10),
 	'the primary worker removes the expired keys');
 $primary->wait_for_catchup($standby);
-is(count_keys($standby, 'old'), '0', 'replay removes them on the standby');
+is(count_keys($standby, 'appdb', 'old'), '0', 'replay removes them on the standby');
 is($standby->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key = 'live'"), '1',
 	'the live key stays on the standby');
 is($standby->safe_psql('appdb', 'SELECT keys_removed FROM idem_stats'), '0',
@@ -129,11 +105,7 @@ $standby->promote;
 ok(defined wait_until($standby, 'postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'", 10),
 	'after promotion the launcher runs');
-$standby->safe_psql('appdb', q{
-	INSERT INTO idempotency_keys
-	SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', 'promoted' || i,
-	       sha256(i::text::bytea), NULL, NULL
-	FROM generate_series(1, 50) i});
+insert_expired($standby, 'appdb', 'promoted', 50);
 ok(defined wait_until($standby, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'promoted%'", 10),
 	'and removes expired keys');
 is($standby->safe_psql('appdb', "SELECT outcome FROM idem_claim('new', '$HASH')"), 'claimed',
@@ -141,8 +113,7 @@ is($standby->safe_psql('appdb', "SELECT outcome FROM idem_claim('new', '$HASH')"
 
 for my $node ($primary, $standby)
 {
-	is(scalar grep({ /terminated by signal|PANIC/ } split /\n/, slurp_file($node->logfile)), 0,
-		$node->name . ': no process crashed');
+	is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, $node->name . ': no process crashed');
 	$node->stop;
 }
 done_testing();

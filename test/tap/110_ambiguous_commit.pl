@@ -30,9 +30,7 @@ my ($proxy, $proxy_port, $proxy_log) = start_proxy($node, $work);
 sub via_proxy
 {
 	my ($mode) = @_;
-	return idem_connect(idem_dsn($node, host => '127.0.0.1', port => $proxy_port,
-			application_name => $mode, sslmode => 'disable', gssencmode => 'disable'),
-		AutoCommit => 0);
+	return idem_connect(proxy_dsn($node, $proxy_port, $mode), AutoCommit => 0);
 }
 my $direct = idem_connect(idem_dsn($node), AutoCommit => 0) or BAIL_OUT('no direct connection');
 my $in_progress_waits = 0;

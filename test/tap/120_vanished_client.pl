@@ -141,8 +141,7 @@ for my $way (qw(sigstop-client silent-proxy))
 		my $key = "$way-$trial";
 		my $client = $way eq 'sigstop-client'
 		  ? start_client($key, idem_dsn($node))
-		  : start_client($key, idem_dsn($node, host => '127.0.0.1', port => $proxy_port,
-				application_name => $key, sslmode => 'disable', gssencmode => 'disable'));
+		  : start_client($key, proxy_dsn($node, $proxy_port, $key));
 		my $frozen = $way eq 'sigstop-client' ? $client->{pid} : proxy_child_of($key);
 		kill 'STOP', $frozen;
 		my ($secs, $in_progress, $early) = poll_until_claimed($key, $client->{idle_since}, $BOUND + 3);
