@@ -28,13 +28,16 @@ if (!$ENV{PG_REGRESS})
 
 sub now_s { return Time::HiRes::time(); }
 
-# A started node with the extension created in database postgres.
+# A started node with the extension created in database postgres; @conf are more
+# postgresql.conf lines, after an optional hash of Cluster::init options
+# ({ allows_streaming => 1 }).
 # log_statement = none: Cluster's default (all) makes load tests log-bound.
 sub idem_node
 {
 	my ($name, @conf) = @_;
+	my %init = ref $conf[0] eq 'HASH' ? %{ shift @conf } : ();
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(%init);
 	$node->append_conf('postgresql.conf',
 		join("\n", "shared_preload_libraries = 'idempotency'",
 			'log_statement = none', @conf) . "\n");

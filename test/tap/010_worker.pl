@@ -43,22 +43,14 @@ sub set_and_reload
 	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 }
 
-my $node = PostgreSQL::Test::Cluster->new('worker');
-$node->init;
 # Only postgres at first: appdb and noext must exist before the launcher looks at them,
 # so that each is reported for the right reason. Batches of 500: the 5000 expired keys
 # below take 10 batches, so a sweep that stopped after one batch would need 10 ticks.
-$node->append_conf('postgresql.conf', <<'EOC');
-shared_preload_libraries = 'idempotency'
-idempotency.databases = 'postgres'
-idempotency.cleanup_interval = 1s
-idempotency.cleanup_batch_size = 500
-log_statement = none
-EOC
-$node->start;
+my $node = idem_node('worker', "idempotency.databases = 'postgres'", 'idempotency.cleanup_interval = 1s',
+	'idempotency.cleanup_batch_size = 500');
 $node->safe_psql('postgres', 'CREATE DATABASE appdb');
 $node->safe_psql('postgres', 'CREATE DATABASE noext');
-$node->safe_psql($_, 'CREATE EXTENSION idempotency') for qw(postgres appdb);
+$node->safe_psql('appdb', 'CREATE EXTENSION idempotency');
 
 # Fails if the launcher is not registered or has another backend_type.
 ok(defined wait_until($node, 'postgres',

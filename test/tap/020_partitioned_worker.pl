@@ -19,16 +19,8 @@ use IdemTap;
 my $CLIENTS = 2;
 my $HASH = 'ab' x 32;
 
-my $node = PostgreSQL::Test::Cluster->new('partitioned');
-$node->init;
-$node->append_conf('postgresql.conf', <<'EOC');
-shared_preload_libraries = 'idempotency'
-idempotency.databases = 'appdb'
-idempotency.cleanup_interval = 1s
-idempotency.ttl = 2min
-log_statement = none
-EOC
-$node->start;
+my $node = idem_node('partitioned', "idempotency.databases = 'appdb'", 'idempotency.cleanup_interval = 1s',
+	'idempotency.ttl = 2min');
 $node->safe_psql('postgres', 'CREATE DATABASE appdb');
 $node->safe_psql('appdb', 'CREATE EXTENSION idempotency');
 

@@ -18,17 +18,10 @@ my $HASH = 'a' x 64;
 
 # The primary sweeps only postgres until told otherwise, so that expired keys
 # reach the standby and stay there unless the standby removes them itself.
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf('postgresql.conf', <<'EOC');
-shared_preload_libraries = 'idempotency'
-idempotency.databases = 'postgres'
-idempotency.cleanup_interval = 1s
-log_statement = none
-EOC
-$primary->start;
+my $primary = idem_node('primary', { allows_streaming => 1 }, "idempotency.databases = 'postgres'",
+	'idempotency.cleanup_interval = 1s');
 $primary->safe_psql('postgres', 'CREATE DATABASE appdb');
-$primary->safe_psql($_, 'CREATE EXTENSION idempotency') for qw(postgres appdb);
+$primary->safe_psql('appdb', 'CREATE EXTENSION idempotency');
 $primary->backup('backup');
 
 my $standby = PostgreSQL::Test::Cluster->new('standby');
