@@ -1,13 +1,12 @@
 // Incremental SHA-256 as a C-style stream, for the unit tests and the fuzz target only:
 // the extension hashes whole buffers (idem_core_sha256, idem_core_key_identity) and
 // exports no stream. A thin layer over the core's Sha256 class; exceptions become
-// statuses as in the core's C facade (bad_alloc: internal, runtime_error: crypto).
+// the statuses the core's C facade gives them (runtime_error: crypto, any other: internal).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <new>
 #include <stdexcept>
 
 #include "idem_core.h"
@@ -24,8 +23,6 @@ IdemStatus guarded(Body&& body) noexcept {
     try {
         body();
         return IDEM_OK;
-    } catch (const std::bad_alloc&) {
-        return IDEM_ERR_INTERNAL;
     } catch (const std::runtime_error&) {
         return IDEM_ERR_CRYPTO;
     } catch (...) {
