@@ -118,7 +118,7 @@ for module in amcheck; do
 done
 
 # pgTAP is SQL only: Debian's copy for 15 fits every version.
-cp /usr/share/postgresql/15/extension/pgtap* "$prefix/share/extension/"
+cp /usr/share/postgresql/15/extension/pgtap* "$("$prefix/bin/pg_config" --sharedir)/extension/"
 
 # User postgres runs initdb and the servers from this prefix.
 chmod -R a+rX "$root"

@@ -197,9 +197,10 @@ for major in "${majors[@]}"; do
     if [ -n "$tap_tests" ]; then
         tests=()
         for t in $tap_tests; do tests+=("test/tap/$t"); done
+        pgxs=$(dirname "$(dirname "$("$pg_config" --pgxs)")")  # .../pgxs/src/makefiles/pgxs.mk
         su postgres -c "cd '$dir/src' && TESTDIR='$dir/src' PATH=$prefix/bin:\$PATH \
-            PG_REGRESS=$prefix/lib/pgxs/src/test/regress/pg_regress \
-            PERL5LIB=$prefix/lib/pgxs/src/test/perl prove -v ${tests[*]}" >"$log_dir/tap.log" 2>&1
+            PG_REGRESS=$pgxs/test/regress/pg_regress \
+            PERL5LIB=$pgxs/test/perl prove -v ${tests[*]}" >"$log_dir/tap.log" 2>&1
         status=$?
         cat "$log_dir/tap.log"
         count_tap "tap-pg$major" "$log_dir/tap.log" "$status"

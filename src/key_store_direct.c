@@ -36,6 +36,7 @@
 #include "utils/timestamp.h"
 
 #include "key_store.h"
+#include "pg_compat.h"
 
 /*
  * What the table's columns allow, worked out once per table and again after
@@ -224,7 +225,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 						   InvalidOid, index->rd_indcollation[scope_column - 1], F_TEXTEQ,
 						   PointerGetDatum(ref->scope));
 	slot = table_slot_create(table, NULL);
-	scan = index_beginscan(table, index, snapshot, 2, 0);
+	scan = idem_index_beginscan(table, index, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
 		read_row(slot, key_table->has_lease_columns, out, context);
@@ -306,12 +307,12 @@ insert_with_executor(Relation table, HeapTuple row)
 	TupleTableSlot *slot;
 
 	InitResultRelInfo(result, table, 1, NULL, 0);
-	CheckValidResultRel(result, CMD_INSERT);
+	idem_check_valid_insert_rel(result);
 	ExecOpenIndices(result, false);
 	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(table), &TTSOpsHeapTuple);
 	ExecStoreHeapTuple(row, slot, false);
 	table_tuple_insert(table, slot, GetCurrentCommandId(true), 0, NULL);
-	ExecInsertIndexTuples(result, slot, estate, false, false, NULL, NIL);
+	idem_insert_index_tuples(result, slot, estate);
 	ExecCloseIndices(result);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
