@@ -130,7 +130,7 @@ upgrade_test() {  # upgrade_test NEW_MAJOR
         check "pg_upgrade 15 -> $new" 0 0
     else
         cat "$log_dir/pg_upgrade.log"
-        find "$dir/new/data" -name '*.log' -path '*pg_upgrade_output.d*' -exec tail -20 {} + 2>/dev/null
+        for f in $(grep -o '"/[^"]*\.log"' "$log_dir/pg_upgrade.log" | tr -d '"'); do echo "== $f"; tail -30 "$f"; done
         check "pg_upgrade 15 -> $new" 0 1
     fi
     rm -rf "$dir/old"
