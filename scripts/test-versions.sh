@@ -98,6 +98,8 @@ upgrade_test() {  # upgrade_test NEW_MAJOR
         if [ "$2" = "$3" ]; then ok=$((ok + 1)); echo "ok - $1"; else bad=$((bad + 1)); echo "not ok - $1: expected '$2', got '$3'"; fi
     }
     mkdir -p "$dir" && chown postgres "$dir"
+    # Both clusters need this tree's extension: install it into Debian's 15 too.
+    build_extension /usr/lib/postgresql/15/bin/pg_config "$work/pg15/src" build-pg15 || { count "$name" 0 1; return; }
     PG_BIN=$old_bin start_cluster "$dir/old" "$old_port" "shared_preload_libraries = 'idempotency'"
     clusters+=("$old_bin|$dir/old")
     local sock_old=$dir/old
