@@ -134,7 +134,7 @@ fast_path_applies(const KeyTable *key_table, bool writing)
 	if (writing && (table->trigdesc != NULL ||
 					(table->rd_att->constr != NULL && table->rd_att->constr->num_check > 0)))
 		return false;
-	return OidIsValid(RelationGetPrimaryKeyIndex(table));
+	return OidIsValid(idem_primary_key_index(table));
 }
 
 /*
@@ -205,7 +205,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 	memset(out, 0, sizeof(*out));
 	if (!fast_path_applies(key_table, false))
 		return false;
-	index = index_open(RelationGetPrimaryKeyIndex(table), AccessShareLock);
+	index = index_open(idem_primary_key_index(table), AccessShareLock);
 	if (!key_index_order(index, &scope_column, &key_column))
 	{
 		index_close(index, NoLock);
@@ -280,7 +280,7 @@ insert_with_primary_key_only(Relation table, const KeyRef *ref, HeapTuple row)
 	Oid			only_index = list_length(indexes) == 1 ? linitial_oid(indexes) : InvalidOid;
 
 	list_free(indexes);
-	if (!OidIsValid(only_index) || only_index != RelationGetPrimaryKeyIndex(table))
+	if (!OidIsValid(only_index) || only_index != idem_primary_key_index(table))
 		return false;
 	index = index_open(only_index, RowExclusiveLock);
 	if (!index->rd_index->indimmediate || !index->rd_index->indisready ||

@@ -8,6 +8,7 @@
 
 #include "access/genam.h"
 #include "executor/executor.h"
+#include "utils/relcache.h"
 
 #if PG_VERSION_NUM < 150000
 #error "idempotency needs PostgreSQL 15 or later"
@@ -16,6 +17,16 @@
 /* 16 moved VARDATA_ANY, VARSIZE_ANY_EXHDR and the other varlena macros out of postgres.h. */
 #if PG_VERSION_NUM >= 160000
 #include "varatt.h"
+#endif
+
+/*
+ * 18 replaced the suffix pg_attribute_noreturn() with the prefix pg_noreturn.
+ * Written as a prefix: GCC and clang take the attribute there too.
+ */
+#if PG_VERSION_NUM >= 180000
+#define idem_noreturn pg_noreturn
+#else
+#define idem_noreturn pg_attribute_noreturn()
 #endif
 
 /* 17 added the MERGE actions, 18 the ON CONFLICT action, to CheckValidResultRel. */
@@ -43,6 +54,16 @@
 #else
 #define idem_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+/*
+ * 18 lets RelationGetPrimaryKeyIndex return a deferrable primary key on request;
+ * without it (false), as before 18, a deferrable one is not returned.
+ */
+#if PG_VERSION_NUM >= 180000
+#define idem_primary_key_index(rel) RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define idem_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
 #endif
 
 #endif							/* IDEM_PG_COMPAT_H */
