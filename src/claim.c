@@ -20,6 +20,7 @@
 #include "sql_args.h"
 #include "stats.h"
 #include "txn_claims.h"
+#include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
 PG_FUNCTION_INFO_V1(idem_claim_wait);

@@ -110,9 +110,5 @@ settings_init(void)
 							NULL,
 							NULL);
 
-#if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("idempotency");
-#else
-	EmitWarningsOnPlaceholders("idempotency");
-#endif
 }

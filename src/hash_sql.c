@@ -5,6 +5,7 @@
 #include "utils/jsonb.h"
 
 #include "sql_args.h"
+#include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_hash_text);
 PG_FUNCTION_INFO_V1(idem_hash_bytea);

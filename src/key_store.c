@@ -9,6 +9,7 @@
 #include "utils/rel.h"
 
 #include "key_store.h"
+#include "pg_compat.h"
 
 const char *const key_column_names[KEY_COLUMNS] = {
 	"expires_at", "created_at", "http_status", "scope", "key", "request_hash",

@@ -36,6 +36,7 @@
 #include "utils/timestamp.h"
 
 #include "key_store.h"
+#include "pg_compat.h"
 
 /*
  * What the table's columns allow, worked out once per table and again after
@@ -133,7 +134,7 @@ fast_path_applies(const KeyTable *key_table, bool writing)
 	if (writing && (table->trigdesc != NULL ||
 					(table->rd_att->constr != NULL && table->rd_att->constr->num_check > 0)))
 		return false;
-	return OidIsValid(RelationGetPrimaryKeyIndex(table));
+	return OidIsValid(idem_primary_key_index(table));
 }
 
 /*
@@ -204,7 +205,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 	memset(out, 0, sizeof(*out));
 	if (!fast_path_applies(key_table, false))
 		return false;
-	index = index_open(RelationGetPrimaryKeyIndex(table), AccessShareLock);
+	index = index_open(idem_primary_key_index(table), AccessShareLock);
 	if (!key_index_order(index, &scope_column, &key_column))
 	{
 		index_close(index, NoLock);
@@ -224,7 +225,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 						   InvalidOid, index->rd_indcollation[scope_column - 1], F_TEXTEQ,
 						   PointerGetDatum(ref->scope));
 	slot = table_slot_create(table, NULL);
-	scan = index_beginscan(table, index, snapshot, 2, 0);
+	scan = idem_index_beginscan(table, index, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
 		read_row(slot, key_table->has_lease_columns, out, context);
@@ -279,7 +280,7 @@ insert_with_primary_key_only(Relation table, const KeyRef *ref, HeapTuple row)
 	Oid			only_index = list_length(indexes) == 1 ? linitial_oid(indexes) : InvalidOid;
 
 	list_free(indexes);
-	if (!OidIsValid(only_index) || only_index != RelationGetPrimaryKeyIndex(table))
+	if (!OidIsValid(only_index) || only_index != idem_primary_key_index(table))
 		return false;
 	index = index_open(only_index, RowExclusiveLock);
 	if (!index->rd_index->indimmediate || !index->rd_index->indisready ||
@@ -306,12 +307,12 @@ insert_with_executor(Relation table, HeapTuple row)
 	TupleTableSlot *slot;
 
 	InitResultRelInfo(result, table, 1, NULL, 0);
-	CheckValidResultRel(result, CMD_INSERT);
+	idem_check_valid_insert_rel(result);
 	ExecOpenIndices(result, false);
 	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(table), &TTSOpsHeapTuple);
 	ExecStoreHeapTuple(row, slot, false);
 	table_tuple_insert(table, slot, GetCurrentCommandId(true), 0, NULL);
-	ExecInsertIndexTuples(result, slot, estate, false, false, NULL, NIL);
+	idem_insert_index_tuples(result, slot, estate);
 	ExecCloseIndices(result);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);

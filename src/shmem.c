@@ -6,6 +6,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 
+#include "pg_compat.h"
 #include "shmem.h"
 
 #define MAX_BLOCKS 4
@@ -21,23 +22,17 @@ typedef struct ShmemBlock
 static ShmemBlock blocks[MAX_BLOCKS];
 static int	block_count = 0;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type previous_request_hook = NULL;
-#endif
 static shmem_startup_hook_type previous_startup_hook = NULL;
 
-#if PG_VERSION_NUM >= 150000
 static void
 request_blocks(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (previous_request_hook)
 		previous_request_hook();
-#endif
 	for (int i = 0; i < block_count; i++)
 		RequestAddinShmemSpace(MAXALIGN(blocks[i].size));
 }
-#endif
 
 static void
 attach_blocks(void)
@@ -62,16 +57,10 @@ shmem_request_block(const char *name, Size size, void **pointer, ShmemBlockInit 
 	if (block_count == MAX_BLOCKS)
 		elog(ERROR, "idempotency: too many shared memory blocks");
 	blocks[block_count++] = (ShmemBlock) {name, size, pointer, init};
-#if PG_VERSION_NUM < 150000
-	/* Before 15 the space is requested from _PG_init itself. */
-	RequestAddinShmemSpace(MAXALIGN(size));
-#endif
 	if (block_count > 1)
 		return;
-#if PG_VERSION_NUM >= 150000
 	previous_request_hook = shmem_request_hook;
 	shmem_request_hook = request_blocks;
-#endif
 	previous_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = attach_blocks;
 }

@@ -2,6 +2,7 @@
 #include "postgres.h"
 
 #include "sql_args.h"
+#include "pg_compat.h"
 
 #define REJECT(message) \
 	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg(message)))

@@ -5,6 +5,7 @@
 #include "fmgr.h"
 
 #include "idem_core.h"
+#include "pg_compat.h"
 
 /* The argument as text; ERROR 22004 when it is NULL. */
 text	   *arg_text_required(FunctionCallInfo fcinfo, int argno, const char *name);
@@ -25,9 +26,9 @@ typedef enum IdemArgument
 } IdemArgument;
 
 /* ERROR 22023 saying what is wrong with the argument (XX000 for a failure of the core itself). */
-void		report_invalid_argument(IdemArgument argument, IdemStatus status) pg_attribute_noreturn();
+idem_noreturn void report_invalid_argument(IdemArgument argument, IdemStatus status);
 
 /* ERROR XX000: the core failed (OpenSSL, or a bug), whatever the input. */
-void		report_core_failure(IdemStatus status) pg_attribute_noreturn();
+idem_noreturn void report_core_failure(IdemStatus status);
 
 #endif
