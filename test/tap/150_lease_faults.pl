@@ -1,0 +1,771 @@
+# Lease mode under faults: the rocket-rides flow against a fake payment provider.
+#
+# Clients (forked DBI processes, in pairs walking the same keys in opposite order)
+# run each request as three steps, each in its own short transaction:
+#   started         idem_lease(key, hash, lease => 1 s), committed at once
+#   charge_created  call the provider (only when no recovery point says it is done),
+#                   then idem_checkpoint(key, token, 'charge_created', {charge_id})
+#   ride_created    ledger insert + idem_lease_complete(key, token, 201, body), one transaction
+# A client that gets in_progress retries the key later; after a takeover it resumes from
+# the recovery point. The provider (a TCP stub on 127.0.0.1) honours the idempotency key
+# the way Stripe does (same charge for the same key) and logs every call, so repeated
+# calls are counted and a second charge for one key would show.
+#
+# Faults while it runs, in rounds (one of each kind per round, random order): kill -9 of a
+# client backend (crash restart), pg_terminate_backend, kill -9 of the postmaster (then
+# restart), kill -9 of a client process, a client that kills itself right after the
+# provider call (before its checkpoint) or right after its checkpoint, a connection cut
+# (kill -9 of the proxy child carrying it), and a holder that stalls past its lease at a
+# step boundary while a rival takes the key over (its next step must get 55000). All
+# along, about one claimed key in 150 ($CUT_EVERY) has its checkpoint or completion COMMIT cut
+# after the server answered (test/faults/pg_fault_proxy.pl, cut_await). At the end every
+# client kills itself between two steps, the leases run out, and a final pass finishes
+# every key. Killed clients are respawned and redo their current block.
+#
+# Fails on: a key with two distinct charges, a provider call by a holder whose claim
+# began after the key's charge_created checkpoint was acknowledged (lost recovery point),
+# a claim after an acknowledged completion, a key stuck in_progress past its lease, a key
+# not finishable in the final pass, a ledger row count per key other than 1, an
+# acknowledged body that does not replay (idem_lease and idem_claim), no takeovers.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../faults";
+
+use Digest::SHA qw(sha256_hex);
+use IO::Select;
+use IO::Socket::INET;
+use List::Util qw(shuffle sum0 max min);
+use POSIX ();
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep clock_gettime CLOCK_MONOTONIC);
+
+use IdemTap;
+
+my $LEASE       = '1 s';
+my $PAIRS       = 2;       # 4 client processes
+my $BLOCK       = 50;      # keys a pair walks in opposite order before the next block
+my $MIN_KEYS    = 2000;
+my $ROUNDS      = 3;       # each round: one fault of each kind, in random order
+my $CUT_EVERY   = 150;     # about one claimed key in this many has a step's COMMIT cut
+my $STALL_S     = 2.5;     # a stalled holder: longer than the lease
+my $STUCK_S     = 10;      # a key in_progress for longer than this is stuck (lease + restarts)
+my $RUN_LIMIT   = 60;      # seconds of client work at most
+
+my $started_at = now_s();
+sub mono { return clock_gettime(CLOCK_MONOTONIC); }
+
+# fsync = off (Cluster's default) is sound: every fault is a process crash, never an OS crash.
+my $node = idem_node('lease', 'restart_after_crash = on', 'max_connections = 60');
+$node->safe_psql('postgres',
+	'CREATE TABLE ledger (key text NOT NULL, charge_id text NOT NULL, token uuid NOT NULL, client text NOT NULL)');
+
+my $work = PostgreSQL::Test::Utils::tempdir();
+my $parent = $$;
+$SIG{PIPE} = 'IGNORE';
+
+# ---- the payment provider stub: keyed like Stripe, records every call ----
+my $provider_log = "$work/provider.log";
+my $listener = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 64, ReuseAddr => 1)
+  or die "provider listen: $!";
+my $provider_port = $listener->sockport;
+my $provider = fork // die "fork: $!";
+if ($provider == 0)
+{
+	open my $log, '>>', $provider_log or die;
+	$log->autoflush(1);
+	my (%charge, %buf, $n);
+	my $sel = IO::Select->new($listener);
+	while (getppid() == $parent)
+	{
+		for my $fh ($sel->can_read(0.5))
+		{
+			if ($fh == $listener)
+			{
+				my $c = $listener->accept or next;
+				$sel->add($c);
+				next;
+			}
+			my $got = sysread($fh, my $chunk, 4096);
+			if (!$got)
+			{
+				$sel->remove($fh);
+				delete $buf{ fileno($fh) };
+				close $fh;
+				next;
+			}
+			$buf{ fileno($fh) } .= $chunk;
+			while ($buf{ fileno($fh) } =~ s/^([^\n]*)\n//)
+			{
+				my ($cmd, $key, $token) = split ' ', $1;
+				next unless ($cmd // '') eq 'CHARGE' && defined $token;
+				my $new = !exists $charge{$key};
+				$charge{$key} = 'ch_' . ++$n if $new;
+				# Recorded before the answer: a caller that dies now still made a call.
+				print $log "call $key $token $charge{$key} ", ($new ? 'new' : 'repeat'), ' ', mono(), "\n";
+				syswrite($fh, "OK $charge{$key}\n");
+			}
+		}
+	}
+	POSIX::_exit(0);
+}
+close $listener;
+
+my ($proxy, $proxy_port, $proxy_log) = start_proxy($node, $work);
+
+sub client_dsn
+{
+	my ($id, $app) = @_;
+	return $id % 2
+	  ? idem_dsn($node, host => '127.0.0.1', port => $proxy_port, application_name => $app,
+		sslmode => 'disable', gssencmode => 'disable')
+	  : idem_dsn($node, application_name => $app);
+}
+sub cut_dsn
+{
+	return idem_dsn($node, host => '127.0.0.1', port => $proxy_port, application_name => 'cut_await',
+		sslmode => 'disable', gssencmode => 'disable');
+}
+
+# ---- the request flow, shared by the clients and the final pass ----
+# $ctx: { id, out (log handle), dsn, dbh, prov, die_at (boundary to die at), cut (allow cuts) }
+# Log lines: claim KEY TOKEN RP CHARGE T0 | ckpt KEY TOKEN CHARGE T | ack KEY TOKEN CHARGE T |
+# replay KEY STATUS CHARGE TOKEN | wait KEY | stale KEY STAGE | error KEY STAGE | cut STEP KEY TOKEN |
+# suicide KEY BOUNDARY | stuck KEY | bad KEY OUTCOME
+sub provider_charge
+{
+	my ($ctx, $key, $token) = @_;
+	for my $try (1 .. 3)
+	{
+		$ctx->{prov} //= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $provider_port,
+			Proto => 'tcp', Timeout => 5);
+		my $s = $ctx->{prov} or next;
+		if (syswrite($s, "CHARGE $key $token\n"))
+		{
+			my $line = <$s>;
+			return $1 if defined $line && $line =~ /^OK (\S+)/;
+		}
+		close $s;
+		$ctx->{prov} = undef;
+	}
+	die "provider unreachable\n";
+}
+
+sub boundary
+{
+	my ($ctx, $key, $where) = @_;
+	if (($ctx->{stall_at} // '') eq $where)
+	{
+		# A holder slower than its lease: someone takes the key over meanwhile.
+		$ctx->{stall_at} = undef;
+		out($ctx, 'stall', $key, $where);
+		sleep $STALL_S;
+	}
+	my $d = $ctx->{die_at} or return;
+	return unless $d eq 'any' || $d eq $where;
+	print { $ctx->{out} } "suicide $key $where\n";
+	kill 'KILL', $$;
+	sleep 1 while 1;
+}
+
+sub out { my $ctx = shift; print { $ctx->{out} } "@_\n"; }
+
+# One attempt at a key: 'done' (answered), or 'later' (in_progress, stale, error).
+sub attempt
+{
+	my ($ctx, $key) = @_;
+	my $hash = sha256_hex("ride:$key");
+	$ctx->{dbh} //= idem_connect($ctx->{dsn});
+	if (!$ctx->{dbh}) { sleep 0.05; return 'later'; }
+	my $dbh = $ctx->{dbh};
+	my ($stage, $cutdbh, $cutting) = ('lease', undef, 0);
+	my $t0 = mono();
+	my $result = eval {
+		my $r = $dbh->selectrow_hashref(q{
+			SELECT outcome, http_status, lease_token, recovery_point,
+			       recovery_state->>'charge_id' AS rs_charge,
+			       response_body->>'charge_id' AS body_charge, response_body->>'token' AS body_token
+			FROM idem_lease($1, $2, lease => $3)}, undef, $key, $hash, $LEASE);
+		my $outcome = $r->{outcome};
+		if ($outcome eq 'replay')
+		{
+			out($ctx, 'replay', $key, $r->{http_status} // '-', $r->{body_charge} // '-', $r->{body_token} // '-');
+			return 'done';
+		}
+		if ($outcome eq 'in_progress')
+		{
+			out($ctx, 'wait', $key);
+			return 'later';
+		}
+		if ($outcome ne 'claimed')
+		{
+			out($ctx, 'bad', $key, $outcome);
+			return 'done';
+		}
+		my $token = $r->{lease_token};
+		my $rp = $r->{recovery_point} // '-';
+		out($ctx, 'claim', $key, $token, $rp, $r->{rs_charge} // '-', $t0);
+		boundary($ctx, $key, 'after_lease');
+		my $charge;
+		if ($rp eq 'charge_created')
+		{
+			$charge = $r->{rs_charge};
+		}
+		else
+		{
+			$stage = 'provider';
+			$charge = provider_charge($ctx, $key, $token);
+			boundary($ctx, $key, 'after_charge');
+			sleep rand(0.002);    # widen the window between the call and its checkpoint
+			$stage = 'checkpoint';
+			my $ckpt = q{SELECT idem_checkpoint($1, $2, 'charge_created', jsonb_build_object('charge_id', $3::text))};
+			if ($ctx->{cut} && rand($CUT_EVERY) < 1)
+			{
+				# The COMMIT reaches the server, its answer never reaches us: we must assume
+				# nothing and come back later (the takeover must resume at charge_created).
+				$cutdbh = idem_connect(cut_dsn(), AutoCommit => 0) or die "no cut connection\n";
+				$cutdbh->do($ckpt, undef, $key, $token, $charge);
+				out($ctx, 'cut', 'checkpoint', $key, $token);
+				$cutting = 1;
+				$cutdbh->commit;
+				die "cut did not cut\n";
+			}
+			$dbh->do($ckpt, undef, $key, $token, $charge);
+			out($ctx, 'ckpt', $key, $token, $charge, mono());
+		}
+		boundary($ctx, $key, 'after_checkpoint');
+		$stage = 'complete';
+		my $h = $dbh;
+		if ($ctx->{cut} && rand($CUT_EVERY) < 1)
+		{
+			$cutdbh = idem_connect(cut_dsn(), AutoCommit => 0) or die "no cut connection\n";
+			$h = $cutdbh;
+			$h->begin_work if $h->{AutoCommit};
+		}
+		else { $h->begin_work; }
+		$h->do('INSERT INTO ledger (key, charge_id, token, client) VALUES ($1, $2, $3, $4)',
+			undef, $key, $charge, $token, "c$ctx->{id}");
+		my ($stored) = $h->selectrow_array(q{
+			SELECT idem_lease_complete($1, $2::uuid, 201, jsonb_build_object('charge_id', $3::text, 'token', $4::text))},
+			undef, $key, $token, $charge, $token);
+		die "idem_lease_complete returned false\n" unless $stored;
+		$stage = 'commit';
+		if ($cutdbh) { out($ctx, 'cut', 'complete', $key, $token); $cutting = 1; }
+		$h->commit;
+		die "cut did not cut\n" if $cutdbh;
+		out($ctx, 'ack', $key, $token, $charge, mono());
+		return 'done';
+	};
+	return $result if defined $result;
+	my $err = $@;
+	if ($cutdbh)
+	{
+		eval { $cutdbh->disconnect };
+		die $err if $err =~ /did not cut/;    # the proxy is broken: fail loudly
+		return 'later' if $cutting;           # the expected cut
+	}
+	if ($err =~ /not the current one/)
+	{
+		out($ctx, 'stale', $key, $stage);
+		eval { $dbh->rollback unless $dbh->{AutoCommit} } unless $cutdbh;
+		return 'later';
+	}
+	die $err if $err =~ /provider unreachable|returned false/;
+	(my $why = substr($err, 0, 80)) =~ s/\s+/_/g;
+	out($ctx, 'error', $key, $stage, $why);
+	return 'later' if $cutdbh && $dbh->ping;    # only the cut connection failed
+	eval { $dbh->disconnect };
+	$ctx->{dbh} = undef;
+	sleep 0.02;
+	return 'later';
+}
+
+# Answers every key of @keys, retrying those in_progress later; logs a key stuck past $STUCK_S.
+sub walk
+{
+	my ($ctx, @todo) = @_;
+	my %first_wait;
+	while (@todo)
+	{
+		return scalar(@todo) if $ctx->{deadline} && now_s() > $ctx->{deadline};
+		my @later;
+		for my $key (@todo)
+		{
+			if (attempt($ctx, $key) eq 'later')
+			{
+				push @later, $key;
+				$first_wait{$key} //= now_s();
+				if (now_s() - $first_wait{$key} > $STUCK_S && !$ctx->{stuck}{$key}++)
+				{
+					out($ctx, 'stuck', $key);
+				}
+			}
+		}
+		@todo = @later;
+		sleep 0.02 + rand(0.03) if @todo;
+	}
+	return 0;
+}
+
+sub pair_key { my ($pair, $b, $i) = @_; return "p${pair}b${b}k$i"; }
+
+sub client
+{
+	my ($id) = @_;
+	my ($pair, $descending) = (int($id / 2), $id % 2);
+	$SIG{PIPE} = 'IGNORE';
+	my %ctx = (id => $id, dsn => client_dsn($id, "lease_client$id"), cut => 1);
+	$SIG{USR1} = sub { $ctx{die_at} = 'after_charge' };
+	$SIG{HUP} = sub { $ctx{die_at} = 'after_checkpoint' };
+	$SIG{TERM} = sub { $ctx{die_at} = 'any' };
+	$SIG{USR2} = sub { $ctx{stall_at} = 'after_charge' };
+	$SIG{WINCH} = sub { $ctx{stall_at} = 'after_checkpoint' };
+	open $ctx{out}, '>>', "$work/client$id" or die;
+	$ctx{out}->autoflush(1);
+	my $b = -e "$work/block$id" ? slurp_file("$work/block$id") + 0 : 0;
+	# A child never dies through Perl: END blocks would stop the node.
+	eval {
+		for (;; $b++)
+		{
+			last if getppid() != $parent || now_s() - $started_at > 300;
+			open my $st, '>', "$work/block$id.tmp" or die;
+			print $st $b;
+			close $st;
+			rename "$work/block$id.tmp", "$work/block$id";
+			my @order = $descending ? reverse(0 .. $BLOCK - 1) : (0 .. $BLOCK - 1);
+			walk(\%ctx, map { pair_key($pair, $b, $_) } @order);
+		}
+		1;
+	} or do {
+		(my $why = $@) =~ s/\s+/_/g;
+		out(\%ctx, 'fatal', $why);
+		POSIX::_exit(3);
+	};
+	POSIX::_exit(0);    # no END blocks: they would stop the node
+}
+
+# ---- the parent: clients, monitor, faults ----
+my (%clients, %exited, $final_phase);    # pid => id
+sub spawn
+{
+	my ($id) = @_;
+	my $pid = fork // die "fork: $!";
+	client($id) if $pid == 0;
+	$clients{$pid} = $id;
+	return $pid;
+}
+sub pid_of { my ($id) = @_; my ($pid) = grep { $clients{$_} == $id && !exists $exited{$_} } keys %clients; return $pid; }
+
+my $respawns = 0;
+sub reap
+{
+	while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0)
+	{
+		next unless exists $clients{$pid};
+		$exited{$pid} = $?;
+		if (!$final_phase) { spawn($clients{$pid}); $respawns++; }
+	}
+}
+
+my $mon;
+sub mon
+{
+	return $mon if $mon && eval { $mon->ping };
+	$mon = undef;
+	for (1 .. 100)
+	{
+		$mon = idem_connect(idem_dsn($node, application_name => 'lease_monitor'), AutoInactiveDestroy => 1);
+		return $mon if $mon;
+		sleep 0.1;
+	}
+	BAIL_OUT('monitor cannot connect');
+}
+
+# Counters live in shared memory and start again at 0 after a crash restart: sum them.
+my (%stats_base, %stats_last);
+my @COUNTERS = qw(leases lease_takeovers checkpoints stale_tokens);
+sub stats_poll
+{
+	my $cur = eval { mon()->selectrow_hashref('SELECT ' . join(', ', @COUNTERS) . ' FROM idem_stats') } or return;
+	if (%stats_last && $cur->{leases} < $stats_last{leases})
+	{
+		$stats_base{$_} += $stats_last{$_} for @COUNTERS;
+	}
+	%stats_last = %$cur;
+}
+sub stats_total { return { map { $_ => ($stats_base{$_} // 0) + ($stats_last{$_} // 0) } @COUNTERS }; }
+
+sub progress { return sum0(map { -s "$work/client$_" // 0 } 0 .. 2 * $PAIRS - 1); }
+sub pause_s
+{
+	my ($secs) = @_;
+	my $until = now_s() + $secs;
+	while (now_s() < $until) { reap(); sleep 0.05; }
+}
+sub wait_progress
+{
+	my $from = progress();
+	my $until = now_s() + 3;
+	pause_s(0.3);
+	while (progress() < $from + 20000 && now_s() < $until) { reap(); stats_poll(); pause_s(0.1); }
+}
+
+sub proc_stat
+{
+	open(my $stat, '<', "/proc/$_[0]/stat") or return ('X', 0);
+	return (<$stat> // '') =~ /\)\s+(\S+)\s+(\d+)/ ? ($1, $2) : ('X', 0);
+}
+sub alive { return (proc_stat($_[0]))[0] !~ /^[XZ]$/; }
+
+sub client_backends
+{
+	my $rows = eval { mon()->selectall_arrayref(
+		q{SELECT pid, state FROM pg_stat_activity WHERE application_name LIKE 'lease_client%'}) } // [];
+	my @busy = grep { ($_->[1] // '') ne 'idle' } @$rows;
+	return @busy ? @busy : @$rows;
+}
+
+# A holder stalls past its lease at a step boundary; a rival takes the key over and
+# finishes it; the stalled holder's next step must fail with 55000 and write nothing.
+my %rival_ctx = (id => 'rival', dsn => idem_dsn($node, application_name => 'lease_rival'), cut => 0);
+open $rival_ctx{out}, '>>', "$work/rival" or die;
+$rival_ctx{out}->autoflush(1);
+my (%stale_seen, %stall_missed);
+sub stale_holder
+{
+	my ($signal, $where) = @_;
+	my $id = int rand(2 * $PAIRS);
+	my $pid = pid_of($id) or return 0;
+	my $log = "$work/client$id";
+	my $offset = -s $log;
+	kill $signal, $pid or return 0;
+	my ($key, $until) = (undef, now_s() + 3);
+	while (!defined $key && now_s() < $until)
+	{
+		($key) = substr(slurp_file($log), $offset) =~ /^stall (\S+) $where$/m;
+		sleep 0.01 unless defined $key;
+	}
+	return 0 unless defined $key;
+	my $left = eval { mon()->selectrow_array(q{
+		SELECT greatest(extract(epoch FROM lease_until - clock_timestamp()), 0)
+		FROM idempotency_keys WHERE key = $1 AND http_status IS NULL}, undef, $key) };
+	sleep(($left // 0) + 0.05);
+	$rival_ctx{deadline} = now_s() + 10;
+	walk(\%rival_ctx, $key);
+	$until = now_s() + 2 * $STALL_S;
+	my $stale;
+	while (!$stale && now_s() < $until)
+	{
+		$stale = substr(slurp_file($log), $offset) =~ /^stale \Q$key\E /m;
+		pause_s(0.02) unless $stale;
+	}
+	$stale ? $stale_seen{$where}++ : $stall_missed{$where}++;
+	return 1;
+}
+
+my %faults;
+my %inject = (
+	backend_kill9 => sub {
+		my @b = client_backends() or return 0;
+		stats_poll();
+		my $offset = -s $node->logfile;
+		kill 'KILL', $b[rand @b][0] or return 0;
+		$mon = undef;
+		$node->wait_for_log(qr/reinitializing.*ready to accept connections/s, $offset);
+		return 1;
+	},
+	backend_terminate => sub {
+		my @b = client_backends() or return 0;
+		return mon()->selectrow_array('SELECT pg_terminate_backend($1)', undef, $b[rand @b][0]) ? 1 : 0;
+	},
+	postmaster_kill9 => sub {
+		stats_poll();
+		$mon = undef;
+		my $postmaster = $node->{_pid};
+		my @children = grep { (proc_stat($_))[1] == $postmaster } map { m{(\d+)$} } glob('/proc/[0-9]*');
+		$node->kill9;
+		# A new postmaster refuses to start while orphaned backends hold the old shared memory.
+		my $until = now_s() + 30;
+		sleep 0.05 while (grep({ alive($_) } @children) || kill(0, $postmaster)) && now_s() < $until;
+		unlink($node->data_dir . '/postmaster.pid', $node->host . '/.s.PGSQL.' . $node->port . '.lock')
+		  unless alive($postmaster) || !kill(0, $postmaster);
+		for my $try (1 .. 5)
+		{
+			return 1 if $node->start(fail_ok => 1);
+			$node->{_pid} = undef;
+			sleep 1;
+		}
+		BAIL_OUT('postmaster does not restart');
+	},
+	client_kill9 => sub {
+		my $pid = pid_of(int rand(2 * $PAIRS)) or return 0;
+		return kill('KILL', $pid) ? 1 : 0;
+	},
+	client_dies_after_charge => sub {
+		my $pid = pid_of(int rand(2 * $PAIRS)) or return 0;
+		return kill('USR1', $pid) ? 1 : 0;
+	},
+	client_dies_after_checkpoint => sub {
+		my $pid = pid_of(int rand(2 * $PAIRS)) or return 0;
+		return kill('HUP', $pid) ? 1 : 0;
+	},
+	connection_cut => sub {
+		# The proxy child carrying an odd (proxied) client's connection.
+		my @open = map { /^(\d+) open lease_client\d+$/ ? $1 : () } split /\n/, slurp_file($proxy_log);
+		my @live = grep { alive($_) } @open or return 0;
+		return kill('KILL', $live[-1 - int rand(min(2, scalar @live))]) ? 1 : 0;
+	},
+	stale_holder_after_charge => sub { return stale_holder('USR2', 'after_charge'); },
+	stale_holder_after_checkpoint => sub { return stale_holder('WINCH', 'after_checkpoint'); });
+
+spawn($_) for 0 .. 2 * $PAIRS - 1;
+my $fault_start = now_s();
+for my $round (1 .. $ROUNDS)
+{
+	for my $kind (shuffle sort keys %inject)
+	{
+		for my $try (1 .. 5)
+		{
+			wait_progress();
+			next unless $inject{$kind}->();
+			$faults{$kind}++;
+			last;
+		}
+	}
+}
+my $fault_secs = now_s() - $fault_start;
+
+# Enough keys, then every client dies between two steps: their leases must run out.
+sub keys_walked_so_far
+{
+	my $n = 0;
+	for my $pair (0 .. $PAIRS - 1)
+	{
+		my $blocks = max(map { -e "$work/block$_" ? slurp_file("$work/block$_") + 1 : 0 } 2 * $pair, 2 * $pair + 1);
+		$n += $blocks * $BLOCK;
+	}
+	return $n;
+}
+my $until = now_s() + $RUN_LIMIT;
+pause_s(0.2) while keys_walked_so_far() < $MIN_KEYS + 4 * $BLOCK && now_s() < $until;
+$final_phase = 1;
+reap();
+kill 'TERM', grep { !exists $exited{$_} } keys %clients;
+$until = now_s() + 5;
+sleep 0.05 while (reap(), grep { !exists $exited{$_} } keys %clients) && now_s() < $until;
+my $hard_killed = kill 'KILL', grep { !exists $exited{$_} } keys %clients;
+sleep 0.05 while (reap(), grep { !exists $exited{$_} } keys %clients);
+my $run_secs = now_s() - $fault_start;
+
+# ---- after the last lease has run out, finish every key ----
+stats_poll();
+my %walked;
+for my $pair (0 .. $PAIRS - 1)
+{
+	my $blocks = max(map { -e "$work/block$_" ? slurp_file("$work/block$_") + 1 : 0 } 2 * $pair, 2 * $pair + 1);
+	for my $b (0 .. $blocks - 1) { $walked{ pair_key($pair, $b, $_) } = 1 for 0 .. $BLOCK - 1; }
+}
+my $dbh = mon();
+my ($left_leases, $wait_lease) = $dbh->selectrow_array(q{
+	SELECT count(*), greatest(extract(epoch FROM max(lease_until) - clock_timestamp()), 0)
+	FROM idempotency_keys WHERE http_status IS NULL AND lease_until IS NOT NULL});
+sleep(($wait_lease // 0) + 0.05);
+my $live_after = $dbh->selectrow_array(q{
+	SELECT count(*) FROM idempotency_keys WHERE http_status IS NULL AND lease_until > clock_timestamp()});
+my %done = map { $_->[0] => 1 } @{ $dbh->selectall_arrayref('SELECT key FROM idempotency_keys WHERE http_status IS NOT NULL') };
+my %lapsed = map { $_->[0] => 1 } @{ $dbh->selectall_arrayref('SELECT key FROM idempotency_keys WHERE http_status IS NULL') };
+my @unfinished = sort grep { !$done{$_} } keys %walked;
+my %final_ctx = (id => 'final', dsn => idem_dsn($node, application_name => 'lease_final'), cut => 0);
+open $final_ctx{out}, '>', "$work/final" or die;
+$final_ctx{out}->autoflush(1);
+# No fault from here on: the counters of the final pass must be exact.
+$dbh->do('SELECT idem_stats_reset()');
+$final_ctx{deadline} = now_s() + 20;
+my $final_left = walk(\%final_ctx, @unfinished);
+close $final_ctx{out};
+$final_ctx{dbh}->disconnect if $final_ctx{dbh};
+my $final_stats = $dbh->selectrow_hashref('SELECT ' . join(', ', @COUNTERS) . ' FROM idem_stats');
+$stats_base{$_} += $stats_last{$_} // 0 for @COUNTERS;
+%stats_last = %$final_stats;
+my $stats = stats_total();
+
+# ---- what everyone saw ----
+my (%calls, %charges, %claims, %first_ckpt, %first_ack, %acks, %replays, %cut, %count);
+for my $file ((map { "client$_" } 0 .. 2 * $PAIRS - 1), 'rival', 'final')
+{
+	open my $in, '<', "$work/$file" or next;
+	while (<$in>)
+	{
+		my ($what, @f) = split;
+		next unless defined $what;
+		$count{$what}++;
+		$count{"final_$what"}++ if $file eq 'final';
+		if ($what eq 'claim') { push @{ $claims{ $f[0] } }, [ @f[1 .. 4] ]; }
+		elsif ($what eq 'ckpt') { $first_ckpt{ $f[0] } = min($first_ckpt{ $f[0] } // $f[3], $f[3]); }
+		elsif ($what eq 'ack') { push @{ $acks{ $f[0] } }, [ $f[1], $f[2] ]; $first_ack{ $f[0] } = min($first_ack{ $f[0] } // $f[3], $f[3]); }
+		elsif ($what eq 'replay') { push @{ $replays{ $f[0] } }, [ @f[0 .. 3] ]; }
+		elsif ($what eq 'cut') { $cut{ $f[0] }++; }
+		elsif ($what eq 'suicide') { $count{"suicide_$f[1]"}++; }
+		elsif ($what eq 'stale') { $count{"stale_$f[1]"}++; }
+	}
+}
+open my $pin, '<', $provider_log or die;
+my $provider_calls = 0;
+while (<$pin>)
+{
+	my (undef, $key, $token, $charge) = split;
+	$provider_calls++;
+	$calls{$key}++;
+	$charges{$key}{$charge} = 1;
+}
+my $keys_charged = keys %calls;
+# In the final pass every lease has run out: any in_progress answer there is a stuck key.
+my $final_stuck = $count{final_wait} // 0;
+my $repeated_calls = $provider_calls - $keys_charged;
+my $double_charged = grep { keys %{ $charges{$_} } > 1 } keys %charges;
+sub charge_of { my ($key) = @_; my ($c) = keys %{ $charges{$key} // {} }; return $c // '-'; }
+
+# A claim that began after the key's checkpoint (or completion) was acknowledged must
+# resume there (or not happen at all): the clock is CLOCK_MONOTONIC, shared by all processes.
+my ($lost_recovery, $claimed_after_ack, $resumed, $wrong_resume) = (0, 0, 0, 0);
+my @lost_examples;
+for my $key (keys %claims)
+{
+	for my $c (@{ $claims{$key} })
+	{
+		my ($token, $rp, $rs_charge, $t0) = @$c;
+		if ($rp eq 'charge_created')
+		{
+			$resumed++;
+			$wrong_resume++ if $rs_charge ne charge_of($key);
+		}
+		elsif (defined $first_ckpt{$key} && $t0 > $first_ckpt{$key})
+		{
+			$lost_recovery++;
+			push @lost_examples, $key;
+		}
+		$claimed_after_ack++ if defined $first_ack{$key} && $t0 > $first_ack{$key};
+	}
+}
+
+# What the database kept.
+$dbh = mon();
+my %ledger;
+push @{ $ledger{ $_->[0] } }, [ $_->[1], $_->[2] ]
+  for @{ $dbh->selectall_arrayref('SELECT key, charge_id, token FROM ledger') };
+my $ledger_not_one = grep { @{ $ledger{$_} // [] } != 1 } keys %walked;
+my $ledger_foreign = grep { !$walked{$_} } keys %ledger;
+my $ledger_wrong_charge = grep { @{ $ledger{$_} // [] } && $ledger{$_}[0][0] ne charge_of($_) } keys %walked;
+
+# Every key replays, through idem_lease and through idem_claim (rolled back), with its charge.
+my (%lease_replay, %claim_replay);
+my @keys = sort keys %walked;
+while (my @chunk = splice(@keys, 0, 1000))
+{
+	for my $r (@{ $dbh->selectall_arrayref(q{
+		SELECT k, l.outcome, l.http_status, l.response_body->>'charge_id', l.response_body->>'token'
+		FROM unnest($1::text[]) k, idem_lease(k, encode(sha256(convert_to('ride:' || k, 'UTF8')), 'hex'), lease => '1 s') l},
+		undef, \@chunk) })
+	{
+		$lease_replay{ $r->[0] } = [ @$r[1 .. 4] ];
+	}
+	$dbh->begin_work;
+	for my $r (@{ $dbh->selectall_arrayref(q{
+		SELECT k, c.outcome, c.http_status, c.response_body->>'charge_id', c.response_body->>'token'
+		FROM unnest($1::text[]) k, idem_claim(k, encode(sha256(convert_to('ride:' || k, 'UTF8')), 'hex')) c},
+		undef, \@chunk) })
+	{
+		$claim_replay{ $r->[0] } = [ @$r[1 .. 4] ];
+	}
+	$dbh->rollback;
+}
+my %ledger_token = map { $_ => $ledger{$_}[0][1] } grep { @{ $ledger{$_} } } keys %ledger;
+my $not_replayed = grep {
+	my $l = $lease_replay{$_} // [];
+	my $c = $claim_replay{$_} // [];
+	($l->[0] // '') ne 'replay' || ($c->[0] // '') ne 'replay'
+	  || $l->[1] != 201 || $c->[1] != 201 || $l->[2] ne charge_of($_) || $c->[2] ne charge_of($_)
+	  || ($l->[3] // '') ne ($ledger_token{$_} // '')
+} keys %walked;
+# Each acknowledged 201: the replay is its very body (charge and token), and so is each replay seen.
+my $acked_keys = keys %acks;
+my $ack_wrong = grep {
+	my $k = $_;
+	grep { $_->[0] ne ($lease_replay{$k}[3] // '') || $_->[1] ne ($lease_replay{$k}[2] // '') } @{ $acks{$k} }
+} keys %acks;
+my $replay_seen_wrong = grep {
+	my $k = $_;
+	grep { $_->[1] ne '201' || $_->[2] ne ($lease_replay{$k}[2] // '') || $_->[3] ne ($lease_replay{$k}[3] // '') }
+	  @{ $replays{$k} }
+} keys %replays;
+my $uncharged = grep { !$calls{$_} } keys %walked;
+my $wall = now_s() - $started_at;
+
+my %proxy_events;
+for (split /\n/, slurp_file($proxy_log))
+{
+	my (undef, @event) = split;
+	$proxy_events{ $event[0] eq 'open' ? 'open' : "@event" }++;
+}
+kill 'TERM', $proxy, $provider;
+waitpid($_, 0) for $proxy, $provider;
+
+my $walked = keys %walked;
+my $total_faults = sum0(values %faults) + ($cut{checkpoint} // 0) + ($cut{complete} // 0) + 1;
+diag(sprintf('lease_faults: %d keys in %.0f s of client work (%.0f s of faults), wall %.0f s; faults: %s; '
+	  . 'cut COMMITs: checkpoint %d, complete %d (proxy: %s); final kill of every client between steps '
+	  . '(suicides %s, hard-killed %d); client respawns %d',
+	$walked, $run_secs, $fault_secs, $wall, join(', ', map { "$_=" . ($faults{$_} // 0) } sort keys %inject),
+	$cut{checkpoint} // 0, $cut{complete} // 0, join(', ', map { "$_ x$proxy_events{$_}" } sort keys %proxy_events),
+	join(', ', map { "$_=$count{$_}" } sort grep { /^suicide_/ } keys %count), $hard_killed, $respawns));
+diag(sprintf('lease_faults: provider: %d calls for %d keys, %d repeated calls, %d keys charged twice; '
+	  . 'claims %d (%d resumed at charge_created), acks %d, replays seen %d, in_progress answers %d, '
+	  . 'stale tokens %s (stalled holders fenced: %s), step errors %d',
+	$provider_calls, $keys_charged, $repeated_calls, $double_charged, $count{claim} // 0, $resumed,
+	$count{ack} // 0, $count{replay} // 0, $count{wait} // 0,
+	join(', ', map { "$_=$count{$_}" } sort grep { /^stale_/ } keys %count) || 0,
+	join(', ', map { "$_=$stale_seen{$_}" } sort keys %stale_seen) || 0, $count{error} // 0));
+diag(sprintf('lease_faults: final pass: %d leases left at the end, %d unfinished keys (%d of them lapsed '
+	  . 'leases), %d not claimable at once; idem_stats summed over all restarts (approximate: '
+	  . 'counts since the last poll before a crash are lost): %s; of the final pass alone: %s',
+	$left_leases, scalar(@unfinished), scalar(grep { $lapsed{$_} } @unfinished), $final_stuck,
+	join(', ', map { "$_=$stats->{$_}" } @COUNTERS), join(', ', map { "$_=$final_stats->{$_}" } @COUNTERS)));
+
+cmp_ok($walked, '>=', $MIN_KEYS, "at least $MIN_KEYS keys");
+cmp_ok($faults{$_} // 0, '>=', $ROUNDS, "$ROUNDS faults of kind $_") for sort keys %inject;
+cmp_ok($total_faults, '>=', 9, 'at least 9 faults in all');
+cmp_ok(($cut{checkpoint} // 0) + ($cut{complete} // 0), '>', 0, 'some COMMITs were cut after the server answered');
+is($stale_seen{$_} // 0, $faults{"stale_holder_$_"} // 0, "every holder stalled $_ past its lease got 55000 at its next step")
+  for qw(after_charge after_checkpoint);
+is($count{fatal} // 0, 0, 'no client died of an unexpected error');
+is($count{bad} // 0, 0, 'no mismatch or unknown outcome');
+is($double_charged, 0, 'keys with more than one distinct external charge: 0');
+is($lost_recovery, 0, 'provider calls by a claim that began after the charge_created checkpoint was acknowledged: 0')
+  or diag("lost recovery points: @lost_examples[0 .. min(9, $#lost_examples)]");
+is($wrong_resume, 0, 'every resume at charge_created carries the charge the provider made');
+is($claimed_after_ack, 0, 'claims after an acknowledged completion: 0');
+is($count{stuck} // 0, 0, "keys in_progress for more than $STUCK_S s during the run: 0");
+is($live_after, 0, 'no lease still live after the last one ran out');
+is($final_left, 0, 'the final pass finished every key');
+is($final_stuck, 0, 'keys stuck past their lease: 0 (every unfinished key claimable at once)');
+cmp_ok(scalar(grep { $lapsed{$_} } @unfinished), '>', 0, 'the final pass took over lapsed leases');
+is($ledger_not_one, 0, 'ledger: exactly one row for every key');
+is($ledger_foreign, 0, 'ledger: no row for a key nobody walked');
+is($ledger_wrong_charge, 0, 'ledger: each row has the key\'s one charge');
+is($uncharged, 0, 'every key was charged');
+is($not_replayed, 0, 'every key replays 201 with its charge via idem_lease and idem_claim');
+cmp_ok($acked_keys, '>', 0, 'some requests were acknowledged');
+is($ack_wrong, 0, 'every acknowledged 201 replays its very body');
+is($replay_seen_wrong, 0, 'every replay a client saw is the stored body');
+cmp_ok($stats->{lease_takeovers}, '>', 0, 'idem_stats: lease_takeovers > 0');
+cmp_ok($stats->{checkpoints}, '>', 0, 'idem_stats: checkpoints > 0');
+is($final_stats->{leases}, $count{final_claim} // 0, 'idem_stats of the final pass: leases = its claims');
+is($final_stats->{lease_takeovers}, scalar(grep { $lapsed{$_} } @unfinished),
+	'idem_stats of the final pass: lease_takeovers = the lapsed leases it found');
+is($final_stats->{checkpoints}, $count{final_ckpt} // 0, 'idem_stats of the final pass: checkpoints = its checkpoints');
+cmp_ok($wall, '<', 150, 'wall time under 150 s');
+
+$dbh->disconnect;
+done_testing();
