@@ -93,7 +93,7 @@ typedef struct LeaseGrant
 /* What the holder of a lease changes with its token. */
 typedef enum LeaseChange
 {
-	LEASE_EXTEND,				/* lease_until = until (expires_at at least as late) */
+	LEASE_EXTEND,				/* lease_until = until; the key outlives it by as much as before */
 	LEASE_CHECKPOINT,			/* recovery point and state */
 	LEASE_COMPLETE,				/* the response; the lease ends */
 	LEASE_RELEASE				/* the lease ends now, the recovery point stays */

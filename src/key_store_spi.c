@@ -92,7 +92,7 @@ static Oid	lease_param_types[LEASE_PARAMS] = {
 
 /* Each holder's change: $1 scope, $2 key, $3 token, then its own values; RETURNING lease_until. */
 static const char *const lease_change_sets[4] = {
-	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at, $4)",
+	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at, $4 + (expires_at - lease_until))",
 	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
 	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
 	" lease_until = NULL, lease_token = NULL",
@@ -116,7 +116,7 @@ prepare_lease_plans(TablePlans *table, const char *qualified)
 	/* An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. */
 	table->lease_replace = prepare_kept(psprintf(
 		"UPDATE %s SET"
-		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $6) ELSE $1 END,"
+		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $1) ELSE $1 END,"
 		" created_at = CASE WHEN $8 THEN created_at ELSE $2 END,"
 		" request_hash = $5, http_status = NULL, response_body = NULL, response_headers = NULL,"
 		" lease_until = $6, lease_token = $7,"

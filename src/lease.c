@@ -72,6 +72,16 @@ lease_end(FunctionCallInfo fcinfo, int argno)
 												   TimestampTzGetDatum(GetCurrentTimestamp()), lease));
 }
 
+/* lease_until + ttl (the argument, or idempotency.ttl); ERROR 22023 unless the ttl is positive. */
+static TimestampTz
+lease_expiry(FunctionCallInfo fcinfo, TimestampTz lease_until)
+{
+	TimestampTz from_now = claim_expiry(fcinfo, LEASE_ARG_TTL);
+
+	/* claim_expiry counts from the transaction's start; count from the lease's end instead. */
+	return lease_until + (from_now - GetCurrentTransactionStartTimestamp());
+}
+
 static pg_uuid_t
 new_token(void)
 {
@@ -161,8 +171,12 @@ idem_lease(PG_FUNCTION_ARGS)
 	claim_parse_request_hash(arg_text_required(fcinfo, LEASE_ARG_REQUEST_HASH, "request_hash"),
 							 grant.request_hash);
 	grant.lease_until = lease_end(fcinfo, LEASE_ARG_LEASE);
-	/* The key outlives its lease: a lease longer than the ttl stretches the expiry. */
-	grant.expires_at = Max(claim_expiry(fcinfo, LEASE_ARG_TTL), grant.lease_until);
+	/*
+	 * The key outlives its lease by the ttl, so a lease that runs out can still
+	 * be taken over with its recovery point (expiry counted from the claim would
+	 * let a long lease end with the key, and its recovery point with it).
+	 */
+	grant.expires_at = lease_expiry(fcinfo, grant.lease_until);
 	wait_until = claim_wait_deadline(fcinfo, LEASE_ARG_WAIT);
 	PreventCommandIfReadOnly("idem_lease()");
 	PreventCommandDuringRecovery("idem_lease()");

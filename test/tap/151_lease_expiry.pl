@@ -167,16 +167,14 @@ for my $db (sort keys %mode)
 	is($show->('exp_ckpt'), 'claimed|-|-|until|- x3', "$db: an expired lease's key is new again");
 }
 
-# Found while writing this test: with ttl <= lease the key expires the instant its lease
-# runs out, so a lapsed lease can never be taken over with its recovery point, and the
-# sweep may remove it at once. "The key outlives its lease" (lease.c) does not hold.
+# A lease's key outlives the lease by the ttl: even with ttl = lease, a lapsed lease is taken
+# over with its recovery point (before the fix the key expired the instant its lease ran out).
 {
 	my $h = $dbh{ctable};
 	my $t = lease($h, 'short_ttl', '1 s', '1 s')->{lease_token};
 	checkpoint($h, 'short_ttl', $t);
 	sleep 1.2;
 	my $r = lease($h, 'short_ttl', '1 s', '1 s');
-	local $TODO = 'idem_lease: expires_at = greatest(now() + ttl, lease_until) ends the key with its lease';
 	is(($r->{outcome} // '') . '|' . ($r->{recovery_point} // '-'), 'claimed|charge_created',
 		'ttl = lease: a takeover after the lease ran out still gets the recovery point');
 }
