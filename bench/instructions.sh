@@ -6,6 +6,9 @@
 #
 #   bench/instructions.sh                 all variants of "new" and "replay", N=2000
 #   INSTR_N=500 INSTR_CASES="new_floor new_extension" INSTR_KEEP=1 bench/instructions.sh
+#   INSTR_CASES="lease_floor lease_extension" bench/instructions.sh   lease mode (1.1), not in the default list:
+#       two transactions per request as bench/lease/*.sql; the token goes from the first to the second through
+#       set_config (pgbench's \gset), the same in both cases
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
@@ -30,6 +33,9 @@ h=$(q -At -c "SELECT idem_hash('$body'::jsonb)")
 for api in extension plpgsql; do
     q -c "CALL bench.load_keys('$api', '$kp', $first_key, 20000, '$h', '$body')"
 done
+if [[ " $cases " == *" lease_"* ]]; then
+    q -f bench/lease/setup.sql -c "CALL bench.load_floor_keys('$kp', $first_key, 20000, '$h', '$body')"
+fi
 q -c "VACUUM ANALYZE"
 su postgres -c "$PG_BIN/pg_ctl -D '$dir/data' -w stop" >/dev/null
 
@@ -51,6 +57,12 @@ statements() {  # statements CASE COUNT
             echo "PREPARE d(text, int, jsonb) AS SELECT $api.idem_complete(\$1, \$2, \$3)" ;;
         proc_*) echo "PREPARE p(text, text, int, bigint, jsonb) AS SELECT bench.request_${c#proc_}(\$1, \$2, \$3, \$4, \$5)" ;;
         replay_floor) echo "PREPARE c(text, text) AS SELECT \$1, \$2" ;;
+        lease_extension)
+            echo "PREPARE a(text, text) AS SELECT set_config('bench.token', lease_token::text, false) FROM public.idem_lease(\$1, \$2, '30 s')"
+            echo "PREPARE b(text, int, jsonb) AS SELECT public.idem_lease_complete(\$1, current_setting('bench.token')::uuid, \$2, \$3)" ;;
+        lease_floor)
+            echo "PREPARE a(text, text) AS INSERT INTO bench.lease_floor (expires_at, created_at, scope, key, request_hash, lease_until, lease_token) VALUES (now() + '24 h', now(), '', \$1, decode(\$2, 'hex'), clock_timestamp() + '30 s', gen_random_uuid()) RETURNING set_config('bench.token', lease_token::text, false)"
+            echo "PREPARE b(text, int, jsonb) AS UPDATE bench.lease_floor SET http_status = \$2, response_body = \$3, response_headers = NULL, lease_until = NULL, lease_token = NULL WHERE scope = '' AND key = \$1 AND lease_token = current_setting('bench.token')::uuid AND http_status IS NULL" ;;
         replay_*) echo "PREPARE c(text, text) AS SELECT * FROM $api.idem_claim(\$1, \$2)" ;;
     esac
     echo "PREPARE l(int, bigint) AS INSERT INTO bench.ledger (account_id, amount_cents) VALUES (\$1, \$2)"
@@ -63,6 +75,9 @@ statements() {  # statements CASE COUNT
                 echo "EXECUTE d('$key', 201, '$body')"; echo "COMMIT" ;;
             proc_*) echo "EXECUTE p('$key', '$h', $((i % 1000)), $i, '$body')" ;;
             replay_*) echo "EXECUTE c('$kp$((first_key + i % 20000))', '$h')" ;;
+            lease_*)
+                echo "BEGIN"; echo "EXECUTE a('$key', '$h')"; echo "COMMIT"
+                echo "BEGIN"; echo "EXECUTE l($((i % 1000)), $i)"; echo "EXECUTE b('$key', 201, '$body')"; echo "COMMIT" ;;
         esac
     done
 }
