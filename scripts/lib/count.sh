@@ -51,6 +51,7 @@ count_tap() {
     local name=$1 file=$2 status=$3 ok bad
     ok=$(grep -Ec '^ *ok [0-9]+' "$file")
     bad=$(grep -Ec '^ *not ok [0-9]+' "$file")
-    [ "$status" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+    # A failed run, or one that ran no assertion at all, counts as a failure.
+    [ "$status" -ne 0 ] || [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ] && bad=1
     count "$name" "$ok" "$bad"
 }
