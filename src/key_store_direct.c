@@ -172,19 +172,23 @@ require_privilege(Relation table, AclMode mode)
 		aclcheck_error(result, OBJECT_TABLE, RelationGetRelationName(table));
 }
 
-/* The row in the scan slot, through the key store's one decoder. */
+/* The row in the scan slot, deformed once, through the key store's one decoder. */
 static void
 read_row(TupleTableSlot *slot, bool has_lease_columns, KeyRow *out, MemoryContext context)
 {
 	Datum		values[KEY_COLUMNS];
 	bool		nulls[KEY_COLUMNS];
+	AttrNumber	last = 0;
 
 	for (int c = 0; c < KEY_COLUMNS; c++)
+		last = Max(last, shape.attnums[c]);
+	slot_getsomeattrs(slot, last);
+	for (int c = 0; c < KEY_COLUMNS; c++)
 	{
-		values[c] = (Datum) 0;
-		nulls[c] = true;
-		if (shape.attnums[c] != InvalidAttrNumber)
-			values[c] = slot_getattr(slot, shape.attnums[c], &nulls[c]);
+		AttrNumber	attnum = shape.attnums[c];
+
+		values[c] = attnum == InvalidAttrNumber ? (Datum) 0 : slot->tts_values[attnum - 1];
+		nulls[c] = attnum == InvalidAttrNumber || slot->tts_isnull[attnum - 1];
 	}
 	key_row_decode(values, nulls, has_lease_columns, out, context);
 }
