@@ -169,3 +169,179 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_hash(jsonb, text[]) IS
     'idem_hash of the payload without the fields named by exclude (paths of keys joined by ''.'').';
+
+-- ---------------------------------------------------------------------------
+-- The storage mode survives pg_dump. In 1.0 it was a CHECK (false) constraint, idempotency_keys_inactive,
+-- on the inactive table. pg_dump does not write constraints of extension tables, so a restore came back in
+-- table mode, and the ATTACH of each dumped partition failed on the fresh twin's marker. From 1.1 the mode is
+-- whether idempotency_keys_partitioned has range partitions (the C code reads the same), which pg_dump
+-- writes with their rows and ATTACH. In 1.0 databases the two always agree, so the markers can go.
+ALTER TABLE @extschema@.idempotency_keys DROP CONSTRAINT IF EXISTS idempotency_keys_inactive;
+ALTER TABLE @extschema@.idempotency_keys_partitioned DROP CONSTRAINT IF EXISTS idempotency_keys_inactive;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_storage_mode()
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN EXISTS (SELECT FROM @extschema@.idem_partitions())
+    THEN 'partitioned' ELSE 'table' END
+$$;
+
+-- Switches the storage mode, moving every live key (expired ones are dropped on the way). The mode is
+-- whether idempotency_keys_partitioned has range partitions: it makes them all or drops them all.
+-- Takes ACCESS EXCLUSIVE locks on both tables: claims arriving meanwhile wait and then use the new mode.
+CREATE OR REPLACE FUNCTION @extschema@.idem_set_storage(mode text, partition_interval interval DEFAULT interval '1 day')
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    current_mode text;
+    moved bigint;
+    first_lower timestamptz;
+    last_upper timestamptz;
+    horizon timestamptz;
+    old_partition record;
+BEGIN
+    IF mode IS NULL OR partition_interval IS NULL THEN
+        RAISE EXCEPTION 'idem_set_storage: mode and partition_interval must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF mode NOT IN ('table', 'partitioned') THEN
+        RAISE EXCEPTION 'idem_set_storage: unknown storage mode "%"', mode
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''table'' or ''partitioned''.';
+    END IF;
+    IF partition_interval < interval '1 minute' OR extract(month FROM partition_interval) <> 0
+       OR extract(year FROM partition_interval) <> 0 THEN
+        RAISE EXCEPTION 'idem_set_storage: partition_interval must be at least 1 minute and have no months or years'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- The move reads with a snapshot taken after the locks are granted; a transaction snapshot
+    -- taken before them would miss keys completed while waiting, and TRUNCATE would lose them.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'idem_set_storage must run in a READ COMMITTED transaction'
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    -- Every claim reads every partition (the key does not tell which): keep them few.
+    IF mode = 'partitioned' AND
+       (coalesce(current_setting('idempotency.ttl', true), '1d')::interval + 2 * partition_interval)
+       / 64 > partition_interval THEN
+        RAISE EXCEPTION 'idem_set_storage: partition_interval % is too small for idempotency.ttl %',
+                        partition_interval, coalesce(current_setting('idempotency.ttl', true), '1d')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'At most 64 partitions may cover idempotency.ttl plus two partitions.';
+    END IF;
+
+    LOCK TABLE @extschema@.idempotency_keys IN ACCESS EXCLUSIVE MODE;
+    LOCK TABLE @extschema@.idempotency_keys_partitioned IN ACCESS EXCLUSIVE MODE;
+    current_mode := @extschema@.idem_storage_mode();
+
+    -- Tenants separated by row level security on one table must stay separated on the other.
+    IF EXISTS (SELECT FROM pg_catalog.pg_class source, pg_catalog.pg_class target
+               WHERE source.oid OPERATOR(pg_catalog.=) (CASE WHEN mode = 'partitioned'
+                         THEN '@extschema@.idempotency_keys' ELSE '@extschema@.idempotency_keys_partitioned'
+                         END)::pg_catalog.regclass
+                 AND target.oid OPERATOR(pg_catalog.=) (CASE WHEN mode = 'partitioned'
+                         THEN '@extschema@.idempotency_keys_partitioned' ELSE '@extschema@.idempotency_keys'
+                         END)::pg_catalog.regclass
+                 AND ((source.relrowsecurity AND NOT target.relrowsecurity)
+                      OR (source.relforcerowsecurity AND NOT target.relforcerowsecurity)
+                      OR (SELECT count(*) FROM pg_catalog.pg_policy p
+                          WHERE p.polrelid OPERATOR(pg_catalog.=) source.oid)
+                         OPERATOR(pg_catalog.>)
+                         (SELECT count(*) FROM pg_catalog.pg_policy p
+                          WHERE p.polrelid OPERATOR(pg_catalog.=) target.oid))) THEN
+        RAISE EXCEPTION 'idem_set_storage: row level security on the current table is missing on the other one'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Enable (and force) row level security and create the same policies on both '
+                         'idempotency_keys and idempotency_keys_partitioned, then switch.';
+    END IF;
+
+    IF mode = 'partitioned' THEN
+        SELECT max(upper_bound) INTO last_upper FROM @extschema@.idem_partitions();
+        -- Partitions of the new width from the current one (or after the last existing one) onwards.
+        first_lower := coalesce(last_upper, date_bin(partition_interval, now(), timestamptz '2000-01-01 00:00:00+00'));
+        horizon := now() + coalesce(current_setting('idempotency.ttl', true), '1d')::interval
+                   + 2 * partition_interval;
+        last_upper := first_lower;
+        LOOP
+            PERFORM @extschema@.idem_create_partition(last_upper, last_upper + partition_interval);
+            last_upper := last_upper + partition_interval;
+            EXIT WHEN last_upper >= horizon;
+        END LOOP;
+        IF current_mode = 'partitioned' THEN
+            RETURN format('partitioned: new partitions of %s', partition_interval);
+        END IF;
+        INSERT INTO @extschema@.idempotency_keys_partitioned
+            SELECT * FROM @extschema@.idempotency_keys WHERE expires_at > now();
+        GET DIAGNOSTICS moved = ROW_COUNT;
+        TRUNCATE @extschema@.idempotency_keys;
+        RETURN format('partitioned: %s live keys moved, partitions of %s', moved, partition_interval);
+    END IF;
+
+    IF current_mode = 'table' THEN
+        RETURN 'table: already';
+    END IF;
+    INSERT INTO @extschema@.idempotency_keys
+        SELECT * FROM @extschema@.idempotency_keys_partitioned WHERE expires_at > now();
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    FOR old_partition IN SELECT partition_name FROM @extschema@.idem_partitions() LOOP
+        EXECUTE format('DROP TABLE @extschema@.%I', old_partition.partition_name);
+    END LOOP;
+    TRUNCATE @extschema@.idempotency_keys_partitioned_default;
+    RETURN format('table: %s live keys moved', moved);
+END
+$$;
+
+
+-- One index per partition, made with the partition, instead of a partitioned index on the twin. pg_dump writes
+-- each partition's index apart; with a partitioned index in the fresh install, the restored ATTACH made that
+-- index itself and the dumped one then collided with it. Updating a 1.0 database rebuilds the partitions' indexes.
+DROP INDEX @extschema@.idempotency_keys_partitioned_key_scope;
+CREATE INDEX idempotency_keys_partitioned_default_key_scope
+    ON @extschema@.idempotency_keys_partitioned_default (key, scope);
+DO $$
+DECLARE
+    existing record;
+BEGIN
+    FOR existing IN SELECT partition_name FROM @extschema@.idem_partitions() LOOP
+        EXECUTE format('CREATE INDEX ON @extschema@.%I (key, scope)', existing.partition_name);
+    END LOOP;
+END
+$$;
+
+-- Makes one partition [lower, upper), taking over the rows parked for it in the default partition.
+-- Built aside and attached: the parent is locked only SHARE UPDATE EXCLUSIVE, but the default
+-- partition, which every claim reads, ACCESS EXCLUSIVE for the (short) rest of the transaction.
+CREATE OR REPLACE FUNCTION @extschema@.idem_create_partition(lower_bound timestamptz, upper_bound timestamptz)
+RETURNS name
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 0
+AS $$
+DECLARE
+    partition_name name := format('idempotency_keys_p%s',
+                                  to_char(lower_bound AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS'));
+BEGIN
+    -- Claims read the default partition; attaching locks it ACCESS EXCLUSIVE. Take that lock
+    -- first, waiting at most idempotency.partition_lock_timeout, so that no claim still in
+    -- flight can add a row to the range between the move and the attach.
+    PERFORM set_config('lock_timeout',
+                       coalesce(current_setting('idempotency.partition_lock_timeout', true), '100ms'), true);
+    LOCK TABLE @extschema@.idempotency_keys_partitioned_default IN ACCESS EXCLUSIVE MODE;
+    EXECUTE format('CREATE TABLE @extschema@.%I (LIKE @extschema@.idempotency_keys_partitioned'
+                   ' INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)', partition_name);
+    EXECUTE format('REVOKE ALL ON TABLE @extschema@.%I FROM PUBLIC', partition_name);
+    EXECUTE format('CREATE INDEX ON @extschema@.%I (key, scope)', partition_name);
+    EXECUTE format('WITH moved AS (DELETE FROM @extschema@.idempotency_keys_partitioned_default'
+                   ' WHERE expires_at >= $1 AND expires_at < $2 RETURNING *)'
+                   ' INSERT INTO @extschema@.%I SELECT * FROM moved', partition_name)
+        USING lower_bound, upper_bound;
+    EXECUTE format('ALTER TABLE @extschema@.idempotency_keys_partitioned ATTACH PARTITION @extschema@.%I'
+                   ' FOR VALUES FROM (%L) TO (%L)', partition_name, lower_bound, upper_bound);
+    RETURN partition_name;
+END
+$$;
+

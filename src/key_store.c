@@ -3,6 +3,7 @@
 
 #include "access/relation.h"
 #include "catalog/pg_type.h"
+#include "partitioning/partdesc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -23,22 +24,24 @@ const Oid	key_column_types[KEY_COLUMNS] = {
 };
 
 /*
- * The OID of idempotency_keys in the extension's schema and whether it has the
- * 1.1 columns, remembered per backend: a lookup by name on every call otherwise.
- * Any relcache invalidation of the table (rename, drop, ALTER TABLE ... ADD
- * COLUMN in an update) or a full reset forgets it.
+ * The OIDs of idempotency_keys and its partitioned twin in the extension's
+ * schema and whether the table has the 1.1 columns, remembered per backend: a
+ * lookup by name on every call otherwise. Any relcache invalidation of either
+ * (rename, drop, ALTER TABLE ... ADD COLUMN in an update, a partition attached)
+ * or a full reset forgets them.
  */
 static struct
 {
 	Oid			namespace_oid;
 	Oid			table_oid;		/* InvalidOid: nothing remembered */
+	Oid			twin_oid;		/* idempotency_keys_partitioned */
 	bool		has_lease_columns;
 } located;
 
 static void
 forget_located_table(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid) || relid == located.table_oid)
+	if (!OidIsValid(relid) || relid == located.table_oid || relid == located.twin_oid)
 		located.table_oid = InvalidOid;
 }
 
@@ -61,28 +64,47 @@ locate_table(Oid namespace_oid)
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("idempotency: table idempotency_keys is missing from the extension's schema")));
 	located.has_lease_columns = get_attnum(table_oid, "lease_until") != InvalidAttrNumber;
+	located.twin_oid = get_relname_relid("idempotency_keys_partitioned", namespace_oid);
 	located.namespace_oid = namespace_oid;
 	located.table_oid = table_oid;
 }
 
 /*
- * Opens idempotency_keys and tells whether it is the inactive table. Locking it
- * before reading its mode marker pins the mode until this transaction ends:
- * idem_set_storage needs an ACCESS EXCLUSIVE lock on it to switch.
+ * Whether the twin idempotency_keys_partitioned has range partitions beside its
+ * default one. That is the storage mode: idem_set_storage makes them when it
+ * switches to partitioned and drops them all when it switches back, the newest
+ * is never dropped, and pg_dump writes them with their ATTACH, so a restored
+ * database comes back in the mode it was dumped in (a marker on an extension
+ * table would come back as the fresh install made it).
+ */
+static bool
+twin_has_range_partitions(void)
+{
+	Relation	twin;
+	bool		partitioned;
+
+	if (!OidIsValid(located.twin_oid))
+		return false;
+	twin = relation_open(located.twin_oid, AccessShareLock);
+	partitioned = RelationGetPartitionDesc(twin, true)->nparts > 1;
+	relation_close(twin, NoLock);
+	return partitioned;
+}
+
+/*
+ * Opens idempotency_keys and tells which table holds the rows. Locking it
+ * (first, in idem_set_storage's order) before reading the mode pins the mode
+ * until this transaction ends: idem_set_storage needs an ACCESS EXCLUSIVE lock
+ * on it to switch.
  */
 static void
 open_key_table(Oid namespace_oid, KeyTable *table)
 {
-	TupleConstr *constraints;
-
 	locate_table(namespace_oid);
 	table->namespace_oid = namespace_oid;
 	table->has_lease_columns = located.has_lease_columns;
 	table->plain = relation_open(located.table_oid, AccessShareLock);
-	table->partitioned = false;
-	constraints = RelationGetDescr(table->plain)->constr;
-	for (int i = 0; constraints != NULL && i < constraints->num_check; i++)
-		table->partitioned |= strcmp(constraints->check[i].ccname, "idempotency_keys_inactive") == 0;
+	table->partitioned = twin_has_range_partitions();
 }
 
 static void

@@ -68,7 +68,7 @@ typedef struct ResponseToStore
 /* Looks a key up; out->found is false when no row exists. */
 void		key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out);
 
-/* True when the storage mode is partitioned (idempotency_keys carries the inactive marker). */
+/* True when the storage mode is partitioned (idempotency_keys_partitioned has range partitions). */
 bool		key_store_partitioned(Oid namespace_oid);
 
 /* Writes the one row of a completed transactional claim. */
