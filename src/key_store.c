@@ -25,10 +25,11 @@ const Oid	key_column_types[KEY_COLUMNS] = {
 
 /*
  * The OIDs of idempotency_keys and its partitioned twin in the extension's
- * schema and whether the table has the 1.1 columns, remembered per backend: a
- * lookup by name on every call otherwise. Any relcache invalidation of either
- * (rename, drop, ALTER TABLE ... ADD COLUMN in an update, a partition attached)
- * or a full reset forgets them.
+ * schema, whether the table has the 1.1 columns, and the storage mode,
+ * remembered per backend: lookups and a second lock on every call otherwise.
+ * Any relcache invalidation of the table (rename, drop, ALTER TABLE ... ADD
+ * COLUMN in an update) or a full reset forgets all of it; one of the twin (a
+ * partition attached or dropped, as every switch does) forgets the mode.
  */
 static struct
 {
@@ -36,12 +37,16 @@ static struct
 	Oid			table_oid;		/* InvalidOid: nothing remembered */
 	Oid			twin_oid;		/* idempotency_keys_partitioned */
 	bool		has_lease_columns;
+	bool		mode_known;
+	bool		partitioned;
 } located;
 
 static void
 forget_located_table(Datum arg, Oid relid)
 {
 	if (!OidIsValid(relid) || relid == located.table_oid || relid == located.twin_oid)
+		located.mode_known = false;
+	if (!OidIsValid(relid) || relid == located.table_oid)
 		located.table_oid = InvalidOid;
 }
 
@@ -65,6 +70,7 @@ locate_table(Oid namespace_oid)
 				 errmsg("idempotency: table idempotency_keys is missing from the extension's schema")));
 	located.has_lease_columns = get_attnum(table_oid, "lease_until") != InvalidAttrNumber;
 	located.twin_oid = get_relname_relid("idempotency_keys_partitioned", namespace_oid);
+	located.mode_known = false;
 	located.namespace_oid = namespace_oid;
 	located.table_oid = table_oid;
 }
@@ -93,9 +99,10 @@ twin_has_range_partitions(void)
 
 /*
  * Opens idempotency_keys and tells which table holds the rows. Locking it
- * (first, in idem_set_storage's order) before reading the mode pins the mode
- * until this transaction ends: idem_set_storage needs an ACCESS EXCLUSIVE lock
- * on it to switch.
+ * (first, in idem_set_storage's order) pins the mode until this transaction
+ * ends: idem_set_storage needs an ACCESS EXCLUSIVE lock on it to switch. Taking
+ * the lock also takes in the invalidations of a switch committed before, so a
+ * remembered mode read after it is current.
  */
 static void
 open_key_table(Oid namespace_oid, KeyTable *table)
@@ -104,7 +111,12 @@ open_key_table(Oid namespace_oid, KeyTable *table)
 	table->namespace_oid = namespace_oid;
 	table->has_lease_columns = located.has_lease_columns;
 	table->plain = relation_open(located.table_oid, AccessShareLock);
-	table->partitioned = twin_has_range_partitions();
+	if (!located.mode_known)
+	{
+		located.partitioned = twin_has_range_partitions();
+		located.mode_known = true;
+	}
+	table->partitioned = located.partitioned;
 }
 
 static void

@@ -17,10 +17,7 @@ use Test::More;
 
 use IdemTap;
 
-my $node = PostgreSQL::Test::Cluster->new('dump');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\nlog_statement = none\n");
-$node->start;
+my $node = idem_node('dump');
 
 my %modes = (plain => 'table', parted => 'partitioned');
 my $keys = 300;
