@@ -48,6 +48,18 @@ SELECT outcome FROM idem_claim('live-3', idem_hash('another'));
 SELECT idem_premake_partitions() AS nothing_to_make;
 SELECT idem_cleanup() AS removed_in_partitioned_mode;
 SELECT count(*) FROM idempotency_keys_partitioned WHERE key = 'live-3';
+-- A claim neither probes nor locks a fully expired partition (the planner prunes it), so it never
+-- queues behind that partition's drop; the partitions still live and the default one it reads.
+SELECT idem_create_partition(now() - interval '3 days', now() - interval '2 days') AS expired_partition \gset
+BEGIN;
+SELECT outcome FROM idem_claim('pruned', idem_hash('p'));
+SELECT count(*) FILTER (WHERE relation = :'expired_partition'::regclass) AS expired_partition_locks,
+       count(*) FILTER (WHERE relation = 'idempotency_keys_partitioned_default'::regclass) AS default_partition_locks,
+       count(*) FILTER (WHERE relation IN (SELECT partition_name::regclass FROM idem_partitions()
+                                           WHERE upper_bound > now())) > 0 AS live_partitions_locked
+FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'relation';
+ROLLBACK;
+SELECT partitions_dropped, keys_removed FROM idem_drop_expired_partitions();
 
 -- Bad inputs: clear SQLSTATEs, nothing changed.
 SELECT sqlstate_of($$SELECT idem_set_storage('bogus')$$);
@@ -106,7 +118,7 @@ DROP POLICY tenant ON idempotency_keys_partitioned;
 ALTER TABLE idempotency_keys DISABLE ROW LEVEL SECURITY;
 ALTER TABLE idempotency_keys_partitioned DISABLE ROW LEVEL SECURITY;
 
--- Every claim reads every partition: too many of them is refused.
+-- Every claim reads every live partition: too many of them is refused.
 SELECT idem_set_storage('partitioned', interval '10 minutes');
 SELECT idem_storage_mode();
 

@@ -1,19 +1,27 @@
 /* cleanup.c: batched deletes of expired keys, partition upkeep, and idem_cleanup() for one sweep from SQL. */
 #include "postgres.h"
 
+#include "access/table.h"
 #include "access/xact.h"
+#include "storage/bufmgr.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "cleanup.h"
 #include "guc.h"
 #include "key_store.h"
 #include "stats.h"
+
+/* How long a batch waits for a row lock before it passes locked rows by; far below deadlock_timeout. */
+#define CLEANUP_LOCK_TIMEOUT "20ms"
 
 static char *
 qualified(Oid schema, const char *name)
@@ -35,32 +43,146 @@ cleanup_extension_schema(void)
 	return DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-int64
-cleanup_delete_batch(Oid schema, int batch_size)
+void
+cleanup_sweep_start(SweepPosition *position)
 {
-	/* In partitioned storage only the default partition holds rows no drop will take. */
-	char	   *table = qualified(schema, key_store_partitioned(schema)
-								  ? "idempotency_keys_partitioned_default" : "idempotency_keys");
-	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
-	Datum		values[2];
+	ItemPointerSet(&position->next, 0, FirstOffsetNumber);
+	position->finished = false;
+}
+
+/* Statement texts by variant: a plain DELETE, then its fallback that passes locked rows by. */
+static char *
+batch_statement(const char *table, bool skip_locked)
+{
+	/*
+	 * The scan covers [$3, $4) of the heap (a TID range scan) and stops at $2
+	 * expired rows; the delete touches only those tuples, rechecking expiry in
+	 * case a tuple slot was reused meanwhile. The batch reports how far it got.
+	 */
+	return psprintf(
+		"WITH batch AS MATERIALIZED (SELECT ctid FROM %s"
+		" WHERE ctid OPERATOR(pg_catalog.>=) $3 AND ctid OPERATOR(pg_catalog.<) $4"
+		" AND expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2%s),"
+		" gone AS (DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))"
+		" AND expires_at OPERATOR(pg_catalog.<=) $1 RETURNING 1)"
+		" SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.max(ctid) FROM batch),"
+		" (SELECT pg_catalog.count(*) FROM gone)",
+		table, skip_locked ? " FOR UPDATE SKIP LOCKED" : "", table);
+}
+
+/*
+ * Runs one batch statement. Without skip_locked it waits at most
+ * CLEANUP_LOCK_TIMEOUT for a row a transaction is replacing right now (well
+ * below deadlock_timeout, so the sweep, never the request, gives way) and
+ * reports false when that runs out; its work is rolled back then.
+ */
+static bool
+run_batch(const char *sql, Datum *values, bool skip_locked)
+{
+	static Oid	types[4] = {TIMESTAMPTZOID, INT4OID, TIDOID, TIDOID};
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		done = true;
 	int			rc;
 
-	/*
-	 * ctid lookups: the inner scan stops after batch_size matches, the outer
-	 * delete touches only those tuples. Rows being replaced by a completion
-	 * right now are skipped, not waited for (the next sweep sees them).
-	 */
+	if (skip_locked)
+	{
+		rc = SPI_execute_with_args(sql, 4, types, values, NULL, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
+		return true;
+	}
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		int			nest_level = NewGUCNestLevel();
+
+		(void) set_config_option("lock_timeout", CLEANUP_LOCK_TIMEOUT, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		rc = SPI_execute_with_args(sql, 4, types, values, NULL, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
+		AtEOXact_GUC(true, nest_level);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(context);
+		error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(error);
+		FreeErrorData(error);
+		done = false;
+	}
+	PG_END_TRY();
+	return done;
+}
+
+int64
+cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 *pages_scanned)
+{
+	/* In partitioned storage only the default partition holds rows no drop will take. */
+	const char *relname = key_store_partitioned(schema)
+		? "idempotency_keys_partitioned_default" : "idempotency_keys";
+	char	   *table = qualified(schema, relname);
+	Oid			relid = get_relname_relid(relname, schema);
+	Relation	relation;
+	BlockNumber blocks;
+	BlockNumber from_block = ItemPointerGetBlockNumber(&position->next);
+	BlockNumber to_block;
+	ItemPointerData from = position->next;
+	ItemPointerData to;
+	Datum		values[4];
+	bool		isnull;
+	int64		selected;
+	int64		removed;
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "idempotency: table %s is missing", table);
+	/* The lock the DELETE takes anyway; rows appended after this are not expired yet. */
+	relation = table_open(relid, RowExclusiveLock);
+	blocks = RelationGetNumberOfBlocks(relation);
+	table_close(relation, NoLock);
+
+	/* At most batch_size pages per batch, so a table with few expired rows is paced too. */
+	to_block = from_block + Min((BlockNumber) batch_size, MaxBlockNumber - from_block);
+	ItemPointerSet(&to, to_block, FirstOffsetNumber);
 	values[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[1] = Int32GetDatum(batch_size);
-	rc = SPI_execute_with_args(psprintf(
-		"DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"SELECT ctid FROM %s WHERE expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2"
-		" FOR UPDATE SKIP LOCKED))",
-		table, table), 2, types, values, NULL, false, 0);
-	if (rc != SPI_OK_DELETE)
-		elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
-	stats_count(IDEM_COUNT_KEYS_REMOVED, SPI_processed);
-	return (int64) SPI_processed;
+	values[2] = PointerGetDatum(&from);
+	values[3] = PointerGetDatum(&to);
+	if (!run_batch(batch_statement(table, false), values, false))
+		(void) run_batch(batch_statement(table, true), values, true);
+
+	selected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	if (selected == batch_size)
+	{
+		/* Stopped inside the range: go on right after the last row taken. */
+		ItemPointer last = (ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc, 2, &isnull));
+
+		ItemPointerSet(&position->next, ItemPointerGetBlockNumber(last),
+					   ItemPointerGetOffsetNumber(last) + 1);
+		*pages_scanned = ItemPointerGetBlockNumber(last) - from_block + 1;
+	}
+	else
+	{
+		position->next = to;
+		position->finished = to_block >= blocks;
+		*pages_scanned = to_block - from_block;
+	}
+	stats_count(IDEM_COUNT_KEYS_REMOVED, removed);
+	return removed;
 }
 
 int64
@@ -114,17 +236,18 @@ idem_cleanup(PG_FUNCTION_ARGS)
 {
 	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
 	int64		removed;
-	int64		batch;
+	int64		pages;
+	SweepPosition position;
 
 	PreventCommandIfReadOnly("idem_cleanup()");
 	SPI_connect();
 	removed = cleanup_drop_expired_partitions(schema);
-	do
+	cleanup_sweep_start(&position);
+	while (!position.finished)
 	{
-		batch = cleanup_delete_batch(schema, idem_cleanup_batch_size);
-		removed += batch;
+		removed += cleanup_delete_batch(schema, idem_cleanup_batch_size, &position, &pages);
 		CHECK_FOR_INTERRUPTS();
-	} while (batch == idem_cleanup_batch_size);
+	}
 	SPI_finish();
 	PG_RETURN_INT64(removed);
 }

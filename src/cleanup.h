@@ -8,8 +8,25 @@
 /* The extension's schema in this database, or InvalidOid when it is not installed. */
 Oid			cleanup_extension_schema(void);
 
-/* Deletes up to batch_size expired rows outside droppable partitions; returns how many. */
-int64		cleanup_delete_batch(Oid schema, int batch_size);
+#include "storage/itemptr.h"
+
+/* How far a sweep has got through the heap of the table it deletes from. */
+typedef struct SweepPosition
+{
+	ItemPointerData next;		/* the first tuple the next batch may take */
+	bool		finished;		/* the last batch reached the end of the heap */
+} SweepPosition;
+
+void		cleanup_sweep_start(SweepPosition *position);
+
+/*
+ * Deletes up to batch_size expired rows outside droppable partitions, scanning
+ * at most batch_size heap pages from the position, which it advances. Returns
+ * the rows deleted and reports the pages scanned (for pacing). Each page is
+ * scanned once per sweep, so a sweep ends without a full scan of the table.
+ */
+int64		cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position,
+								 int64 *pages_scanned);
 
 /* Partitioned storage: drops the partitions whose keys have all expired; returns keys removed. */
 int64		cleanup_drop_expired_partitions(Oid schema);

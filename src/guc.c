@@ -13,6 +13,7 @@ int			idem_max_response_bytes = 1024 * 1024;
 char	   *idem_databases = NULL;
 int			idem_cleanup_interval_s = 60;
 int			idem_cleanup_batch_size = 10000;
+int			idem_cleanup_keys_per_second = 20000;
 int			idem_partition_lock_timeout_ms = 100;
 
 void
@@ -89,6 +90,20 @@ settings_init(void)
 							10000,
 							1,
 							10000000,
+							PGC_SIGHUP,
+							0,
+							NULL,
+							NULL,
+							NULL);
+
+	DefineCustomIntVariable("idempotency.cleanup_keys_per_second",
+							"Pace of the background worker's sweep, in keys deleted per second.",
+							"A batch counts its deleted keys or its scanned heap pages, whichever is more. "
+							"0 sweeps at full speed.",
+							&idem_cleanup_keys_per_second,
+							20000,
+							0,
+							INT_MAX,
 							PGC_SIGHUP,
 							0,
 							NULL,

@@ -8,6 +8,7 @@ extern int	idem_max_response_bytes;
 extern char *idem_databases;
 extern int	idem_cleanup_interval_s;
 extern int	idem_cleanup_batch_size;
+extern int	idem_cleanup_keys_per_second;
 extern int	idem_partition_lock_timeout_ms;
 
 void		settings_init(void);

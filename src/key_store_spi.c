@@ -45,10 +45,16 @@ static Oid	write_param_types[WRITE_PARAMS] = {
 	JSONBOID					/* $8 response_body */
 };
 
+/*
+ * custom_plan: planned for each call's values, so that partition pruning on
+ * them happens in the planner and the pruned partitions are never locked (a
+ * generic plan locks every partition before it prunes).
+ */
 static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *argtypes)
+prepare_plan(const char *sql, int nargs, Oid *argtypes, bool custom_plan)
 {
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+										  custom_plan ? CURSOR_OPT_CUSTOM_PLAN : 0);
 
 	if (plan == NULL)
 		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql,
@@ -56,6 +62,12 @@ prepare_kept(const char *sql, int nargs, Oid *argtypes)
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "idempotency: could not keep a prepared plan");
 	return plan;
+}
+
+static SPIPlanPtr
+prepare_kept(const char *sql, int nargs, Oid *argtypes)
+{
+	return prepare_plan(sql, nargs, argtypes, false);
 }
 
 static void
@@ -100,7 +112,7 @@ static const char *const lease_change_sets[4] = {
 };
 
 static void
-prepare_lease_plans(TablePlans *table, const char *qualified)
+prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, bool custom_plan)
 {
 	Oid			change_types[4][6] = {
 		[LEASE_EXTEND] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID},
@@ -114,7 +126,7 @@ prepare_lease_plans(TablePlans *table, const char *qualified)
 		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token)"
 		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAMS - 1, lease_param_types);
 	/* An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. */
-	table->lease_replace = prepare_kept(psprintf(
+	table->lease_replace = prepare_plan(psprintf(
 		"UPDATE %s SET"
 		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $1) ELSE $1 END,"
 		" created_at = CASE WHEN $8 THEN created_at ELSE $2 END,"
@@ -122,8 +134,8 @@ prepare_lease_plans(TablePlans *table, const char *qualified)
 		" lease_until = $6, lease_token = $7,"
 		" recovery_point = CASE WHEN $8 THEN recovery_point END,"
 		" recovery_state = CASE WHEN $8 THEN recovery_state END"
-		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4",
-		qualified), LEASE_PARAMS, lease_param_types);
+		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s",
+		qualified, live_only), LEASE_PARAMS, lease_param_types, custom_plan);
 	for (int change = 0; change < 4; change++)
 		table->lease_change[change] = prepare_kept(psprintf(
 			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
@@ -132,43 +144,53 @@ prepare_lease_plans(TablePlans *table, const char *qualified)
 }
 
 /*
- * The lookup selects the columns in KeyColumn order, for the shared decoder. In
- * partitioned storage an expired row and its replacement never coexist (the
- * replacement moves the row), but the lookup still prefers the live one. The
- * replacement overwrites an expired row or a lapsed lease, and clears the lease.
+ * The lookup selects the columns in KeyColumn order, for the shared decoder.
+ * The replacement overwrites an expired row or a lapsed lease, and clears the
+ * lease.
+ *
+ * In partitioned storage the statements of a claim see only live rows
+ * (expires_at after the transaction's start, $3 of the lookup): an expired row
+ * counts as absent anyway, and with the bound the planner prunes every fully
+ * expired partition, so a claim never probes or locks one and never queues
+ * behind its drop. A key reclaimed after expiry gets a new row beside the
+ * expired one, which leaves with its partition (or the sweep, in the default
+ * partition); the lookup prefers the newest row.
  */
 static void
 prepare_table_plans(TablePlans *table, const char *schema, const char *relname, bool partitioned,
 					bool has_lease_columns)
 {
 	const char *qualified = psprintf("%s.%s", schema, relname);
-	Oid			lookup_types[2] = {TEXTOID, TEXTOID};
+	Oid			lookup_types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	const char *live_only = partitioned ? " AND expires_at OPERATOR(pg_catalog.>) $2" : "";
 	StringInfoData columns;
 
 	initStringInfo(&columns);
 	for (int c = 0; c < (has_lease_columns ? KEY_COLUMNS : KEY_COLUMNS_1_0); c++)
 		appendStringInfo(&columns, "%s%s", c > 0 ? ", " : "", key_column_names[c]);
 
-	table->lookup = prepare_kept(psprintf(
+	table->lookup = prepare_plan(psprintf(
 		"SELECT %s FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2%s",
-		columns.data, qualified, partitioned ? " ORDER BY expires_at DESC LIMIT 1" : ""),
-		2, lookup_types);
+		columns.data, qualified, partitioned
+		? " AND expires_at OPERATOR(pg_catalog.>) $3 ORDER BY expires_at DESC LIMIT 1" : ""),
+		partitioned ? 3 : 2, lookup_types, partitioned);
 	table->insert = prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
 		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
 		qualified), WRITE_PARAMS, write_param_types);
-	table->replace = prepare_kept(psprintf(
+	table->replace = prepare_plan(psprintf(
 		"UPDATE %s SET expires_at = $1, created_at = $2, http_status = $3,"
 		" request_hash = $6, response_headers = $7, response_body = $8%s"
 		" WHERE scope OPERATOR(pg_catalog.=) $4 AND key OPERATOR(pg_catalog.=) $5"
-		" AND (expires_at OPERATOR(pg_catalog.<=) $2%s)",
+		" AND (expires_at OPERATOR(pg_catalog.<=) $2%s)%s",
 		qualified,
 		has_lease_columns ? ", lease_until = NULL, lease_token = NULL, recovery_point = NULL,"
 		" recovery_state = NULL" : "",
-		has_lease_columns ? " OR (http_status IS NULL AND lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())" : ""),
-		WRITE_PARAMS, write_param_types);
+		has_lease_columns ? " OR (http_status IS NULL AND lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())" : "",
+		live_only),
+		WRITE_PARAMS, write_param_types, partitioned);
 	if (has_lease_columns)
-		prepare_lease_plans(table, qualified);
+		prepare_lease_plans(table, qualified, live_only, partitioned);
 }
 
 /* The plans for one table; both live in the schema of the extension's functions. */
@@ -202,7 +224,9 @@ void
 key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
-	Datum		params[2] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key)};
+	/* $3 bounds the partitioned lookup to live rows; the table's lookup takes two. */
+	Datum		params[3] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key),
+	TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())};
 	Datum		values[KEY_COLUMNS];
 	bool		nulls[KEY_COLUMNS];
 	TablePlans *statements;

@@ -110,7 +110,7 @@ typedef enum SweepStep
  * step's count, or -1 when the database has no idempotency extension.
  */
 static int64
-sweep_step(SweepStep step)
+sweep_step(SweepStep step, SweepPosition *position, int64 *pages_scanned)
 {
 	Oid			schema;
 	int64		count = -1;
@@ -134,7 +134,7 @@ sweep_step(SweepStep step)
 				count = cleanup_drop_expired_partitions(schema);
 				break;
 			case STEP_DELETE_BATCH:
-				count = cleanup_delete_batch(schema, idem_cleanup_batch_size);
+				count = cleanup_delete_batch(schema, idem_cleanup_batch_size, position, pages_scanned);
 				break;
 		}
 	}
@@ -145,13 +145,44 @@ sweep_step(SweepStep step)
 	return count;
 }
 
+/*
+ * Holds the sweep to idempotency.cleanup_keys_per_second: work counts the keys
+ * deleted or the heap pages scanned, whichever a batch had more of, so a table
+ * with few expired rows is not scanned flat out either. Sleeps on the latch, so
+ * a shutdown is not delayed; a reload takes effect from the next batch.
+ */
+static void
+pace_sweep(TimestampTz started_at, int64 work)
+{
+	long		wait_ms;
+
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+	if (idem_cleanup_keys_per_second <= 0)
+		return;
+	wait_ms = TimestampDifferenceMilliseconds(
+		GetCurrentTimestamp(),
+		started_at + (TimestampTz) ((double) work * USECS_PER_SEC / idem_cleanup_keys_per_second));
+	if (wait_ms > 0)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	CHECK_FOR_INTERRUPTS();
+}
+
 void
 idem_sweeper_main(Datum arg)
 {
 	char		database[NAMEDATALEN];
 	TimestampTz started_at = GetCurrentTimestamp();
 	int64		removed = 0;
-	int64		batch;
+	int64		work = 0;
+	SweepPosition position;
 	long		secs;
 	int			usecs;
 	MemoryContext context = CurrentMemoryContext;
@@ -159,6 +190,7 @@ idem_sweeper_main(Datum arg)
 	memcpy(database, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
 	database[NAMEDATALEN - 1] = '\0';
 	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
 	/*
@@ -169,21 +201,30 @@ idem_sweeper_main(Datum arg)
 	if (setpriority(PRIO_PROCESS, 0, SWEEPER_NICE) != 0)
 		elog(DEBUG1, "idempotency: could not lower the sweeper's CPU priority: %m");
 	BackgroundWorkerInitializeConnection(database, NULL, 0);
+	/* A delete lost in a crash is redone by the next sweep: no need to wait for the flush. */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	PG_TRY();
 	{
-		if (sweep_step(STEP_PREMAKE_PARTITIONS) < 0)
+		if (sweep_step(STEP_PREMAKE_PARTITIONS, NULL, NULL) < 0)
 		{
 			report_to_launcher(SWEEP_NO_EXTENSION);
 			proc_exit(0);
 		}
-		removed = sweep_step(STEP_DROP_PARTITIONS);
-		do
+		removed = sweep_step(STEP_DROP_PARTITIONS, NULL, NULL);
+		cleanup_sweep_start(&position);
+		while (!position.finished)
 		{
-			CHECK_FOR_INTERRUPTS();
-			batch = sweep_step(STEP_DELETE_BATCH);
+			int64		pages = 0;
+			int64		batch = sweep_step(STEP_DELETE_BATCH, &position, &pages);
+
+			if (batch < 0)
+				break;
 			removed += batch;
-		} while (batch == idem_cleanup_batch_size);
+			work += Max(batch, pages);
+			if (!position.finished)
+				pace_sweep(started_at, work);
+		}
 	}
 	PG_CATCH();
 	{
@@ -360,6 +401,7 @@ idem_launcher_main(Datum arg)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	/* No database: the launcher reads only the shared catalog pg_database. */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);

@@ -167,6 +167,28 @@ ok(defined $took && $took <= 3,
 	sprintf('back to 1s: the keys are removed within 3 s (took %s s)',
 		defined $took ? sprintf('%.1f', $took) : 'forever'));
 
+# ---- pacing: idempotency.cleanup_keys_per_second holds a sweep to its rate ----
+# 3000 keys at 1000 keys/s in batches of 500: the sixth batch starts 2.5 s after the
+# first; unpaced they all go within a second of the insert. A reload reaches the sweep
+# in progress.
+set_and_reload($node, 'idempotency.cleanup_keys_per_second', '1000');
+insert_expired($node, 'appdb', 'paced', 3000);
+$took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'paced%'", 30);
+# Fails if the sweeper ignores the setting and deletes at full speed.
+ok(defined $took && $took >= 2,
+	sprintf('3000 keys at 1000 keys/s: removed %s s after the insert (at least 2)',
+		defined $took ? sprintf('%.1f', $took) : 'never'));
+set_and_reload($node, 'idempotency.cleanup_keys_per_second', '10');
+insert_expired($node, 'appdb', 'crawl', 3000);    # 300 s at this pace
+ok(defined wait_until($node, 'appdb', "SELECT count(*) < 3000 FROM idempotency_keys WHERE key LIKE 'crawl%'", 30),
+	'a sweep at 10 keys/s has begun');
+set_and_reload($node, 'idempotency.cleanup_keys_per_second', '0');
+$took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'crawl%'", 30);
+# Fails if the sweeper reads the pace only when it starts (the rest would take 300 s).
+ok(defined $took && $took <= 10,
+	sprintf('a reload to 0 speeds up the running sweep: done in %s s',
+		defined $took ? sprintf('%.1f', $took) : 'forever'));
+
 # ---- SIGTERM: a fast stop does not wait for a sweep in progress ----
 $node->safe_psql('appdb', q{
 	CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS
