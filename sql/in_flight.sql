@@ -147,9 +147,26 @@ SET LOCAL row_security = off;
 SELECT sqlstate_of($$SELECT * FROM idem_keys_in_flight_claims()$$);
 ROLLBACK;
 
+-- Partitioned storage: leases are read from idempotency_keys_partitioned, and SELECT on it is what counts.
 DROP POLICY tenant ON idempotency_keys;
 ALTER TABLE idempotency_keys NO FORCE ROW LEVEL SECURITY;
 ALTER TABLE idempotency_keys DISABLE ROW LEVEL SECURITY;
+SELECT idem_set_storage('partitioned', interval '6 hours') IS NOT NULL AS switched;
+SELECT outcome FROM idem_lease('leased-p', idem_hash('a'), '1 min', scope => 'alice');
+BEGIN;
+SELECT outcome FROM idem_claim('claimed-p', idem_hash('a'), '1 min', 'alice');
+SELECT scope, key, holder FROM idem_keys_in_flight() ORDER BY key;
+SET LOCAL ROLE in_flight_app;
+SELECT sqlstate_of($$SELECT * FROM idem_keys_in_flight()$$);
+RESET ROLE;
+GRANT SELECT ON idempotency_keys_partitioned TO in_flight_app;
+SET LOCAL ROLE in_flight_app;
+SELECT scope, key, holder FROM idem_keys_in_flight() ORDER BY key;
+RESET ROLE;
+COMMIT;
+SELECT idem_set_storage('table') IS NOT NULL AS switched_back;
+REVOKE ALL ON idempotency_keys_partitioned FROM in_flight_app;
+
 REVOKE ALL ON idempotency_keys FROM in_flight_app;
 DROP VIEW own_keys;
 DROP ROLE in_flight_app;
