@@ -72,7 +72,10 @@ publish(const ClaimEntry *entry)
 					  entry->current->since);
 }
 
-/* Keeps the published key in step with the entry's current version, which replaced before. */
+/*
+ * Keeps the published key in step with the entry's current version; was_held
+ * and since_before describe the version it replaced.
+ */
 static void
 republish(const ClaimEntry *entry, bool was_held, TimestampTz since_before)
 {
