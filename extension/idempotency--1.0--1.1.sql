@@ -345,3 +345,43 @@ BEGIN
 END
 $$;
 
+
+-- ---------------------------------------------------------------------------
+-- Keys in flight, for operators. A transactional claim writes no row: each backend publishes the keys it holds
+-- in shared memory (needs shared_preload_libraries), and this lists them as SELECT on the active key table
+-- would: ERROR 42501 without the privilege; under row level security only the claims whose scope, key and since
+-- (as created_at) pass the table's SELECT policies for the caller. Every other column of that row is NULL.
+CREATE FUNCTION @extschema@.idem_keys_in_flight_claims(
+    OUT scope text, OUT key text, OUT pid integer, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_keys_in_flight_claims'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION @extschema@.idem_keys_in_flight_claims() IS
+    'Transactional claims held now in this database (scope, key, holding pid, since), as the caller may see them.';
+
+-- Both kinds: transactional claims (pid of the holder) and live leases (rows read as the caller, pid NULL).
+CREATE FUNCTION @extschema@.idem_keys_in_flight(
+    OUT scope text, OUT key text, OUT pid integer, OUT since timestamptz,
+    OUT lease_until timestamptz, OUT holder text)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+        SELECT c.scope, c.key, c.pid, c.since, NULL::timestamptz, 'transaction'::text
+        FROM @extschema@.idem_keys_in_flight_claims() c;
+    RETURN QUERY EXECUTE pg_catalog.format(
+        'SELECT k.scope::pg_catalog.text, k.key::pg_catalog.text, NULL::pg_catalog.int4, k.created_at,'
+        ' k.lease_until, ''lease''::pg_catalog.text FROM @extschema@.%I k'
+        ' WHERE k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()',
+        CASE @extschema@.idem_storage_mode() WHEN 'partitioned' THEN 'idempotency_keys_partitioned'
+             ELSE 'idempotency_keys' END);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_keys_in_flight() IS
+    'Keys in flight: transactional claims (holder ''transaction'', pid of the backend) and live leases '
+    '(holder ''lease''), as the caller may see them; join pg_stat_activity USING (pid).';

@@ -376,7 +376,7 @@ claim_transactional(FunctionCallInfo fcinfo, int ttl_argno, int scope_argno, int
 		memcpy(claim.request_hash, request_hash, IDEM_SHA256_BYTES);
 		claim.expires_at = expires_at;
 		claim.replaces_expired_row = attempt.row.found;
-		txn_claims_record(identity, &claim);
+		txn_claims_record_claim(identity, ref.scope, ref.key, &claim);
 	}
 	return claim_result(fcinfo, attempt.outcome, &attempt.row, expires_at);
 }

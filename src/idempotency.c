@@ -5,6 +5,7 @@
 #include "miscadmin.h"
 
 #include "guc.h"
+#include "in_flight.h"
 #include "stats.h"
 #include "txn_claims.h"
 #include "worker.h"
@@ -22,5 +23,6 @@ _PG_init(void)
 	settings_init();
 	txn_claims_init();
 	stats_init();
+	in_flight_init();
 	worker_init();
 }

@@ -66,4 +66,16 @@
 #define idem_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
 #endif
 
+/*
+ * This backend's index among MaxBackends, from 0; negative for a process without one.
+ * 17 replaced MyBackendId (from 1, InvalidBackendId -1) by MyProcNumber (from 0).
+ */
+#if PG_VERSION_NUM >= 170000
+#include "storage/procnumber.h"
+#define idem_my_backend_index() ((int) MyProcNumber)
+#else
+#include "storage/backendid.h"
+#define idem_my_backend_index() (MyBackendId == InvalidBackendId ? -1 : (int) MyBackendId - 1)
+#endif
+
 #endif							/* IDEM_PG_COMPAT_H */

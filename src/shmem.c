@@ -15,6 +15,7 @@ typedef struct ShmemBlock
 {
 	const char *name;
 	Size		size;
+	ShmemBlockSize size_at_request;	/* or NULL: size is fixed */
 	void	  **pointer;
 	ShmemBlockInit init;
 } ShmemBlock;
@@ -31,7 +32,11 @@ request_blocks(void)
 	if (previous_request_hook)
 		previous_request_hook();
 	for (int i = 0; i < block_count; i++)
+	{
+		if (blocks[i].size_at_request)
+			blocks[i].size = blocks[i].size_at_request();
 		RequestAddinShmemSpace(MAXALIGN(blocks[i].size));
+	}
 }
 
 static void
@@ -44,6 +49,9 @@ attach_blocks(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	for (int i = 0; i < block_count; i++)
 	{
+		/* A backend started by exec (not fork) did not run the request hook. */
+		if (blocks[i].size_at_request && blocks[i].size == 0)
+			blocks[i].size = blocks[i].size_at_request();
 		*blocks[i].pointer = ShmemInitStruct(blocks[i].name, blocks[i].size, &found);
 		if (!found)
 			blocks[i].init(*blocks[i].pointer);
@@ -51,12 +59,13 @@ attach_blocks(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-void
-shmem_request_block(const char *name, Size size, void **pointer, ShmemBlockInit init)
+static void
+request_block(const char *name, Size size, ShmemBlockSize size_at_request, void **pointer,
+			  ShmemBlockInit init)
 {
 	if (block_count == MAX_BLOCKS)
 		elog(ERROR, "idempotency: too many shared memory blocks");
-	blocks[block_count++] = (ShmemBlock) {name, size, pointer, init};
+	blocks[block_count++] = (ShmemBlock) {name, size, size_at_request, pointer, init};
 	if (block_count > 1)
 		return;
 	previous_request_hook = shmem_request_hook;
@@ -65,3 +74,14 @@ shmem_request_block(const char *name, Size size, void **pointer, ShmemBlockInit 
 	shmem_startup_hook = attach_blocks;
 }
 
+void
+shmem_request_block(const char *name, Size size, void **pointer, ShmemBlockInit init)
+{
+	request_block(name, size, NULL, pointer, init);
+}
+
+void
+shmem_request_block_sized(const char *name, ShmemBlockSize size, void **pointer, ShmemBlockInit init)
+{
+	request_block(name, 0, size, pointer, init);
+}

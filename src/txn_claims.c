@@ -4,13 +4,17 @@
 #include "access/xact.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
+#include "in_flight.h"
+#include "pg_compat.h"
 #include "txn_claims.h"
 
 /* One state of a claim, with the state it replaced in an enclosing subtransaction. */
 typedef struct ClaimVersion
 {
 	TxnClaim	claim;
+	TimestampTz since;			/* when it became HELD; a HELD claim only */
 	SubTransactionId subid;
 	struct ClaimVersion *previous;
 } ClaimVersion;
@@ -19,6 +23,11 @@ typedef struct ClaimEntry
 {
 	uint8		identity[IDEM_SHA256_BYTES];	/* hash key */
 	ClaimVersion *current;
+	/* what idem_keys_in_flight() shows */
+	uint16		scope_len;
+	uint16		key_len;
+	char		scope[IDEM_MAX_SCOPE_BYTES];
+	char		key[IDEM_MAX_KEY_BYTES];
 } ClaimEntry;
 
 /* Lives in TopTransactionContext; forgotten when the transaction ends. */
@@ -50,16 +59,61 @@ txn_claims_find(const uint8 identity[IDEM_SHA256_BYTES])
 	return entry != NULL && entry->current != NULL ? &entry->current->claim : NULL;
 }
 
-void
-txn_claims_record(const uint8 identity[IDEM_SHA256_BYTES], const TxnClaim *claim)
+static bool
+is_held(const ClaimVersion *version)
+{
+	return version != NULL && version->claim.state == TXN_CLAIM_HELD;
+}
+
+static void
+publish(const ClaimEntry *entry)
+{
+	in_flight_publish(entry->identity, entry->scope, entry->scope_len, entry->key, entry->key_len,
+					  entry->current->since);
+}
+
+/*
+ * Keeps the published key in step with the entry's current version; was_held
+ * and since_before describe the version it replaced.
+ */
+static void
+republish(const ClaimEntry *entry, bool was_held, TimestampTz since_before)
+{
+	bool		now_held = is_held(entry->current);
+
+	if (was_held && (!now_held || entry->current->since != since_before))
+		in_flight_unpublish(entry->identity);
+	if (now_held && (!was_held || entry->current->since != since_before))
+		publish(entry);
+}
+
+static void
+record(const uint8 identity[IDEM_SHA256_BYTES], const text *scope, const text *key,
+	   const TxnClaim *claim)
 {
 	SubTransactionId subid = GetCurrentSubTransactionId();
 	ClaimEntry *entry;
 	bool		found;
+	bool		was_held;
+	TimestampTz since_before = 0;
 
 	entry = hash_search(claims_table(), identity, HASH_ENTER, &found);
 	if (!found)
+	{
 		entry->current = NULL;
+		entry->scope_len = 0;
+		entry->key_len = 0;
+	}
+	if (!found && scope != NULL && key != NULL)
+	{
+		entry->scope_len = Min(VARSIZE_ANY_EXHDR(scope), IDEM_MAX_SCOPE_BYTES);
+		entry->key_len = Min(VARSIZE_ANY_EXHDR(key), IDEM_MAX_KEY_BYTES);
+		memcpy(entry->scope, VARDATA_ANY(scope), entry->scope_len);
+		memcpy(entry->key, VARDATA_ANY(key), entry->key_len);
+	}
+	was_held = is_held(entry->current);
+	if (was_held)
+		since_before = entry->current->since;
 
 	/* A change within the same subtransaction needs no way back of its own. */
 	if (entry->current == NULL || entry->current->subid != subid)
@@ -68,10 +122,27 @@ txn_claims_record(const uint8 identity[IDEM_SHA256_BYTES], const TxnClaim *claim
 												   sizeof(ClaimVersion));
 
 		version->subid = subid;
+		version->since = 0;
 		version->previous = entry->current;
 		entry->current = version;
 	}
 	entry->current->claim = *claim;
+	if (claim->state == TXN_CLAIM_HELD)
+		entry->current->since = was_held ? since_before : GetCurrentTimestamp();
+	republish(entry, was_held, since_before);
+}
+
+void
+txn_claims_record(const uint8 identity[IDEM_SHA256_BYTES], const TxnClaim *claim)
+{
+	record(identity, NULL, NULL, claim);
+}
+
+void
+txn_claims_record_claim(const uint8 identity[IDEM_SHA256_BYTES], const text *scope,
+						const text *key, const TxnClaim *claim)
+{
+	record(identity, scope, key, claim);
 }
 
 /* Drops the versions the aborted subtransaction made; relabels those a committed one made. */
@@ -96,6 +167,7 @@ claims_at_subtransaction_end(SubXactEvent event, SubTransactionId mySubid,
 		if (event == SUBXACT_EVENT_ABORT_SUB)
 		{
 			entry->current = version->previous;
+			republish(entry, is_held(version), version->since);
 			pfree(version);
 		}
 		else if (version->previous != NULL && version->previous->subid == parentSubid)
@@ -124,6 +196,7 @@ claims_at_transaction_end(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 			/* The memory goes with TopTransactionContext. */
 			claims = NULL;
+			in_flight_clear();
 			break;
 		default:
 			break;

@@ -4,7 +4,8 @@
  * A claim writes no row: the key's advisory lock marks it in flight, and the
  * row is written once, by idem_complete. Until then the request hash and the
  * expiry live here. Each change is undone when its subtransaction rolls back,
- * exactly as PostgreSQL undoes the row and the lock.
+ * exactly as PostgreSQL undoes the row and the lock. A key is published as in
+ * flight (in_flight.h) exactly while its current state is HELD.
  */
 #ifndef IDEM_TXN_CLAIMS_H
 #define IDEM_TXN_CLAIMS_H
@@ -34,6 +35,13 @@ const TxnClaim *txn_claims_find(const uint8 identity[IDEM_SHA256_BYTES]);
 
 /* Records a new state for a key, undoable by a rollback to savepoint. */
 void		txn_claims_record(const uint8 identity[IDEM_SHA256_BYTES], const TxnClaim *claim);
+
+/*
+ * The same for a new claim, with the key's scope and key text: while the key
+ * is HELD, idem_keys_in_flight() lists it (src/in_flight.h).
+ */
+void		txn_claims_record_claim(const uint8 identity[IDEM_SHA256_BYTES], const text *scope,
+									const text *key, const TxnClaim *claim);
 
 /* Hooks the registry into transaction and subtransaction ends. */
 void		txn_claims_init(void);

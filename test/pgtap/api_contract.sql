@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(82);
+SELECT plan(89);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -182,6 +182,27 @@ SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_claim'), 1,
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_complete'), 1,
           'idem_complete has one signature');
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '1.1', 'a fresh install is at 1.1');
+
+-- 1.1: keys in flight, for operators. Both run as the caller (privileges and row level security of the key
+-- table apply inside), so PUBLIC may execute them.
+SELECT has_function('public', 'idem_keys_in_flight', ARRAY[]::text[]);
+SELECT has_function('public', 'idem_keys_in_flight_claims', ARRAY[]::text[]);
+SELECT is(
+    (SELECT array_agg(a.n || ' ' || format_type(a.t, NULL) ORDER BY a.o)
+     FROM pg_proc p, unnest(p.proargnames, p.proallargtypes, p.proargmodes) WITH ORDINALITY AS a(n, t, m, o)
+     WHERE p.oid = 'public.idem_keys_in_flight()'::regprocedure AND a.m = 'o'),
+    ARRAY['scope text', 'key text', 'pid integer', 'since timestamp with time zone',
+          'lease_until timestamp with time zone', 'holder text'],
+    'idem_keys_in_flight result columns, in order');
+SELECT is(
+    (SELECT array_agg(a.n || ' ' || format_type(a.t, NULL) ORDER BY a.o)
+     FROM pg_proc p, unnest(p.proargnames, p.proallargtypes, p.proargmodes) WITH ORDINALITY AS a(n, t, m, o)
+     WHERE p.oid = 'public.idem_keys_in_flight_claims()'::regprocedure AND a.m = 'o'),
+    ARRAY['scope text', 'key text', 'pid integer', 'since timestamp with time zone'],
+    'idem_keys_in_flight_claims result columns, in order');
+SELECT volatility_is('public', 'idem_keys_in_flight', ARRAY[]::text[], 'volatile');
+SELECT function_privs_are('public', 'idem_keys_in_flight', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('public', 'idem_keys_in_flight_claims', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
 
 SELECT * FROM finish();
 ROLLBACK;
