@@ -12,8 +12,8 @@ int			idem_mismatch_status = 422;
 int			idem_max_response_bytes = 1024 * 1024;
 char	   *idem_databases = NULL;
 int			idem_cleanup_interval_s = 60;
-int			idem_cleanup_batch_size = 10000;
-int			idem_cleanup_keys_per_second = 20000;
+int			idem_cleanup_batch_size = 200;
+int			idem_cleanup_keys_per_second = 2000;
 int			idem_partition_lock_timeout_ms = 100;
 
 void
@@ -87,7 +87,7 @@ settings_init(void)
 							"Expired keys deleted per transaction by a sweep.",
 							NULL,
 							&idem_cleanup_batch_size,
-							10000,
+							200,
 							1,
 							10000000,
 							PGC_SIGHUP,
@@ -101,7 +101,7 @@ settings_init(void)
 							"A batch counts its deleted keys or its scanned heap pages, whichever is more. "
 							"0 sweeps at full speed.",
 							&idem_cleanup_keys_per_second,
-							20000,
+							2000,
 							0,
 							INT_MAX,
 							PGC_SIGHUP,

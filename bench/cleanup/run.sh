@@ -4,6 +4,12 @@
 # p99 while each cleanup runs. Writes bench/out/cleanup/results.{csv,md} and prints a table.
 #   bench/cleanup/run.sh                           full: 2M expired + 2M live keys, 3 repetitions
 #   CLEANUP_BENCH_KEYS=200000 bench/cleanup/run.sh smoke run
+# Part 3 runs claims at a fixed rate, as a service below saturation sees them, so that p99 is
+# service time and not the queue of a saturated closed loop: CLEANUP_BENCH_RATE claims/s in all
+# (200; 0 = as fast as possible), at each client count of CLEANUP_BENCH_CLIENTS ('1 2'); the sweep
+# there runs at idempotency.cleanup_keys_per_second = CLEANUP_BENCH_PACE (2000), in batches of
+# idempotency.cleanup_batch_size = CLEANUP_BENCH_BATCH (200) everywhere; both the defaults.
+# Part 1 measures the delete itself, unpaced (cleanup_keys_per_second = 0).
 # Other knobs: CLEANUP_BENCH_REPS (3), CLEANUP_BENCH_PGBENCH_SECONDS (20), CLEANUP_BENCH_PORT (5577),
 # CLEANUP_BENCH_DIR (/tmp/cleanbench_helper; its data/ and work/ are deleted), CLEANUP_BENCH_OUT.
 # Needs the extension installed (make install) and runs as root or postgres.
@@ -22,6 +28,10 @@ else
     PGB_SECONDS=$CLEANUP_BENCH_PGBENCH_SECONDS
 fi
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+RATE=${CLEANUP_BENCH_RATE:-200}
+CLIENTS=${CLEANUP_BENCH_CLIENTS:-1 2}
+PACE=${CLEANUP_BENCH_PACE:-2000}
+BATCH=${CLEANUP_BENCH_BATCH:-200}
 DB=cleanbench
 COMMAND="$(env | grep -o '^CLEANUP_BENCH_[A-Z_]*=.*' | sort | tr '\n' ' ' || true)bench/cleanup/run.sh"
 
@@ -73,6 +83,8 @@ unix_socket_directories = '$DIR'
 shared_preload_libraries = 'idempotency'
 idempotency.databases = '$DB'
 idempotency.cleanup_interval = '1h'
+idempotency.cleanup_keys_per_second = 0
+idempotency.cleanup_batch_size = $BATCH
 shared_buffers = 512MB
 checkpoint_timeout = 1h
 max_wal_size = 16GB
@@ -167,12 +179,15 @@ EOF
 
 load_table() { psql_q -f "$HERE/load_keys.sql"; }
 
-# Starts pgbench in the background: 2 clients, prepared, per-transaction log <name>.*.
+# Starts pgbench in the background: <name> <seconds> [clients], prepared, at $RATE claims/s in
+# all (unless 0), per-transaction log <name>.*.
 PGB_H=$(printf 'ab%.0s' $(seq 32))
 PGB_BODY='{"id": "pay_1", "object": "payment", "amount": 1250, "currency": "eur", "status": "succeeded"}'
 start_pgbench() {
     rm -f "$RAW/$1".*
-    (cd "$RAW" && exec "$PGBIN/pgbench" -n -M prepared -c 2 -j 2 -T "$2" -f "$HERE/claim.pgbench" \
+    local c=${3:-2}
+    (cd "$RAW" && exec "$PGBIN/pgbench" -n -M prepared -c "$c" -j "$c" -T "$2" $([ "$RATE" = 0 ] || echo "-R $RATE") \
+        -f "$HERE/claim.pgbench" \
         -D "h=$PGB_H" -D "body=$PGB_BODY" --log --log-prefix="$1" \
         -h "$DIR" -p "$PORT" -U postgres "$DB" > "$RAW/$1.out" 2>&1) &
     PGB_PID=$!
@@ -243,38 +258,70 @@ csv 1 rate_ratio worker/baseline median "$RATE_RATIO" x ">=0.8" "$(pass "$RATE_R
 csv 1 wal_ratio worker/baseline median "$WAL_RATIO" x "" ""
 WORKER_SECONDS=$(calc "$KEYS / $M_RATE_worker" 1)
 
-# ---------- part 3 (table mode): claim latency without cleanup and during the worker's sweep ----------
-# Each repetition: fresh data, claims alone, then claims again while the worker sweeps.
-# Long enough for a sweep slowed by the load; the window measured is the sweep itself.
-PGB_B=$(calc "5 + 3 * $WORKER_SECONDS + 5" 0)
-for rep in $(seq 1 "$REPS"); do
-    say "part 3, repetition $rep/$REPS: load; claims for ${PGB_SECONDS}s without cleanup, then ${PGB_B}s with the worker's sweep from +5s"
+# ---------- part 3 (table mode): claim latency without cleanup and during the worker's paced sweep ----------
+# Each repetition at each client count: fresh data, claims alone, then claims again while the
+# worker sweeps at its pace; the window measured is the sweep itself. The sweep's removal rate is
+# compared with the rate the claims create keys in the same window.
+val "ALTER SYSTEM SET idempotency.cleanup_keys_per_second = $PACE" >/dev/null
+val "SELECT pg_reload_conf()" >/dev/null
+PACED_SECONDS=$(calc "$KEYS / $PACE + $WORKER_SECONDS" 1)
+PGB_B=$(calc "5 + 2 * $PACED_SECONDS + 5" 0)
+declare -A P99_A_C P50_A_C TPS_A_C P99_B_C P50_B_C TPS_B_C SWEEP_S_C R_B_C REMOVAL_C RR_C
+for clients in $CLIENTS; do
+  for rep in $(seq 1 "$REPS"); do
+    say "part 3, $clients client(s), repetition $rep/$REPS: load; claims for ${PGB_SECONDS}s without cleanup, then ${PGB_B}s with the worker's sweep from +5s"
     load_table
     t0=$(now_epoch)
-    start_pgbench "lat_none_$rep" "$PGB_SECONDS"
+    start_pgbench "lat_none_c${clients}_$rep" "$PGB_SECONDS" "$clients"
     wait_pgbench
-    set -- $(latency "lat_none_$rep" "$(calc "$t0 + 1" 6)" "$(pgbench_end "lat_none_$rep")")
-    csv 3 p99_ms none_table "$rep" "$3" ms; csv 3 p50_ms none_table "$rep" "$2" ms
-    csv 3 claims_per_second none_table "$rep" "$5" txn/s
-    P99_A_ALL+="$3 " P50_A_ALL+="$2 " TPS_A_ALL+="$5 "
+    set -- $(latency "lat_none_c${clients}_$rep" "$(calc "$t0 + 1" 6)" "$(pgbench_end "lat_none_c${clients}_$rep")")
+    p99_a=$3
+    csv 3 p99_ms "none_table_c$clients" "$rep" "$3" ms; csv 3 p50_ms "none_table_c$clients" "$rep" "$2" ms
+    csv 3 claims_per_second "none_table_c$clients" "$rep" "$5" txn/s
+    P99_A_C[$clients]+="$3 " P50_A_C[$clients]+="$2 " TPS_A_C[$clients]+="$5 "
 
-    start_pgbench "lat_sweep_$rep" "$PGB_B"
+    start_pgbench "lat_sweep_c${clients}_$rep" "$PGB_B" "$clients"
     sleep 5
     set -- $(worker_sweep)
     sweep_ms=$1 sweep_removed=$2 sweep_from=$5 sweep_to=$6
     wait_pgbench
     [ "$sweep_removed" = "$KEYS" ] || { echo "part 3: the sweep removed $sweep_removed keys, expected $KEYS" >&2; exit 1; }
-    awk "BEGIN {exit !($sweep_to <= $(pgbench_end "lat_sweep_$rep"))}" ||
+    awk "BEGIN {exit !($sweep_to <= $(pgbench_end "lat_sweep_c${clients}_$rep"))}" ||
         say "  warning: the sweep outlasted pgbench; the window covers only its start"
-    set -- $(latency "lat_sweep_$rep" "$sweep_from" "$sweep_to")
-    csv 3 p99_ms worker_sweep "$rep" "$3" ms; csv 3 p50_ms worker_sweep "$rep" "$2" ms
-    csv 3 claims_per_second worker_sweep "$rep" "$5" txn/s
-    csv 3 sweep_seconds_under_load worker_sweep "$rep" "$(calc "$sweep_ms / 1000")" s
-    P99_B_ALL+="$3 " P50_B_ALL+="$2 " TPS_B_ALL+="$5 " SWEEP_S_ALL+="$(calc "$sweep_ms / 1000") "
+    set -- $(latency "lat_sweep_c${clients}_$rep" "$sweep_from" "$sweep_to")
+    removal=$(calc "$sweep_removed / ($sweep_ms / 1000)" 0)
+    csv 3 p99_ms "worker_sweep_c$clients" "$rep" "$3" ms; csv 3 p50_ms "worker_sweep_c$clients" "$rep" "$2" ms
+    csv 3 claims_per_second "worker_sweep_c$clients" "$rep" "$5" txn/s
+    csv 3 sweep_seconds_under_load "worker_sweep_c$clients" "$rep" "$(calc "$sweep_ms / 1000")" s
+    csv 3 removal_keys_per_second "worker_sweep_c$clients" "$rep" "$removal" keys/s
+    P99_B_C[$clients]+="$3 " P50_B_C[$clients]+="$2 " TPS_B_C[$clients]+="$5 " SWEEP_S_C[$clients]+="$(calc "$sweep_ms / 1000") "
+    REMOVAL_C[$clients]+="$removal "
     # Paired with the run just before it, so that drift in other load on the machine cancels out.
-    R_B_ALL+="$(calc "$3 / $(echo "$P99_A_ALL" | awk '{print $NF}')" 2) "
-    csv 3 p99_ratio worker_sweep/none_table "$rep" "$(echo "$R_B_ALL" | awk '{print $NF}')" x
-    say "  p99 $(echo "$P99_A_ALL" | awk '{print $NF}') ms alone, $3 ms during the sweep ($(calc "$sweep_ms / 1000" 1) s)"
+    ratio=$(calc "$3 / $p99_a" 2)
+    R_B_C[$clients]+="$ratio "
+    RR_C[$clients]+="$(calc "$removal / $5" 1) "
+    csv 3 p99_ratio "worker_sweep/none_table_c$clients" "$rep" "$ratio" x
+    csv 3 removal_to_creation_ratio "worker_sweep_c$clients" "$rep" "$(calc "$removal / $5" 1)" x
+    say "  p99 $p99_a ms alone, $3 ms during the sweep ($(calc "$sweep_ms / 1000" 1) s, $removal keys/s removed, $5 claims/s)"
+  done
+done
+val "ALTER SYSTEM SET idempotency.cleanup_keys_per_second = 0" >/dev/null
+val "SELECT pg_reload_conf()" >/dev/null
+TABLE_ROWS=
+for clients in $CLIENTS; do
+    for m in P99_A P50_A TPS_A P99_B P50_B TPS_B SWEEP_S REMOVAL; do
+        eval "M_$m=\$(echo \"\${${m}_C[$clients]}\" | median)"
+    done
+    M_R_B=$(echo "${R_B_C[$clients]}" | median)
+    M_RR=$(echo "${RR_C[$clients]}" | median)
+    csv 3 p99_ratio "worker_sweep/none_table_c$clients" median "$M_R_B" x "<=1.2" "$(pass "$M_R_B <= 1.2")"
+    csv 3 removal_to_creation_ratio "worker_sweep_c$clients" median "$M_RR" x ">=10" "$(pass "$M_RR >= 10")"
+    P99_A=$M_P99_A    # the last client count, as in the partitioned part
+    TABLE_ROWS+="| 3a | $clients client(s): claim p99 / p50, no cleanup, table mode ($M_TPS_A claims/s) | $M_P99_A / $M_P50_A ms | | |
+| 3b | $clients client(s): claim p99 / p50 during the paced sweep ($M_TPS_B claims/s, sweep $M_SWEEP_S s) | $M_P99_B / $M_P50_B ms | | |
+| 3b | $clients client(s): p99 ratio sweep / none (median of the paired ratios ${R_B_C[$clients]}) | ${M_R_B}x | <= 1.2x | $(pass "$M_R_B <= 1.2") |
+| 3b | $clients client(s): keys removed per second during the sweep / keys created per second (median of ${RR_C[$clients]}) | $M_REMOVAL keys/s, ${M_RR}x | >= 10x | $(pass "$M_RR >= 10") |
+"
 done
 
 # ---------- part 2: dropping an expired partition ----------
@@ -337,18 +384,14 @@ for rep in $(seq 1 "$REPS"); do
     say "  p99 $(echo "$P99_AP_ALL" | awk '{print $NF}') ms alone, $p99_c ms across the drop (slowest overlapping it: $4 ms, $attempts attempt(s))"
 done
 
-for m in P99_A P50_A TPS_A P99_B P50_B TPS_B SWEEP_S P99_AP P50_AP TPS_AP P99_C P50_C TPS_C MAXW; do
+for m in P99_AP P50_AP TPS_AP P99_C P50_C TPS_C MAXW; do
     eval "$m=\$(echo \"\$${m}_ALL\" | median)"
 done
-csv 3 p99_ms none_table median "$P99_A" ms
-csv 3 p99_ms worker_sweep median "$P99_B" ms
 csv 3 p99_ms none_partitioned median "$P99_AP" ms
 csv 3 p99_ms partition_drop median "$P99_C" ms
 # Paired ratios: median of the per-repetition ratios. Drop vs table mode is not paired: ratio of medians.
-R_B=$(echo "$R_B_ALL" | median)
 R_C=$(calc "$P99_C / $P99_A" 2)
 R_CP=$(echo "$R_CP_ALL" | median)
-csv 3 p99_ratio worker_sweep/none_table median "$R_B" x "<=1.2" "$(pass "$R_B <= 1.2")"
 csv 3 p99_ratio partition_drop/none_table median "$R_C" x "<=1.2" "$(pass "$R_C <= 1.2")"
 csv 3 p99_ratio partition_drop/none_partitioned median "$R_CP" x "<=1.2" "$(pass "$R_CP <= 1.2")"
 
@@ -370,13 +413,10 @@ report() {
 | 1 | WAL ratio worker / baseline | ${WAL_RATIO}x | | |
 | 2 | idem_drop_expired_partitions(), $PART_KEYS keys (median of $REPS) | $DROP_MS ms | < 1000 ms | $(pass "$DROP_MS < 1000") |
 | 2 | its WAL | $DROP_WAL B | < 1048576 B | $(pass "$DROP_WAL < 1048576") |
-| 3a | claim p99 / p50, no cleanup, table mode ($TPS_A claims/s) | $P99_A / $P50_A ms | | |
-| 3b | claim p99 / p50 during the worker's sweep ($TPS_B claims/s, sweep $SWEEP_S s) | $P99_B / $P50_B ms | | |
-| 3b | p99 ratio sweep / none (median of the paired ratios $R_B_ALL) | ${R_B}x | <= 1.2x | $(pass "$R_B <= 1.2") |
-| 3a' | claim p99 / p50, no cleanup, partitioned mode ($TPS_AP claims/s) | $P99_AP / $P50_AP ms | | |
+${TABLE_ROWS}| 3a' | claim p99 / p50, no cleanup, partitioned mode ($TPS_AP claims/s) | $P99_AP / $P50_AP ms | | |
 | 3c | claim p99 / p50 across a partition drop ($TPS_C claims/s) | $P99_C / $P50_C ms | | |
 | 3c | slowest claim overlapping the drop (attempts: $ATTEMPTS_ALL) | $MAXW ms | | |
-| 3c | p99 ratio drop / none (table mode; ratio of the medians) | ${R_C}x | <= 1.2x | $(pass "$R_C <= 1.2") |
+| 3c | p99 ratio drop / none (table mode, ${CLIENTS##* } clients; ratio of the medians) | ${R_C}x | <= 1.2x | $(pass "$R_C <= 1.2") |
 | 3c | p99 ratio drop / none (partitioned mode; median of the paired ratios $R_CP_ALL) | ${R_CP}x | <= 1.2x | $(pass "$R_CP <= 1.2") |
 EOF
 }
@@ -398,8 +438,8 @@ per_repetition() {
     echo "- command: \`$COMMAND\`"
     echo "- extension: $VERSION; the sweeper ran at nice $SWEEPER_NICE"
     echo "- data: $KEYS expired + $KEYS live keys (UUID keys, 32-byte hash, ~110-byte jsonb body), expired and live mixed on every heap page; reloaded, VACUUM ANALYZE and CHECKPOINT before every variant (so each pays the same full-page images); partition test: $PART_KEYS keys in one expired 1-hour partition"
-    echo "- worker rate from idem_stats.last_sweep_duration_ms / last_sweep_removed (one transaction per batch of idempotency.cleanup_batch_size = 10000); baseline and idem_cleanup() timed by psql \\timing; WAL from pg_current_wal_lsn() differences, full-page image share from pg_walinspect"
-    echo "- latency: pgbench -M prepared -c 2 -j 2, bench/cleanup/claim.pgbench (BEGIN; idem_claim of a new key; idem_complete; COMMIT), p99 from --log; 3a/3a'/3c over the whole run but its first second, 3b over the transactions overlapping the sweep; each value the median of $REPS repetitions (in each, the no-cleanup run comes right before the run with cleanup, on the same data)"
+    echo "- worker rate from idem_stats.last_sweep_duration_ms / last_sweep_removed (one transaction per batch of idempotency.cleanup_batch_size = $BATCH); baseline and idem_cleanup() timed by psql \\timing; WAL from pg_current_wal_lsn() differences, full-page image share from pg_walinspect"
+    echo "- latency: pgbench -M prepared -c N -j N $([ "$RATE" = 0 ] && echo "as fast as it goes" || echo "-R $RATE (a fixed rate in claims/s over all clients; latency counts from the scheduled start, as a client sees it)"), 2 clients in the partitioned part; sweep paced at idempotency.cleanup_keys_per_second = $PACE in part 3, unpaced (0) in part 1; bench/cleanup/claim.pgbench (BEGIN; idem_claim of a new key; idem_complete; COMMIT), p99 from --log; 3a/3a'/3c over the whole run but its first second, 3b over the transactions overlapping the sweep; each value the median of $REPS repetitions (in each, the no-cleanup run comes right before the run with cleanup, on the same data)"
     echo
     report
     echo
