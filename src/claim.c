@@ -3,7 +3,6 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
-#include "utils/guc.h"
 #include "utils/resowner.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -16,6 +15,7 @@
 #include "guc.h"
 #include "claim.h"
 #include "key_lock.h"
+#include "lock_timeout.h"
 #include "key_store.h"
 #include "sql_args.h"
 #include "stats.h"
@@ -195,55 +195,27 @@ sleep_until(TimestampTz deadline, long max_ms)
 	CHECK_FOR_INTERRUPTS();
 }
 
+static void
+wait_step(void *identity)
+{
+	key_lock_wait(identity);
+}
+
 /*
  * Waits for a transaction holding the key's lock to end, at most until the
  * deadline: a lock wait, so it wakes the moment the holder commits or rolls
- * back. The wait runs in a subtransaction with lock_timeout set for it alone,
- * as a PL/pgSQL exception block would; a lock timeout is caught, any other
- * error (cancel, statement_timeout, deadlock) goes on to the caller. True when
- * the lock was granted: it is this transaction's now.
+ * back. A lock timeout ends it; any other error (cancel, statement_timeout,
+ * deadlock) goes on to the caller. True when the lock was granted: it is this
+ * transaction's now.
  */
 static bool
 wait_for_key_lock(const uint8 identity[IDEM_SHA256_BYTES], TimestampTz deadline)
 {
-	MemoryContext context = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
 	long		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 	char		timeout[32];
-	bool		granted = false;
 
 	snprintf(timeout, sizeof(timeout), "%ld", Max(remaining_ms, 1));
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(context);
-	PG_TRY();
-	{
-		int			guc_level = NewGUCNestLevel();
-
-		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		key_lock_wait(identity);
-		AtEOXact_GUC(true, guc_level);
-		ReleaseCurrentSubTransaction();
-		granted = true;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *error;
-
-		MemoryContextSwitchTo(context);
-		error = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-		if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			ReThrowError(error);
-		FreeErrorData(error);
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(context);
-	CurrentResourceOwner = owner;
-	return granted;
+	return run_with_lock_timeout(timeout, wait_step, (void *) identity);
 }
 
 void

@@ -9,15 +9,14 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "cleanup.h"
 #include "guc.h"
 #include "key_store.h"
+#include "lock_timeout.h"
 #include "stats.h"
 
 /* How long a batch waits for a row lock before it passes locked rows by; far below deadlock_timeout. */
@@ -76,55 +75,34 @@ batch_statement(const char *table, bool skip_locked)
  * below deadlock_timeout, so the sweep, never the request, gives way) and
  * reports false when that runs out; its work is rolled back then.
  */
+typedef struct BatchStep
+{
+	const char *sql;
+	Datum	   *values;
+} BatchStep;
+
+static void
+execute_batch(void *arg)
+{
+	static Oid	types[4] = {TIMESTAMPTZOID, INT4OID, TIDOID, TIDOID};
+	BatchStep  *batch = arg;
+	int			rc = SPI_execute_with_args(batch->sql, 4, types, batch->values, NULL, false, 0);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
+}
+
 static bool
 run_batch(const char *sql, Datum *values, bool skip_locked)
 {
-	static Oid	types[4] = {TIMESTAMPTZOID, INT4OID, TIDOID, TIDOID};
-	MemoryContext context = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	bool		done = true;
-	int			rc;
+	BatchStep	batch = {sql, values};
 
 	if (skip_locked)
 	{
-		rc = SPI_execute_with_args(sql, 4, types, values, NULL, false, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
+		execute_batch(&batch);
 		return true;
 	}
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(context);
-	PG_TRY();
-	{
-		int			nest_level = NewGUCNestLevel();
-
-		(void) set_config_option("lock_timeout", CLEANUP_LOCK_TIMEOUT, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		rc = SPI_execute_with_args(sql, 4, types, values, NULL, false, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
-		AtEOXact_GUC(true, nest_level);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *error;
-
-		MemoryContextSwitchTo(context);
-		error = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-		if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			ReThrowError(error);
-		FreeErrorData(error);
-		done = false;
-	}
-	PG_END_TRY();
-	return done;
+	return run_with_lock_timeout(CLEANUP_LOCK_TIMEOUT, execute_batch, &batch);
 }
 
 int64
