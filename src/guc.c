@@ -16,6 +16,35 @@ int			idem_cleanup_batch_size = 200;
 int			idem_cleanup_keys_per_second = 2000;
 int			idem_partition_lock_timeout_ms = 100;
 
+/* wal_compression's methods this server was built with; the sweeper sets its own wal_compression to one. */
+static const struct config_enum_entry wal_compression_methods[] = {
+	{"off", 0, false},
+	{"pglz", 1, false},
+#ifdef USE_LZ4
+	{"lz4", 2, false},
+#endif
+#ifdef USE_ZSTD
+	{"zstd", 3, false},
+#endif
+	{NULL, 0, false}
+};
+
+#ifdef USE_LZ4
+#define DEFAULT_SWEEPER_WAL_COMPRESSION 2
+#else
+#define DEFAULT_SWEEPER_WAL_COMPRESSION 1
+#endif
+int			idem_cleanup_wal_compression = DEFAULT_SWEEPER_WAL_COMPRESSION;
+
+const char *
+cleanup_wal_compression_method(void)
+{
+	for (const struct config_enum_entry *entry = wal_compression_methods; entry->name != NULL; entry++)
+		if (entry->val == idem_cleanup_wal_compression)
+			return entry->name;
+	return "off";
+}
+
 void
 settings_init(void)
 {
@@ -109,6 +138,22 @@ settings_init(void)
 							NULL,
 							NULL,
 							NULL);
+
+	/*
+	 * Nine tenths of a sweep's WAL are full-page images of the pages it
+	 * deletes from; compressed, the claims committing behind them flush less.
+	 */
+	DefineCustomEnumVariable("idempotency.cleanup_wal_compression",
+							 "wal_compression of the background worker's sweeps.",
+							 "off writes their full-page images uncompressed, as a server without wal_compression does.",
+							 &idem_cleanup_wal_compression,
+							 DEFAULT_SWEEPER_WAL_COMPRESSION,
+							 wal_compression_methods,
+							 PGC_SIGHUP,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
 
 	/* Read by the partition functions in SQL: how long claims may queue behind a DROP or ATTACH.
 	 * Superuser-settable so that a maintenance session can wait longer than the worker does. */

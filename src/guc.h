@@ -10,6 +10,10 @@ extern int	idem_cleanup_interval_s;
 extern int	idem_cleanup_batch_size;
 extern int	idem_cleanup_keys_per_second;
 extern int	idem_partition_lock_timeout_ms;
+extern int	idem_cleanup_wal_compression;
+
+/* The wal_compression value idempotency.cleanup_wal_compression names. */
+const char *cleanup_wal_compression_method(void);
 
 void		settings_init(void);
 

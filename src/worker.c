@@ -145,6 +145,15 @@ sweep_step(SweepStep step, SweepPosition *position, int64 *pages_scanned)
 	return count;
 }
 
+/* The sweeper's own settings; again after a reload, which may change them. */
+static void
+apply_sweeper_settings(void)
+{
+	/* A delete lost in a crash is redone by the next sweep: no need to wait for the flush. */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("wal_compression", cleanup_wal_compression_method(), PGC_SUSET, PGC_S_OVERRIDE);
+}
+
 /*
  * Holds the sweep to idempotency.cleanup_keys_per_second: work counts the keys
  * deleted or the heap pages scanned, whichever a batch had more of, so a table
@@ -160,6 +169,7 @@ pace_sweep(TimestampTz started_at, int64 work)
 	{
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
+		apply_sweeper_settings();
 	}
 	if (idem_cleanup_keys_per_second <= 0)
 		return;
@@ -201,8 +211,7 @@ idem_sweeper_main(Datum arg)
 	if (setpriority(PRIO_PROCESS, 0, SWEEPER_NICE) != 0)
 		elog(DEBUG1, "idempotency: could not lower the sweeper's CPU priority: %m");
 	BackgroundWorkerInitializeConnection(database, NULL, 0);
-	/* A delete lost in a crash is redone by the next sweep: no need to wait for the flush. */
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	apply_sweeper_settings();
 
 	PG_TRY();
 	{

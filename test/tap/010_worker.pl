@@ -190,6 +190,37 @@ ok(defined $took && $took <= 10,
 	sprintf('a reload to 0 speeds up the running sweep: done in %s s',
 		defined $took ? sprintf('%.1f', $took) : 'forever'));
 
+# ---- idempotency.cleanup_wal_compression: the sweeper compresses its full-page images ----
+# 3000 keys that expire 2 s after a checkpoint, so the sweep logs each page it deletes from
+# whole, once: the WAL between the checkpoint and the last key gone is nearly all the sweep's.
+# pglz is in every build; the default is lz4 where the server has it.
+sub sweep_wal_bytes
+{
+	my ($node, $prefix) = @_;
+	$node->safe_psql('appdb', qq{
+		INSERT INTO idempotency_keys
+		SELECT clock_timestamp() + interval '2 s', now() - interval '1 hour', 200, '', '$prefix' || i,
+		       sha256(i::text::bytea), NULL, '{"status": "succeeded", "amount": 1250, "currency": "eur"}'
+		FROM generate_series(1, 3000) i});
+	$node->safe_psql('appdb', 'CHECKPOINT');
+	my $from = $node->safe_psql('appdb', 'SELECT pg_current_wal_lsn()');
+	my $took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE '$prefix%'", 30);
+	return undef unless defined $took;
+	return $node->safe_psql('appdb', "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$from')");
+}
+set_and_reload($node, 'idempotency.cleanup_wal_compression', 'off');
+my $plain_wal = sweep_wal_bytes($node, 'uncompressed');
+set_and_reload($node, 'idempotency.cleanup_wal_compression', 'pglz');
+my $pglz_wal = sweep_wal_bytes($node, 'pglz');
+# Fails if the sweeper does not take its wal_compression from the setting.
+ok(defined $plain_wal && defined $pglz_wal && $pglz_wal < 0.8 * $plain_wal,
+	sprintf('a sweep of 3000 keys writes %s B of WAL uncompressed, %s B with pglz (less than 0.8x)',
+		$plain_wal // 'never done', $pglz_wal // 'never done'));
+# Fails if the sweeper's setting leaks into other sessions.
+is($node->safe_psql('appdb', 'SHOW wal_compression'), 'off', 'other sessions keep the server\'s wal_compression');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET idempotency.cleanup_wal_compression');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+
 # ---- SIGTERM: a fast stop does not wait for a sweep in progress ----
 $node->safe_psql('appdb', q{
 	CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS
