@@ -6,6 +6,8 @@
 #
 #   bench/instructions.sh                 all variants of "new" and "replay", N=2000
 #   INSTR_N=500 INSTR_CASES="new_floor new_extension" INSTR_KEEP=1 bench/instructions.sh
+#   INSTR_CASES="new_partitioned replay_partitioned" bench/instructions.sh   new_extension's and replay_extension's
+#       statements against a database in partitioned storage (1 hour partitions), not in the default list
 #   INSTR_CASES="lease_floor lease_extension" bench/instructions.sh   lease mode (1.1), not in the default list:
 #       two transactions per request as bench/lease/*.sql; the token goes from the first to the second through
 #       set_config (pgbench's \gset), the same in both cases
@@ -33,6 +35,15 @@ h=$(q -At -c "SELECT idem_hash('$body'::jsonb)")
 for api in extension plpgsql; do
     q -c "CALL bench.load_keys('$api', '$kp', $first_key, 20000, '$h', '$body')"
 done
+# The *_partitioned cases send new_extension's and replay_extension's statements to a database in partitioned
+# storage, where claims are planned per call (custom plans, so that expired partitions are pruned at plan time).
+if [[ " $cases " == *"_partitioned "* ]]; then
+    psql -X -q -h "$dir" -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench_partitioned"
+    psql -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d bench_partitioned \
+        -c "CREATE EXTENSION idempotency" -f bench/setup.sql \
+        -c "SELECT public.idem_set_storage('partitioned', interval '1 hour')" \
+        -c "CALL bench.load_keys('extension', '$kp', $first_key, 20000, '$h', '$body')" -c "VACUUM ANALYZE" >/dev/null
+fi
 if [[ " $cases " == *" lease_"* ]]; then
     q -f bench/lease/setup.sql -c "CALL bench.load_floor_keys('$kp', $first_key, 20000, '$h', '$body')"
 fi
@@ -83,11 +94,12 @@ statements() {  # statements CASE COUNT
 }
 
 count_instructions() {  # count_instructions CASE COUNT: total instructions of the backend
-    local out=$dir/callgrind.$1.$2
+    local out=$dir/callgrind.$1.$2 db=bench
+    [[ $1 == *_partitioned ]] && db=bench_partitioned
     statements "$1" "$2" >"$dir/input.sql"
     chown postgres "$dir/input.sql"
     su postgres -c "valgrind --tool=callgrind --callgrind-out-file=$out $PG_BIN/postgres --single \
-        -D '$dir/data' -c shared_preload_libraries=idempotency -c fsync=off bench <'$dir/input.sql'" \
+        -D '$dir/data' -c shared_preload_libraries=idempotency -c fsync=off $db <'$dir/input.sql'" \
         >"$dir/single.log" 2>&1 || { cat "$dir/single.log" >&2; exit 1; }
     if grep -q "ERROR" "$dir/single.log"; then
         grep -m3 ERROR "$dir/single.log" >&2

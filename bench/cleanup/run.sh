@@ -97,7 +97,7 @@ psql_q -c "CREATE EXTENSION idempotency" -c "CREATE EXTENSION pg_walinspect"
 LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 # What was measured: the library the postmaster loaded at start, and the tree it should come from.
 SO=$("$PGBIN/pg_config" --pkglibdir)/idempotency.so
-VERSION="installed idempotency.so md5 $(md5sum < "$SO" | cut -c1-12) ($([ -f "$HERE/../../idempotency.so" ] && cmp -s "$SO" "$HERE/../../idempotency.so" && echo 'byte-identical to' || echo 'not byte-identical to') the repo's build), repo HEAD $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown) with $(git -C "$HERE" status --porcelain -- ../../src ../../sql 2>/dev/null | wc -l) uncommitted change(s) under src/ and sql/"
+VERSION="installed idempotency.so md5 $(md5sum < "$SO" | cut -c1-12) ($([ -f "$HERE/../../idempotency.so" ] && cmp -s "$SO" "$HERE/../../idempotency.so" && echo 'byte-identical to' || echo 'not byte-identical to') the repo's build), repo HEAD $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown) with $( (git -C "$HERE" status --porcelain -- ../../src ../../sql 2>/dev/null || true) | wc -l) uncommitted change(s) under src/ and sql/"
 
 say "seed: $KEYS expired + $KEYS live keys"
 psql_q -v expired="$KEYS" -v live="$KEYS" -f "$HERE/make_seed.sql"
@@ -194,17 +194,20 @@ start_pgbench() {
 }
 wait_pgbench() { wait "$PGB_PID"; PGB_PID=; }
 
-# Latency of the transactions of log <name> that overlap [from, to] (epoch s): n p50_ms p99_ms max_ms tps
+# Latency of the transactions of log <name> that overlap [from, to] (epoch s): n p50_ms p99_ms max_ms tps.
+# With a fourth argument, their latencies are appended to that file too (for the pooled p99).
 latency() {
     cat "$RAW/$1".[0-9]* | awk -v ws="$2" -v we="$3" '
         { end = $5 + $6 / 1e6; start = end - $3 / 1e6;
-          if (end >= ws && start <= we) print $3 / 1000 }' | sort -g |
+          if (end >= ws && start <= we) print $3 / 1000 }' | tee -a "${4:-/dev/null}" | sort -g |
     awk -v ws="$2" -v we="$3" '{ v[NR] = $1 } END {
         if (NR == 0) { print "0 0 0 0 0"; exit }
         i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++;
         i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++;
         printf "%d %.3f %.3f %.3f %.1f\n", NR, v[i50], v[i99], v[NR], NR / (we - ws) }'
 }
+# p99 (ms) of the latencies in a file, one per line.
+p99_of() { sort -g "$1" | awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.3f", NR ? v[i] : 0 }'; }
 now_epoch() { date +%s.%N; }
 pgbench_end() { cat "$RAW/$1".[0-9]* | awk '{ e = $5 + $6 / 1e6; if (e > m) m = e } END { printf "%.6f", m }'; }
 
@@ -266,29 +269,39 @@ val "ALTER SYSTEM SET idempotency.cleanup_keys_per_second = $PACE" >/dev/null
 val "SELECT pg_reload_conf()" >/dev/null
 PACED_SECONDS=$(calc "$KEYS / $PACE + $WORKER_SECONDS" 1)
 PGB_B=$(calc "5 + 2 * $PACED_SECONDS + 5" 0)
+# The window without cleanup is as long as the sweep's, so that both p99s come from as many claims.
+NONE_SECONDS=$(calc "$PACED_SECONDS + 1" 0)
 declare -A P99_A_C P50_A_C TPS_A_C P99_B_C P50_B_C TPS_B_C SWEEP_S_C R_B_C REMOVAL_C RR_C
 for clients in $CLIENTS; do
   for rep in $(seq 1 "$REPS"); do
-    say "part 3, $clients client(s), repetition $rep/$REPS: load; claims for ${PGB_SECONDS}s without cleanup, then ${PGB_B}s with the worker's sweep from +5s"
+    say "part 3, $clients client(s), repetition $rep/$REPS: load; claims for ${NONE_SECONDS}s without cleanup and ${PGB_B}s with the worker's sweep from +5s ($([ $((rep % 2)) = 1 ] && echo "in that order" || echo "the sweep first"))"
     load_table
-    t0=$(now_epoch)
-    start_pgbench "lat_none_c${clients}_$rep" "$PGB_SECONDS" "$clients"
-    wait_pgbench
-    set -- $(latency "lat_none_c${clients}_$rep" "$(calc "$t0 + 1" 6)" "$(pgbench_end "lat_none_c${clients}_$rep")")
-    p99_a=$3
-    csv 3 p99_ms "none_table_c$clients" "$rep" "$3" ms; csv 3 p50_ms "none_table_c$clients" "$rep" "$2" ms
-    csv 3 claims_per_second "none_table_c$clients" "$rep" "$5" txn/s
-    P99_A_C[$clients]+="$3 " P50_A_C[$clients]+="$2 " TPS_A_C[$clients]+="$5 "
-
-    start_pgbench "lat_sweep_c${clients}_$rep" "$PGB_B" "$clients"
-    sleep 5
-    set -- $(worker_sweep)
-    sweep_ms=$1 sweep_removed=$2 sweep_from=$5 sweep_to=$6
-    wait_pgbench
-    [ "$sweep_removed" = "$KEYS" ] || { echo "part 3: the sweep removed $sweep_removed keys, expected $KEYS" >&2; exit 1; }
-    awk "BEGIN {exit !($sweep_to <= $(pgbench_end "lat_sweep_c${clients}_$rep"))}" ||
-        say "  warning: the sweep outlasted pgbench; the window covers only its start"
-    set -- $(latency "lat_sweep_c${clients}_$rep" "$sweep_from" "$sweep_to")
+    # Odd repetitions measure without cleanup first, even ones with it first, so that neither always runs
+    # right after the checkpoint of load_table.
+    for condition in $([ $((rep % 2)) = 1 ] && echo "none sweep" || echo "sweep none"); do
+      if [ "$condition" = none ]; then
+        t0=$(now_epoch)
+        start_pgbench "lat_none_c${clients}_$rep" "$NONE_SECONDS" "$clients"
+        wait_pgbench
+        set -- $(latency "lat_none_c${clients}_$rep" "$(calc "$t0 + 1" 6)" "$(pgbench_end "lat_none_c${clients}_$rep")" "$RAW/pooled_none_c$clients")
+        p99_a=$3
+        csv 3 p99_ms "none_table_c$clients" "$rep" "$3" ms; csv 3 p50_ms "none_table_c$clients" "$rep" "$2" ms
+        csv 3 claims_per_second "none_table_c$clients" "$rep" "$5" txn/s
+        P99_A_C[$clients]+="$3 " P50_A_C[$clients]+="$2 " TPS_A_C[$clients]+="$5 "
+      else
+        start_pgbench "lat_sweep_c${clients}_$rep" "$PGB_B" "$clients"
+        sleep 5
+        set -- $(worker_sweep)
+        sweep_ms=$1 sweep_removed=$2 sweep_from=$5 sweep_to=$6
+        wait_pgbench
+        [ "$sweep_removed" = "$KEYS" ] || { echo "part 3: the sweep removed $sweep_removed keys, expected $KEYS" >&2; exit 1; }
+        awk "BEGIN {exit !($sweep_to <= $(pgbench_end "lat_sweep_c${clients}_$rep"))}" ||
+            say "  warning: the sweep outlasted pgbench; the window covers only its start"
+        set -- $(latency "lat_sweep_c${clients}_$rep" "$sweep_from" "$sweep_to" "$RAW/pooled_sweep_c$clients")
+        sweep_stats="$*"
+      fi
+    done
+    set -- $sweep_stats
     removal=$(calc "$sweep_removed / ($sweep_ms / 1000)" 0)
     csv 3 p99_ms "worker_sweep_c$clients" "$rep" "$3" ms; csv 3 p50_ms "worker_sweep_c$clients" "$rep" "$2" ms
     csv 3 claims_per_second "worker_sweep_c$clients" "$rep" "$5" txn/s
@@ -296,7 +309,7 @@ for clients in $CLIENTS; do
     csv 3 removal_keys_per_second "worker_sweep_c$clients" "$rep" "$removal" keys/s
     P99_B_C[$clients]+="$3 " P50_B_C[$clients]+="$2 " TPS_B_C[$clients]+="$5 " SWEEP_S_C[$clients]+="$(calc "$sweep_ms / 1000") "
     REMOVAL_C[$clients]+="$removal "
-    # Paired with the run just before it, so that drift in other load on the machine cancels out.
+    # Paired with the run next to it, so that drift in other load on the machine cancels out.
     ratio=$(calc "$3 / $p99_a" 2)
     R_B_C[$clients]+="$ratio "
     RR_C[$clients]+="$(calc "$removal / $5" 1) "
@@ -316,10 +329,15 @@ for clients in $CLIENTS; do
     M_RR=$(echo "${RR_C[$clients]}" | median)
     csv 3 p99_ratio "worker_sweep/none_table_c$clients" median "$M_R_B" x "<=1.2" "$(pass "$M_R_B <= 1.2")"
     csv 3 removal_to_creation_ratio "worker_sweep_c$clients" median "$M_RR" x ">=10" "$(pass "$M_RR >= 10")"
+    POOLED_A=$(p99_of "$RAW/pooled_none_c$clients") POOLED_B=$(p99_of "$RAW/pooled_sweep_c$clients")
+    M_R_POOLED=$(calc "$POOLED_B / $POOLED_A" 2)
+    csv 3 p99_ms "none_table_c$clients" pooled "$POOLED_A" ms; csv 3 p99_ms "worker_sweep_c$clients" pooled "$POOLED_B" ms
+    csv 3 p99_ratio "worker_sweep/none_table_c$clients" pooled "$M_R_POOLED" x "<=1.2" "$(pass "$M_R_POOLED <= 1.2")"
     P99_A=$M_P99_A    # the last client count, as in the partitioned part
     TABLE_ROWS+="| 3a | $clients client(s): claim p99 / p50, no cleanup, table mode ($M_TPS_A claims/s) | $M_P99_A / $M_P50_A ms | | |
 | 3b | $clients client(s): claim p99 / p50 during the paced sweep ($M_TPS_B claims/s, sweep $M_SWEEP_S s) | $M_P99_B / $M_P50_B ms | | |
 | 3b | $clients client(s): p99 ratio sweep / none (median of the paired ratios ${R_B_C[$clients]}) | ${M_R_B}x | <= 1.2x | $(pass "$M_R_B <= 1.2") |
+| 3b | $clients client(s): p99 ratio sweep / none over all repetitions' claims pooled ($POOLED_B / $POOLED_A ms, $(wc -l < "$RAW/pooled_sweep_c$clients") / $(wc -l < "$RAW/pooled_none_c$clients") claims) | ${M_R_POOLED}x | <= 1.2x | $(pass "$M_R_POOLED <= 1.2") |
 | 3b | $clients client(s): keys removed per second during the sweep / keys created per second (median of ${RR_C[$clients]}) | $M_REMOVAL keys/s, ${M_RR}x | >= 10x | $(pass "$M_RR >= 10") |
 "
 done
@@ -439,7 +457,7 @@ per_repetition() {
     echo "- extension: $VERSION; the sweeper ran at nice $SWEEPER_NICE"
     echo "- data: $KEYS expired + $KEYS live keys (UUID keys, 32-byte hash, ~110-byte jsonb body), expired and live mixed on every heap page; reloaded, VACUUM ANALYZE and CHECKPOINT before every variant (so each pays the same full-page images); partition test: $PART_KEYS keys in one expired 1-hour partition"
     echo "- worker rate from idem_stats.last_sweep_duration_ms / last_sweep_removed (one transaction per batch of idempotency.cleanup_batch_size = $BATCH); baseline and idem_cleanup() timed by psql \\timing; WAL from pg_current_wal_lsn() differences, full-page image share from pg_walinspect"
-    echo "- latency: pgbench -M prepared -c N -j N $([ "$RATE" = 0 ] && echo "as fast as it goes" || echo "-R $RATE (a fixed rate in claims/s over all clients; latency counts from the scheduled start, as a client sees it)"), 2 clients in the partitioned part; sweep paced at idempotency.cleanup_keys_per_second = $PACE in part 3, unpaced (0) in part 1; bench/cleanup/claim.pgbench (BEGIN; idem_claim of a new key; idem_complete; COMMIT), p99 from --log; 3a/3a'/3c over the whole run but its first second, 3b over the transactions overlapping the sweep; each value the median of $REPS repetitions (in each, the no-cleanup run comes right before the run with cleanup, on the same data)"
+    echo "- latency: pgbench -M prepared -c N -j N $([ "$RATE" = 0 ] && echo "as fast as it goes" || echo "-R $RATE (a fixed rate in claims/s over all clients; latency counts from the scheduled start, as a client sees it)"), 2 clients in the partitioned part; sweep paced at idempotency.cleanup_keys_per_second = $PACE in part 3, unpaced (0) in part 1; bench/cleanup/claim.pgbench (BEGIN; idem_claim of a new key; idem_complete; COMMIT), p99 from --log; 3a/3a'/3c over the whole run but its first second, 3b over the transactions overlapping the sweep; each value the median of $REPS repetitions (in each, the no-cleanup run and the run with cleanup share the data, odd repetitions without cleanup first, even ones with it first); the pooled ratio takes p99 over the claims of all repetitions at once"
     echo
     report
     echo
