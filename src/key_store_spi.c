@@ -1,11 +1,15 @@
 /* key_store_spi.c: the key store's prepared statements, for whatever the direct path does not take. */
 #include "postgres.h"
 
+#include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/timestamp.h"
 #include "utils/snapmgr.h"
 
@@ -29,7 +33,8 @@ static struct
 	char		namespace_name[NAMEDATALEN];
 	bool		has_lease_columns;
 	TablePlans	table;			/* idempotency_keys */
-	TablePlans	partitioned;	/* idempotency_keys_partitioned */
+	TablePlans	partitioned;	/* idempotency_keys_partitioned, generic plans */
+	TablePlans	partitioned_pruned; /* the same, planned per call: see plans_for() */
 } plans;
 
 /* Parameters of insert and replace, in this order. */
@@ -46,15 +51,15 @@ static Oid	write_param_types[WRITE_PARAMS] = {
 };
 
 /*
- * custom_plan: planned for each call's values, so that partition pruning on
- * them happens in the planner and the pruned partitions are never locked (a
- * generic plan locks every partition before it prunes).
+ * plan_options: CURSOR_OPT_CUSTOM_PLAN plans each call for its values, so that
+ * partition pruning on them happens in the planner and the pruned partitions
+ * are never locked; a generic plan (CURSOR_OPT_GENERIC_PLAN) locks every
+ * partition before it prunes at executor start. 0 lets the plan cache choose.
  */
 static SPIPlanPtr
-prepare_plan(const char *sql, int nargs, Oid *argtypes, bool custom_plan)
+prepare_plan(const char *sql, int nargs, Oid *argtypes, int plan_options)
 {
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
-										  custom_plan ? CURSOR_OPT_CUSTOM_PLAN : 0);
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, plan_options);
 
 	if (plan == NULL)
 		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql,
@@ -67,7 +72,7 @@ prepare_plan(const char *sql, int nargs, Oid *argtypes, bool custom_plan)
 static SPIPlanPtr
 prepare_kept(const char *sql, int nargs, Oid *argtypes)
 {
-	return prepare_plan(sql, nargs, argtypes, false);
+	return prepare_plan(sql, nargs, argtypes, 0);
 }
 
 static void
@@ -112,7 +117,7 @@ static const char *const lease_change_sets[4] = {
 };
 
 static void
-prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, bool custom_plan)
+prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options)
 {
 	Oid			change_types[4][6] = {
 		[LEASE_EXTEND] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID},
@@ -135,7 +140,7 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		" recovery_point = CASE WHEN $8 THEN recovery_point END,"
 		" recovery_state = CASE WHEN $8 THEN recovery_state END"
 		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s",
-		qualified, live_only), LEASE_PARAMS, lease_param_types, custom_plan);
+		qualified, live_only), LEASE_PARAMS, lease_param_types, plan_options);
 	for (int change = 0; change < 4; change++)
 		table->lease_change[change] = prepare_kept(psprintf(
 			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
@@ -158,11 +163,13 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
  */
 static void
 prepare_table_plans(TablePlans *table, const char *schema, const char *relname, bool partitioned,
-					bool has_lease_columns)
+					bool custom_plan, bool has_lease_columns)
 {
 	const char *qualified = psprintf("%s.%s", schema, relname);
 	Oid			lookup_types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
 	const char *live_only = partitioned ? " AND expires_at OPERATOR(pg_catalog.>) $2" : "";
+	int			plan_options = !partitioned ? 0
+		: custom_plan ? CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN;
 	StringInfoData columns;
 
 	initStringInfo(&columns);
@@ -173,7 +180,7 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		"SELECT %s FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2%s",
 		columns.data, qualified, partitioned
 		? " AND expires_at OPERATOR(pg_catalog.>) $3 ORDER BY expires_at DESC LIMIT 1" : ""),
-		partitioned ? 3 : 2, lookup_types, partitioned);
+		partitioned ? 3 : 2, lookup_types, plan_options);
 	table->insert = prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
 		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -188,12 +195,50 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		" recovery_state = NULL" : "",
 		has_lease_columns ? " OR (http_status IS NULL AND lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())" : "",
 		live_only),
-		WRITE_PARAMS, write_param_types, partitioned);
+		WRITE_PARAMS, write_param_types, plan_options);
 	if (has_lease_columns)
-		prepare_lease_plans(table, qualified, live_only, partitioned);
+		prepare_lease_plans(table, qualified, live_only, plan_options);
 }
 
-/* The plans for one table; both live in the schema of the extension's functions. */
+/*
+ * Whether a partition whose rows had all expired when the transaction started
+ * is still attached (the sweep drops it within a cleanup interval). Range
+ * bounds are sorted, and indexes[i] names the partition whose upper bound is
+ * datums[i] (-1 for a gap), so the first one found is the earliest to expire.
+ */
+static bool
+expired_partition_attached(Oid namespace_oid)
+{
+	Oid			relid = get_relname_relid("idempotency_keys_partitioned", namespace_oid);
+	Relation	parent;
+	PartitionBoundInfo bounds;
+	bool		expired = false;
+
+	if (!OidIsValid(relid))
+		return false;
+	/* The claim's statement takes this lock next. */
+	parent = relation_open(relid, AccessShareLock);
+	bounds = RelationGetPartitionDesc(parent, true)->boundinfo;
+	if (bounds != NULL && bounds->strategy == PARTITION_STRATEGY_RANGE)
+		for (int i = 0; i < bounds->ndatums; i++)
+			if (bounds->indexes[i] >= 0)
+			{
+				expired = bounds->kind[i][0] == PARTITION_RANGE_DATUM_VALUE &&
+					DatumGetTimestampTz(bounds->datums[i][0]) <= GetCurrentTransactionStartTimestamp();
+				break;
+			}
+	relation_close(parent, NoLock);
+	return expired;
+}
+
+/*
+ * The plans for one table; both live in the schema of the extension's functions.
+ *
+ * Partitioned storage plans its claims per call only while a fully expired
+ * partition is attached, so that the claims neither probe nor lock it (see
+ * prepare_plan). Otherwise every partition is live and a generic plan, which
+ * locks them all and prunes nothing, costs a fifth of planning each call.
+ */
 static TablePlans *
 plans_for(const KeyTable *table)
 {
@@ -208,16 +253,21 @@ plans_for(const KeyTable *table)
 	{
 		forget_table_plans(&plans.table);
 		forget_table_plans(&plans.partitioned);
+		forget_table_plans(&plans.partitioned_pruned);
 		schema = quote_identifier(namespace_name);
-		prepare_table_plans(&plans.table, schema, "idempotency_keys", false,
+		prepare_table_plans(&plans.table, schema, "idempotency_keys", false, false,
 							table->has_lease_columns);
-		prepare_table_plans(&plans.partitioned, schema, "idempotency_keys_partitioned", true,
+		prepare_table_plans(&plans.partitioned, schema, "idempotency_keys_partitioned", true, false,
+							table->has_lease_columns);
+		prepare_table_plans(&plans.partitioned_pruned, schema, "idempotency_keys_partitioned", true, true,
 							table->has_lease_columns);
 		plans.namespace_oid = table->namespace_oid;
 		plans.has_lease_columns = table->has_lease_columns;
 		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
 	}
-	return table->partitioned ? &plans.partitioned : &plans.table;
+	if (!table->partitioned)
+		return &plans.table;
+	return expired_partition_attached(table->namespace_oid) ? &plans.partitioned_pruned : &plans.partitioned;
 }
 
 void
