@@ -256,6 +256,13 @@ is($plain->safe_psql('postgres', qq{
 	COMMIT;
 	SELECT outcome, http_status, response_body FROM idem_claim('k1', '$HASH')}),
 	"claimed\nt\nreplay|201|{\"id\": 1}", 'not preloaded: claim, complete, replay');
+# Fails if idem_keys_in_flight() needs the shared memory only preloading makes.
+is($plain->safe_psql('postgres', qq{
+	BEGIN;
+	SELECT outcome FROM idem_claim('held', '$HASH');
+	SELECT count(*) FROM idem_keys_in_flight();
+	ROLLBACK}),
+	"claimed\n0", 'not preloaded: a held claim is not listed and idem_keys_in_flight() does not fail');
 insert_expired($plain, 'postgres', 'old', 37);
 # Fails if idem_cleanup() misses keys, deletes live ones, or the counters claim to be shared.
 is($plain->safe_psql('postgres', q{
