@@ -268,7 +268,8 @@ WORKER_SECONDS=$(calc "$KEYS / $M_RATE_worker" 1)
 val "ALTER SYSTEM SET idempotency.cleanup_keys_per_second = $PACE" >/dev/null
 val "SELECT pg_reload_conf()" >/dev/null
 PACED_SECONDS=$(calc "$KEYS / $PACE + $WORKER_SECONDS" 1)
-PGB_B=$(calc "5 + 2 * $PACED_SECONDS + 5" 0)
+# 5 s before the sweep, half its expected length again as a margin, 5 s after.
+PGB_B=$(calc "5 + 1.5 * $PACED_SECONDS + 5" 0)
 # The window without cleanup is as long as the sweep's, so that both p99s come from as many claims.
 NONE_SECONDS=$(calc "$PACED_SECONDS + 1" 0)
 declare -A P99_A_C P50_A_C TPS_A_C P99_B_C P50_B_C TPS_B_C SWEEP_S_C R_B_C REMOVAL_C RR_C
