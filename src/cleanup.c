@@ -69,12 +69,7 @@ batch_statement(const char *table, bool skip_locked)
 		table, skip_locked ? " FOR UPDATE SKIP LOCKED" : "", table);
 }
 
-/*
- * Runs one batch statement. Without skip_locked it waits at most
- * CLEANUP_LOCK_TIMEOUT for a row a transaction is replacing right now (well
- * below deadlock_timeout, so the sweep, never the request, gives way) and
- * reports false when that runs out; its work is rolled back then.
- */
+/* One batch statement and its parameters, as run_with_lock_timeout hands them to execute_batch. */
 typedef struct BatchStep
 {
 	const char *sql;
@@ -92,6 +87,12 @@ execute_batch(void *arg)
 		elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
 }
 
+/*
+ * Runs one batch statement. Without skip_locked it waits at most
+ * CLEANUP_LOCK_TIMEOUT for a row a transaction is replacing right now (well
+ * below deadlock_timeout, so the sweep, never the request, gives way) and
+ * reports false when that runs out; its work is rolled back then.
+ */
 static bool
 run_batch(const char *sql, Datum *values, bool skip_locked)
 {
