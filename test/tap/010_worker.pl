@@ -191,22 +191,27 @@ ok(defined $took && $took <= 10,
 		defined $took ? sprintf('%.1f', $took) : 'forever'));
 
 # ---- idempotency.cleanup_wal_compression: the sweeper compresses its full-page images ----
-# 3000 keys that expire 2 s after a checkpoint, so the sweep logs each page it deletes from
-# whole, once: the WAL between the checkpoint and the last key gone is nearly all the sweep's.
-# pglz is in every build; the default is lz4 where the server has it.
+# 3000 expired keys, their hint bits set (with data checksums, initdb's default from 18 on, the
+# session setting them after the checkpoint would log the pages itself) and a checkpoint taken
+# while appdb is off the list; then appdb is listed again, and the sweep logs each page it deletes
+# from whole, once: the WAL from the checkpoint until the last key is gone is nearly all the
+# sweep's. pglz is in every build; the default is lz4 where the server has it.
 sub sweep_wal_bytes
 {
 	my ($node, $prefix) = @_;
+	set_and_reload($node, 'idempotency.databases', 'postgres, noext, missingdb');
+	sleep 2.5;    # two ticks: the launcher has read the list again
+	wait_until($node, 'postgres', q{SELECT count(*) = 0 FROM pg_stat_activity
+		WHERE backend_type = 'idempotency cleanup' AND datname = 'appdb'}, 10);
 	$node->safe_psql('appdb', qq{
 		INSERT INTO idempotency_keys
-		SELECT clock_timestamp() + interval '2 s', now() - interval '1 hour', 200, '', '$prefix' || i,
+		SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', '$prefix' || i,
 		       sha256(i::text::bytea), NULL, '{"status": "succeeded", "amount": 1250, "currency": "eur"}'
 		FROM generate_series(1, 3000) i});
-	# Hint bits first: with data checksums (initdb's default from 18 on) the session that sets
-	# them after the checkpoint would log the full-page images itself, uncompressed.
 	$node->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%'");
 	$node->safe_psql('appdb', 'CHECKPOINT');
 	my $from = $node->safe_psql('appdb', 'SELECT pg_current_wal_lsn()');
+	set_and_reload($node, 'idempotency.databases', 'postgres, appdb, noext, missingdb');
 	my $took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE '$prefix%'", 30);
 	return undef unless defined $took;
 	return $node->safe_psql('appdb', "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$from')");
