@@ -157,32 +157,42 @@ apply_sweeper_settings(void)
 /*
  * Holds the sweep to idempotency.cleanup_keys_per_second: work counts the keys
  * deleted or the heap pages scanned, whichever a batch had more of, so a table
- * with few expired rows is not scanned flat out either. Sleeps on the latch, so
- * a shutdown is not delayed; a reload takes effect from the next batch.
+ * with few expired rows is not scanned flat out either. A batch is given
+ * work / pace seconds from its start, or from the end of the previous batch's
+ * time if that is later: a sweep that fell behind (a slow batch, a reload that
+ * paused it) goes on at the pace instead of catching up in a burst, which would
+ * come just when the machine is busy. Sleeps on the latch, so a shutdown is not
+ * delayed; a reload recomputes the batch's time at the new pace.
  */
 static void
-pace_sweep(TimestampTz started_at, int64 work)
+pace_sweep(TimestampTz *batch_deadline, TimestampTz batch_started_at, int64 work)
 {
-	long		wait_ms;
+	TimestampTz from = Max(*batch_deadline, batch_started_at);
 
-	if (ConfigReloadPending)
+	for (;;)
 	{
-		ConfigReloadPending = false;
-		ProcessConfigFile(PGC_SIGHUP);
-		apply_sweeper_settings();
-	}
-	if (idem_cleanup_keys_per_second <= 0)
-		return;
-	wait_ms = TimestampDifferenceMilliseconds(
-		GetCurrentTimestamp(),
-		started_at + (TimestampTz) ((double) work * USECS_PER_SEC / idem_cleanup_keys_per_second));
-	if (wait_ms > 0)
-	{
+		long		wait_ms;
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			apply_sweeper_settings();
+		}
+		if (idem_cleanup_keys_per_second <= 0)
+		{
+			*batch_deadline = 0;
+			return;
+		}
+		*batch_deadline = from + (TimestampTz) ((double) work * USECS_PER_SEC / idem_cleanup_keys_per_second);
+		wait_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), *batch_deadline);
+		if (wait_ms <= 0)
+			return;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
 						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
 	}
-	CHECK_FOR_INTERRUPTS();
 }
 
 void
@@ -191,7 +201,7 @@ idem_sweeper_main(Datum arg)
 	char		database[NAMEDATALEN];
 	TimestampTz started_at = GetCurrentTimestamp();
 	int64		removed = 0;
-	int64		work = 0;
+	TimestampTz batch_deadline = 0;
 	SweepPosition position;
 	long		secs;
 	int			usecs;
@@ -225,14 +235,14 @@ idem_sweeper_main(Datum arg)
 		while (!position.finished)
 		{
 			int64		pages = 0;
+			TimestampTz batch_started_at = GetCurrentTimestamp();
 			int64		batch = sweep_step(STEP_DELETE_BATCH, &position, &pages);
 
 			if (batch < 0)
 				break;
 			removed += batch;
-			work += Max(batch, pages);
 			if (!position.finished)
-				pace_sweep(started_at, work);
+				pace_sweep(&batch_deadline, batch_started_at, Max(batch, pages));
 		}
 	}
 	PG_CATCH();

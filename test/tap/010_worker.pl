@@ -179,6 +179,10 @@ $took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WH
 ok(defined $took && $took >= 2,
 	sprintf('3000 keys at 1000 keys/s: removed %s s after the insert (at least 2)',
 		defined $took ? sprintf('%.1f', $took) : 'never'));
+# A slower pace lengthens the wait of a sweep under way too: let the last one end first.
+ok(defined wait_until($node, 'postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'idempotency cleanup'", 30),
+	'the sweep at 1000 keys/s has ended');
 set_and_reload($node, 'idempotency.cleanup_keys_per_second', '10');
 insert_expired($node, 'appdb', 'crawl', 3000);    # 300 s at this pace
 ok(defined wait_until($node, 'appdb', "SELECT count(*) < 3000 FROM idempotency_keys WHERE key LIKE 'crawl%'", 30),
@@ -189,6 +193,29 @@ $took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WH
 ok(defined $took && $took <= 10,
 	sprintf('a reload to 0 speeds up the running sweep: done in %s s',
 		defined $took ? sprintf('%.1f', $took) : 'forever'));
+
+# A sweep held back (here by a reload to 1 key/s, 500 s per batch) goes on at its pace once
+# released, instead of deleting at full speed until it has caught up with the time it lost.
+set_and_reload($node, 'idempotency.cleanup_keys_per_second', '500');
+insert_expired($node, 'appdb', 'held', 6000);    # 12 s at this pace, one batch of 500 a second
+ok(defined wait_until($node, 'appdb', "SELECT count(*) <= 5000 FROM idempotency_keys WHERE key LIKE 'held%'", 30),
+	'a sweep at 500 keys/s has deleted two batches');
+set_and_reload($node, 'idempotency.cleanup_keys_per_second', '1');
+sleep 2;    # a batch under way when the reload came finishes
+my $held = $node->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key LIKE 'held%'");
+sleep 3;
+is($node->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key LIKE 'held%'"),
+	$held, "at 1 key/s the sweep pauses ($held keys left)");
+set_and_reload($node, 'idempotency.cleanup_keys_per_second', '500');
+sleep 2;
+my $left = $node->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key LIKE 'held%'");
+# Fails if the sweep catches up on the 5 s it was held: then all of them go at once.
+ok($left > 0 && $left >= $held - 2000,
+	"released, the sweep goes on at 500 keys/s: $left of $held keys left 2 s later (at least "
+	  . ($held - 2000) . ')');
+ok(defined wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'held%'", 60),
+	'and finishes');
+set_and_reload($node, 'idempotency.cleanup_keys_per_second', '0');
 
 # ---- idempotency.cleanup_wal_compression: the sweeper compresses its full-page images ----
 # 3000 expired keys, their hint bits set (with data checksums, initdb's default from 18 on, the
