@@ -130,13 +130,13 @@ for clients in $CLIENTS; do
             csv 3 wal_bytes_per_second "${condition}_c$clients" "$cycle" "$(calc "$wal / $WINDOW" 0)" B/s
             [ "$condition" = on ] && on_wal=$((on_wal + wal)) || off_wal=$((off_wal + wal))
         done < "$windows"
-        ratio=$(calc "${P99[on]} / ${P99[off]}" 2)
+        ratio=$(calc "${P99[on]} / ${P99[off]}" 3)
         ratios+="$ratio "
         csv 3 p99_ratio "on/off_c$clients" "$cycle" "$ratio" x
     done
     set -- $(stats_of "$RAW/pooled_on_c$clients"); n_on=$1 p50_on=$2 p99_on=$3
     set -- $(stats_of "$RAW/pooled_off_c$clients"); n_off=$1 p50_off=$2 p99_off=$3
-    pooled=$(calc "$p99_on / $p99_off" 2)
+    pooled=$(calc "$p99_on / $p99_off" 3)
     paired=$(echo "$ratios" | median)
     on_seconds=$((CYCLES * WINDOW))
     removal=$(calc "($before - $left) / $on_seconds" 0)

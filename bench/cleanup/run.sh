@@ -180,9 +180,9 @@ for variant in worker baseline idem_cleanup; do
     csv 1 wal_bytes_per_key "$variant" median "$(eval echo \$M_WAL_$variant)" B/key
     csv 1 fpi_bytes_per_key "$variant" median "$(eval echo \$M_FPI_$variant)" B/key
 done
-RATE_RATIO=$(calc "$M_RATE_worker / $M_RATE_baseline" 2)
-WAL_RATIO=$(calc "$M_WAL_worker / $M_WAL_baseline" 2)
-CPU_RATIO=$(calc "$M_CPU_worker / ($M_CPU_baseline + 1e-9)" 2)
+RATE_RATIO=$(calc "$M_RATE_worker / $M_RATE_baseline" 3)
+WAL_RATIO=$(calc "$M_WAL_worker / $M_WAL_baseline" 3)
+CPU_RATIO=$(calc "$M_CPU_worker / ($M_CPU_baseline + 1e-9)" 3)
 csv 1 cpu_rate_ratio worker/baseline median "$CPU_RATIO" x ">=0.8" "$(pass "$CPU_RATIO >= 0.8")"
 csv 1 rate_ratio worker/baseline median "$RATE_RATIO" x ">=0.8" "$(pass "$RATE_RATIO >= 0.8")"
 csv 1 wal_ratio worker/baseline median "$WAL_RATIO" x "" ""
@@ -238,7 +238,7 @@ for clients in $CLIENTS; do
     P99_B_C[$clients]+="$3 " P50_B_C[$clients]+="$2 " TPS_B_C[$clients]+="$5 " SWEEP_S_C[$clients]+="$(calc "$sweep_ms / 1000") "
     REMOVAL_C[$clients]+="$removal "
     # Paired with the run next to it, so that drift in other load on the machine cancels out.
-    ratio=$(calc "$3 / $p99_a" 2)
+    ratio=$(calc "$3 / $p99_a" 3)
     R_B_C[$clients]+="$ratio "
     RR_C[$clients]+="$(calc "$removal / $5" 1) "
     csv 3 p99_ratio "worker_sweep/none_table_c$clients" "$rep" "$ratio" x
@@ -258,7 +258,7 @@ for clients in $CLIENTS; do
     csv 3 p99_ratio "worker_sweep/none_table_c$clients" median "$M_R_B" x "<=1.2" "$(pass "$M_R_B <= 1.2")"
     csv 3 removal_to_creation_ratio "worker_sweep_c$clients" median "$M_RR" x ">=10" "$(pass "$M_RR >= 10")"
     POOLED_A=$(p99_of "$RAW/pooled_none_c$clients") POOLED_B=$(p99_of "$RAW/pooled_sweep_c$clients")
-    M_R_POOLED=$(calc "$POOLED_B / $POOLED_A" 2)
+    M_R_POOLED=$(calc "$POOLED_B / $POOLED_A" 3)
     csv 3 p99_ms "none_table_c$clients" pooled "$POOLED_A" ms; csv 3 p99_ms "worker_sweep_c$clients" pooled "$POOLED_B" ms
     csv 3 p99_ratio "worker_sweep/none_table_c$clients" pooled "$M_R_POOLED" x "<=1.2" "$(pass "$M_R_POOLED <= 1.2")"
     P99_A=$M_P99_A    # the last client count, as in the partitioned part
@@ -319,7 +319,7 @@ for rep in $(seq 1 "$REPS"); do
     csv 3 p99_ms partition_drop "$rep" "$3" ms; csv 3 p50_ms partition_drop "$rep" "$2" ms
     csv 3 claims_per_second partition_drop "$rep" "$5" txn/s
     P99_C_ALL+="$3 " P50_C_ALL+="$2 " TPS_C_ALL+="$5 " ATTEMPTS_ALL+="$attempts "
-    R_CP_ALL+="$(calc "$3 / $(echo "$P99_AP_ALL" | awk '{print $NF}')" 2) "
+    R_CP_ALL+="$(calc "$3 / $(echo "$P99_AP_ALL" | awk '{print $NF}')" 3) "
     csv 3 p99_ratio partition_drop/none_partitioned "$rep" "$(echo "$R_CP_ALL" | awk '{print $NF}')" x
     p99_c=$3
     set -- $(latency "lat_drop_$rep" "$drop_from" "$drop_to")
@@ -336,7 +336,7 @@ done
 csv 3 p99_ms none_partitioned median "$P99_AP" ms
 csv 3 p99_ms partition_drop median "$P99_C" ms
 # Paired ratios: median of the per-repetition ratios. Drop vs table mode is not paired: ratio of medians.
-R_C=$(calc "$P99_C / $P99_A" 2)
+R_C=$(calc "$P99_C / $P99_A" 3)
 R_CP=$(echo "$R_CP_ALL" | median)
 csv 3 p99_ratio partition_drop/none_table median "$R_C" x "<=1.2" "$(pass "$R_C <= 1.2")"
 csv 3 p99_ratio partition_drop/none_partitioned median "$R_CP" x "<=1.2" "$(pass "$R_CP <= 1.2")"
