@@ -117,6 +117,7 @@ open_key_table(Oid namespace_oid, KeyTable *table)
 		located.mode_known = true;
 	}
 	table->partitioned = located.partitioned;
+	table->partitioned_oid = located.twin_oid;
 }
 
 static void

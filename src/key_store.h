@@ -152,6 +152,7 @@ typedef struct KeyTable
 	Oid			namespace_oid;
 	Relation	plain;			/* idempotency_keys, open with AccessShareLock */
 	bool		partitioned;	/* the rows live in idempotency_keys_partitioned */
+	Oid			partitioned_oid;	/* idempotency_keys_partitioned, InvalidOid if missing */
 	bool		has_lease_columns;	/* the table is at 1.1 or later */
 } KeyTable;
 

@@ -207,9 +207,8 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
  * datums[i] (-1 for a gap), so the first one found is the earliest to expire.
  */
 static bool
-expired_partition_attached(Oid namespace_oid)
+expired_partition_attached(Oid relid)
 {
-	Oid			relid = get_relname_relid("idempotency_keys_partitioned", namespace_oid);
 	Relation	parent;
 	PartitionBoundInfo bounds;
 	bool		expired = false;
@@ -267,7 +266,7 @@ plans_for(const KeyTable *table)
 	}
 	if (!table->partitioned)
 		return &plans.table;
-	return expired_partition_attached(table->namespace_oid) ? &plans.partitioned_pruned : &plans.partitioned;
+	return expired_partition_attached(table->partitioned_oid) ? &plans.partitioned_pruned : &plans.partitioned;
 }
 
 void
