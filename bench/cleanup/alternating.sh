@@ -11,7 +11,8 @@
 # reaching the sweeper). Reported per client count (CLEANUP_BENCH_CLIENTS, '1 2'): p99 over all
 # claims of each side (pooled), the median of the per-cycle ratios, the keys removed per second of
 # sweep against the keys the claims created, and the WAL per second on each side (so the windows
-# are shown to be what they claim). Other knobs: CLEANUP_BENCH_RATE (150 claims/s over all
+# are shown to be what they claim), and the disk's own latency per side (ms per write completed, from
+# /proc/diskstats: a slow spell of the disk shows here whichever side it falls on). Other knobs: CLEANUP_BENCH_RATE (150 claims/s over all
 # clients), CLEANUP_BENCH_BATCH (200), CLEANUP_BENCH_PORT (5578), CLEANUP_BENCH_DIR
 # (/tmp/cleanalt_helper; its data/ and work/ are deleted), CLEANUP_BENCH_OUT
 # (bench/out/cleanup_alternating). Needs the extension installed (make install); root or postgres.
@@ -46,6 +47,7 @@ CSV=$WORK/results.csv
 echo "part,measure,variant,rep,value,unit,target,pass" > "$CSV"
 source "$HERE/lib.sh"
 publish() {
+    [ -n "${DISK_PID:-}" ] && kill "$DISK_PID" 2>/dev/null
     stop_cluster
     [ -f "$DIR/log" ] && cp "$DIR/log" "$RAW/server.log"
     rm -rf "$DIR/data" "$OUT/raw"
@@ -54,6 +56,11 @@ publish() {
 trap publish EXIT
 
 start_bench_cluster
+# The disk under the cluster, sampled twice a second (/proc/diskstats: writes completed, ms spent writing), so that
+# each side's storage latency is on record: slow spells of the disk itself show on both sides alike.
+DISK=$(basename "$(df --output=source "$DIR" | tail -1)")
+( while :; do awk -v t="$(now_epoch)" -v d="$DISK" '$3 == d { print t, $8, $11 }' /proc/diskstats; sleep 0.5; done ) > "$RAW/disk" &
+DISK_PID=$!
 LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 SO=$("$PGBIN/pg_config" --pkglibdir)/idempotency.so
 VERSION="installed idempotency.so md5 $(md5sum < "$SO" | cut -c1-12), repo HEAD $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown) with $( (git -C "$HERE" status --porcelain -- ../../src ../../sql 2>/dev/null || true) | wc -l) uncommitted change(s) under src/ and sql/"
@@ -69,6 +76,11 @@ claims_in() {
         { start = $5 + $6 / 1e6 - $3 / 1e6; if (start >= ws && start < we) print $3 / 1000 }'
 }
 # n p50 p99 of the latencies in a file.
+# Disk writes completed and ms spent writing between two epochs: "writes ms".
+disk_writes_in() {
+    awk -v ws="$1" -v we="$2" '$1 >= ws && !f { w0 = $2; m0 = $3; f = 1 } $1 <= we { w1 = $2; m1 = $3 }
+        END { printf "%d %d\n", w1 - w0, m1 - m0 }' "$RAW/disk"
+}
 stats_of() {
     sort -g "$1" | awk '{ v[NR] = $1 } END {
         if (NR == 0) { print "0 0 0"; exit }
@@ -118,6 +130,7 @@ for clients in $CLIENTS; do
 
     : > "$RAW/pooled_on_c$clients"; : > "$RAW/pooled_off_c$clients"
     ratios= on_wal=0 off_wal=0
+    declare -A DISK_WRITES=([on]=0 [off]=0) DISK_MS=([on]=0 [off]=0)
     for cycle in $(seq 1 "$CYCLES"); do
         declare -A P99=()
         while read -r c condition ws we wal; do
@@ -128,6 +141,9 @@ for clients in $CLIENTS; do
             P99[$condition]=$3
             csv 3 p99_ms "${condition}_c$clients" "$cycle" "$3" ms
             csv 3 wal_bytes_per_second "${condition}_c$clients" "$cycle" "$(calc "$wal / $WINDOW" 0)" B/s
+            set -- $(disk_writes_in "$(calc "$ws + $GUARD" 6)" "$we")
+            DISK_WRITES[$condition]=$((DISK_WRITES[$condition] + $1)); DISK_MS[$condition]=$((DISK_MS[$condition] + $2))
+            csv 3 disk_ms_per_write "${condition}_c$clients" "$cycle" "$(calc "$2 / ($1 + ($1 == 0))" 3)" ms
             [ "$condition" = on ] && on_wal=$((on_wal + wal)) || off_wal=$((off_wal + wal))
         done < "$windows"
         ratio=$(calc "${P99[on]} / ${P99[off]}" 3)
@@ -146,7 +162,7 @@ for clients in $CLIENTS; do
     csv 3 p99_ratio "on/off_c$clients" median "$paired" x "<=1.2" "$(pass "$paired <= 1.2")"
     csv 3 removal_to_creation_ratio "on_c$clients" all "$removal_ratio" x ">=10" "$(pass "$removal_ratio >= 10")"
     say "  pooled p99 $p99_on ms with the sweep, $p99_off ms without (${pooled}x); paired median ${paired}x; removal $removal keys/s = ${removal_ratio}x creation"
-    ROWS+="| $clients | $p99_off / $p50_off ms ($n_off) | $p99_on / $p50_on ms ($n_on) | **${pooled}x** $(pass "$pooled <= 1.2") | ${paired}x $(pass "$paired <= 1.2") ($(echo "$ratios" | tr ' ' '\n' | grep -v '^$' | sort -g | sed -n '1p;$p' | paste -sd' ' - | sed 's/ / to /') over $CYCLES cycles) | $removal keys/s, **${removal_ratio}x** $(pass "$removal_ratio >= 10") | $(calc "$off_wal / $on_seconds / 1024" 0) / $(calc "$on_wal / $on_seconds / 1024" 0) KiB/s |
+    ROWS+="| $clients | $p99_off / $p50_off ms ($n_off) | $p99_on / $p50_on ms ($n_on) | **${pooled}x** $(pass "$pooled <= 1.2") | ${paired}x $(pass "$paired <= 1.2") ($(echo "$ratios" | tr ' ' '\n' | grep -v '^$' | sort -g | sed -n '1p;$p' | paste -sd' ' - | sed 's/ / to /') over $CYCLES cycles) | $removal keys/s, **${removal_ratio}x** $(pass "$removal_ratio >= 10") | $(calc "$off_wal / $on_seconds / 1024" 0) / $(calc "$on_wal / $on_seconds / 1024" 0) KiB/s | $(calc "${DISK_MS[off]} / (${DISK_WRITES[off]} + 1e-9)" 3) / $(calc "${DISK_MS[on]} / (${DISK_WRITES[on]} + 1e-9)" 3) ms ($(calc "${DISK_WRITES[off]} / $on_seconds" 0) / $(calc "${DISK_WRITES[on]} / $on_seconds" 0) writes/s) |
 "
 done
 
@@ -162,8 +178,8 @@ LOAD_END=$(cut -d' ' -f1 /proc/loadavg)
     echo "- load: pgbench -M prepared -R $RATE (claims/s over all clients), bench/cleanup/claim.pgbench; $EXPIRED expired + $LIVE live keys loaded, vacuumed and checkpointed once per client count"
     echo "- sweep: one sweep, released at $PACE keys/s and held at $HELD_PACE key/s by reloads; batches of $BATCH; $CYCLES cycles of ${WINDOW}-s windows each way (order alternating), the first ${GUARD} s of each window left out"
     echo
-    echo "| clients | p99 / p50 without (claims) | p99 / p50 with the sweep (claims) | p99 ratio, pooled (target <= 1.2x) | p99 ratio, median of the per-cycle ratios (range) | removal / creation (target >= 10x) | WAL/s without / with |"
-    echo "|---|---|---|---|---|---|---|"
+    echo "| clients | p99 / p50 without (claims) | p99 / p50 with the sweep (claims) | p99 ratio, pooled (target <= 1.2x) | p99 ratio, median of the per-cycle ratios (range) | removal / creation (target >= 10x) | WAL/s without / with | disk ms per write without / with |"
+    echo "|---|---|---|---|---|---|---|---|"
     printf '%s' "$ROWS"
     echo
     echo "Per window: results.csv; raw pgbench logs, the windows and the server log: raw/."
