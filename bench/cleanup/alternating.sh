@@ -11,11 +11,11 @@
 # reaching the sweeper). Reported per client count (CLEANUP_BENCH_CLIENTS, '1 2'): p99 over all
 # claims of each side (pooled), the median of the per-cycle ratios, the keys removed per second of
 # sweep against the keys the claims created, and the WAL per second on each side (so the windows
-# are shown to be what they claim), and the disk's own latency per side (ms per write completed, from
-# /proc/diskstats: a slow spell of the disk shows here whichever side it falls on). Other knobs: CLEANUP_BENCH_RATE (150 claims/s over all
-# clients), CLEANUP_BENCH_BATCH (200), CLEANUP_BENCH_PORT (5578), CLEANUP_BENCH_DIR
-# (/tmp/cleanalt_helper; its data/ and work/ are deleted), CLEANUP_BENCH_OUT
-# (bench/out/cleanup_alternating). Needs the extension installed (make install); root or postgres.
+# are shown to be what they claim), and the disk's own latency per side (ms per write completed,
+# from /proc/diskstats: a slow spell of the disk shows whichever side it falls on; spells.py finds
+# them). Other knobs: CLEANUP_BENCH_RATE (150 claims/s over all clients), CLEANUP_BENCH_BATCH
+# (200), CLEANUP_BENCH_PORT (5578), CLEANUP_BENCH_DIR (/tmp/cleanalt_helper; its data/ and work/
+# are deleted), CLEANUP_BENCH_OUT (bench/out/cleanup_alternating). Needs the extension installed (make install); root or postgres.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -75,12 +75,12 @@ claims_in() {
     cat "$RAW/$1".[0-9]* | awk -v ws="$2" -v we="$3" '
         { start = $5 + $6 / 1e6 - $3 / 1e6; if (start >= ws && start < we) print $3 / 1000 }'
 }
-# n p50 p99 of the latencies in a file.
 # Disk writes completed and ms spent writing between two epochs: "writes ms".
 disk_writes_in() {
     awk -v ws="$1" -v we="$2" '$1 >= ws && !f { w0 = $2; m0 = $3; f = 1 } $1 <= we { w1 = $2; m1 = $3 }
         END { printf "%d %d\n", w1 - w0, m1 - m0 }' "$RAW/disk"
 }
+# n p50 p99 of the latencies in a file.
 stats_of() {
     sort -g "$1" | awk '{ v[NR] = $1 } END {
         if (NR == 0) { print "0 0 0"; exit }
