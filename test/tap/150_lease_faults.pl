@@ -433,10 +433,14 @@ my %rival_ctx = (id => 'rival', dsn => idem_dsn($node, application_name => 'leas
 open $rival_ctx{out}, '>>', "$work/rival" or die;
 $rival_ctx{out}->autoflush(1);
 my (%stale_seen, %stall_missed);
+# Clients told to die at their next step boundary (pid => 1): one of them, if stalled, would die
+# after its stall instead of taking its next step, so it is never picked to stall.
+my %dying;
 sub stale_holder
 {
 	my ($signal, $where) = @_;
-	my $id = int rand(2 * $PAIRS);
+	my @ready = grep { my $pid = pid_of($_); $pid && !$dying{$pid} } 0 .. 2 * $PAIRS - 1 or return 0;
+	my $id = $ready[rand @ready];
 	my $pid = pid_of($id) or return 0;
 	my $log = "$work/client$id";
 	my $offset = -s $log;
@@ -461,7 +465,13 @@ sub stale_holder
 		$stale = substr(slurp_file($log), $offset) =~ /^stale \Q$key\E /m;
 		pause_s(0.02) unless $stale;
 	}
-	$stale ? $stale_seen{$where}++ : $stall_missed{$where}++;
+	if ($stale) { $stale_seen{$where}++; }
+	else
+	{
+		$stall_missed{$where}++;
+		diag("stalled holder client$id, key $key ($where): no 55000 seen; its log since: "
+			  . join(' | ', grep { /\Q$key\E|suicide|fatal/ } split /\n/, substr(slurp_file($log), $offset)));
+	}
 	return 1;
 }
 
@@ -505,11 +515,11 @@ my %inject = (
 	},
 	client_dies_after_charge => sub {
 		my $pid = pid_of(int rand(2 * $PAIRS)) or return 0;
-		return kill('USR1', $pid) ? 1 : 0;
+		return kill('USR1', $pid) ? $dying{$pid} = 1 : 0;
 	},
 	client_dies_after_checkpoint => sub {
 		my $pid = pid_of(int rand(2 * $PAIRS)) or return 0;
-		return kill('HUP', $pid) ? 1 : 0;
+		return kill('HUP', $pid) ? $dying{$pid} = 1 : 0;
 	},
 	connection_cut => sub {
 		# The proxy child carrying an odd (proxied) client's connection.
