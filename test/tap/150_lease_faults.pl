@@ -515,11 +515,15 @@ my %inject = (
 	},
 	client_dies_after_charge => sub {
 		my $pid = pid_of(int rand(2 * $PAIRS)) or return 0;
-		return kill('USR1', $pid) ? $dying{$pid} = 1 : 0;
+		kill('USR1', $pid) or return 0;
+		$dying{$pid} = 1;
+		return 1;
 	},
 	client_dies_after_checkpoint => sub {
 		my $pid = pid_of(int rand(2 * $PAIRS)) or return 0;
-		return kill('HUP', $pid) ? $dying{$pid} = 1 : 0;
+		kill('HUP', $pid) or return 0;
+		$dying{$pid} = 1;
+		return 1;
 	},
 	connection_cut => sub {
 		# The proxy child carrying an odd (proxied) client's connection.
