@@ -15,7 +15,8 @@
 # from /proc/diskstats: a slow spell of the disk shows whichever side it falls on; spells.py finds
 # them). Other knobs: CLEANUP_BENCH_RATE (150 claims/s over all clients), CLEANUP_BENCH_BATCH
 # (200), CLEANUP_BENCH_PORT (5578), CLEANUP_BENCH_DIR (/tmp/cleanalt_helper; its data/ and work/
-# are deleted), CLEANUP_BENCH_OUT (bench/out/cleanup_alternating). Needs the extension installed (make install); root or postgres.
+# are deleted), CLEANUP_BENCH_OUT (bench/out/cleanup_alternating). Needs the extension installed
+# (make install); root or postgres.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)

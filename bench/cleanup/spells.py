@@ -23,6 +23,7 @@ def main():
         sys.exit(__doc__)
     raw = os.path.join(sys.argv[1], "raw")
     clients_list = sys.argv[2:] or ["1", "2"]
+    guard = float(os.environ.get("CLEANUP_ALT_GUARD", "1"))
     disk = []  # (epoch, writes completed, ms writing)
     with open(os.path.join(raw, "disk")) as samples:
         for line in samples:
@@ -35,8 +36,8 @@ def main():
         windows_file = os.path.join(raw, f"windows_c{clients}")
         if not os.path.exists(windows_file):
             continue
-        # The first second of each window is left out, as alternating.sh does.
-        windows = [(w[1], float(w[2]) + 1, float(w[3])) for w in (l.split() for l in open(windows_file))]
+        # The first seconds of each window are left out, as alternating.sh does (CLEANUP_ALT_GUARD).
+        windows = [(w[1], float(w[2]) + guard, float(w[3])) for w in (l.split() for l in open(windows_file))]
         claims = []  # (scheduled start, latency ms)
         for log in glob.glob(os.path.join(raw, f"alt_c{clients}.[0-9]*")):
             for line in open(log):
