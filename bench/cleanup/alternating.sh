@@ -49,8 +49,8 @@ echo "part,measure,variant,rep,value,unit,target,pass" > "$CSV"
 source "$HERE/lib.sh"
 publish() {
     [ -n "${DISK_PID:-}" ] && kill "$DISK_PID" 2>/dev/null
-    stop_cluster
-    [ -f "$DIR/log" ] && cp "$DIR/log" "$RAW/server.log"
+    stop_bench
+    [ -f "$DIR/server.log" ] && cp "$DIR/server.log" "$RAW/server.log"
     rm -rf "$DIR/data" "$OUT/raw"
     cp -r "$WORK"/* "$OUT"/
 }

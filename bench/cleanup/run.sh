@@ -48,8 +48,8 @@ echo "part,measure,variant,rep,value,unit,target,pass" > "$CSV"
 source "$HERE/lib.sh"
 
 publish() {
-    stop_cluster
-    [ -f "$DIR/log" ] && cp "$DIR/log" "$RAW/server.log"
+    stop_bench
+    [ -f "$DIR/server.log" ] && cp "$DIR/server.log" "$RAW/server.log"
     rm -rf "$DIR/data" "$OUT/raw"
     mkdir -p "$OUT"
     cp -r "$WORK"/* "$OUT"/
