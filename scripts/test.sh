@@ -63,7 +63,7 @@ pgtap() {
 }
 timed pgtap pgtap
 
-# The Perl TAP tests (test/tap, module test/faults/IdemTap.pm). PostgreSQL::Test::Cluster refuses to run as root;
+# The Perl TAP tests (test/tap, module test/perl/IdemNode.pm). PostgreSQL::Test::Cluster refuses to run as root;
 # it makes its own clusters. They run from a copy: the clone may sit below a directory that user postgres cannot
 # enter. IDEM_TAP_TESTS picks the tests (default every test/tap/*.pl).
 tap() {
@@ -71,7 +71,7 @@ tap() {
     tap_dir=$(mktemp -d /tmp/idem-tap.XXXXXX)
     mkdir -p "$tap_dir/test"
     cp Makefile idempotency.control "$tap_dir/"
-    cp -r test/tap test/faults "$tap_dir/test/"
+    cp -r test/tap test/perl "$tap_dir/test/"
     chown -R postgres "$tap_dir"
     su postgres -c "cd '$tap_dir' && make -s prove_installcheck PROVE_TESTS='${IDEM_TAP_TESTS:-test/tap/*.pl}'" 2>&1 \
         | tee "$log_dir/tap.log"

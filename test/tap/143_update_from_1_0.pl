@@ -9,14 +9,14 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
-my $node = PostgreSQL::Test::Cluster->new('update');
+my $node = IdemNode->new('update');
 $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\nlog_statement = none\n");
 $node->start;
@@ -73,12 +73,13 @@ for my $db (sort keys %databases)
 		'claimed', "$db: another scope does not see the key");
 
 	# Lease mode on the updated database: lease, checkpoint, takeover, completion, replay.
-	my $token = $node->safe_psql($db, "SELECT lease_token FROM idem_lease('lease-1', idem_hash('l'), '200 ms')");
+	# A 2 s lease: the next two statements must run within it on a busy machine (200 ms did not).
+	my $token = $node->safe_psql($db, "SELECT lease_token FROM idem_lease('lease-1', idem_hash('l'), '2 s')");
 	like($token, qr/^[0-9a-f-]{36}$/, "$db: a lease token");
 	$node->safe_psql($db, "SELECT idem_checkpoint('lease-1', '$token', 'charge_created', '{\"charge\": \"ch_1\"}')");
 	is($node->safe_psql($db, "SELECT outcome FROM idem_lease('lease-1', idem_hash('l'), '1 min')"),
 		'in_progress', "$db: the live lease answers in_progress");
-	sleep 1;
+	sleep 3;
 	my ($outcome, $point, $new_token) = split /\|/, $node->safe_psql($db,
 		"SELECT outcome, recovery_point, lease_token FROM idem_lease('lease-1', idem_hash('l'), '1 min')");
 	is("$outcome $point", 'claimed charge_created', "$db: takeover resumes at the recovery point");
