@@ -1,6 +1,6 @@
 # Helpers shared by the expiry benchmarks (run.sh, alternating.sh): psql on the benchmark
 # cluster, small arithmetic, the cluster itself, and pgbench at a fixed rate with per-transaction
-# logs. The caller sets PGBIN, DIR, PORT, DB, HERE, RAW, CSV, BATCH and RATE first. Run as root.
+# logs. The caller sets PGBIN, DIR, OUT, PORT, DB, HERE, BATCH and RATE first, then calls start_work. Run as root.
 
 psql_q() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR" -p "$PORT" -U postgres -d "$DB" "$@"; }
 val() { psql_q -Atc "$1"; }
@@ -13,6 +13,31 @@ pass() { awk "BEGIN {print ($1) ? \"yes\" : \"NO\"}"; }
 # The cluster is scripts/lib/cluster.sh's, in $DIR/data with its log in $DIR/server.log.
 PG_BIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/cluster.sh"
+
+# The run's files are written under $DIR/work and copied to $OUT when the script exits (bench/out/ is shared):
+# checks $DIR, empties $DIR/work, starts results.csv, and sets the exit trap that publishes.
+start_work() {
+    case "$DIR" in /tmp/?*) ;; *) echo "CLEANUP_BENCH_DIR must be under /tmp (its data/ is deleted)" >&2; exit 2 ;; esac
+    OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+    WORK=$DIR/work
+    RAW=$WORK/raw
+    rm -rf "$WORK"
+    mkdir -p "$RAW"
+    CSV=$WORK/results.csv
+    echo "part,measure,variant,rep,value,unit,target,pass" > "$CSV"
+    trap publish EXIT
+}
+# BG_PIDS: background samplers a benchmark started, stopped here too.
+BG_PIDS=()
+publish() {
+    local pid
+    for pid in "${BG_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    stop_bench
+    [ -f "$DIR/server.log" ] && cp "$DIR/server.log" "$RAW/server.log"
+    rm -rf "$DIR/data" "$OUT/raw"
+    mkdir -p "$OUT"
+    cp -r "$WORK"/* "$OUT"/
+}
 
 PGB_PID=
 # Stops pgbench and the server; $DIR stays (it holds the run's results).
