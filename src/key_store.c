@@ -9,6 +9,7 @@
 #include "utils/timestamp.h"
 #include "utils/rel.h"
 
+#include "citus.h"
 #include "key_store.h"
 #include "pg_compat.h"
 
@@ -194,7 +195,9 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 	bool		done;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = !table.partitioned && key_direct_lookup(&table, ref, snapshot, out);
+	/* On Citus only the statements reach the shard (citus.c). */
+	done = !citus_route_key_call(table.plain, table.partitioned, ref->scope) &&
+		!table.partitioned && key_direct_lookup(&table, ref, snapshot, out);
 	if (!done)
 		key_spi_lookup(&table, ref, snapshot, out);
 	close_key_table(&table);
@@ -207,7 +210,8 @@ key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore 
 	bool		done;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = !table.partitioned && !claim->replaces_expired_row &&
+	done = !citus_route_key_call(table.plain, table.partitioned, ref->scope) &&
+		!table.partitioned && !claim->replaces_expired_row &&
 		key_direct_insert(&table, ref, claim, response);
 	if (!done)
 		key_spi_write(&table, ref, claim, response);
@@ -232,6 +236,7 @@ key_store_take_lease(const KeyRef *ref, LeaseTake how, const LeaseGrant *grant)
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
+	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope);
 	key_spi_take_lease(&table, ref, how, grant);
 	close_key_table(&table);
 }
@@ -245,6 +250,7 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
+	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope);
 	changed = key_spi_change_lease(&table, ref, token, change, values, lease_until);
 	close_key_table(&table);
 	return changed;
