@@ -106,6 +106,9 @@ BEGIN
     END IF;
 
     IF keys_method IS NULL THEN
+        -- The strongest lock first: distributing and then truncating the local rows would otherwise upgrade
+        -- this transaction's lock while the sweeper upgrades its own (a deadlock, seen in the tests).
+        LOCK TABLE @extschema@.idempotency_keys IN ACCESS EXCLUSIVE MODE;
         -- Every unscoped key hashes to one shard, so one node takes all of them.
         SELECT pg_catalog.count(*) INTO unscoped FROM @extschema@.idempotency_keys
         WHERE scope OPERATOR(pg_catalog.=) '';

@@ -43,7 +43,7 @@ finish() {
 }
 
 # ---------- builds ----------
-scripts/build-pg.sh 17 >"$log_dir/build-pg.log" 2>&1 || { cat "$log_dir/build-pg.log"; count citus-build 0 1; finish; }
+# Builds PostgreSQL 17 too when it is missing, after finding the tarball.
 scripts/build-citus.sh >"$log_dir/build-citus.log" 2>&1
 status=$?
 cat "$log_dir/build-citus.log"
@@ -133,7 +133,7 @@ check_error "partitioned storage refused" "partitioned storage is not supported 
     "CREATE TABLE t0 (tenant text COLLATE \"C\"); SELECT create_distributed_table('t0', 'tenant');
      SELECT idem_citus_distribute('t0')"
 q coordinator -c "SELECT idem_set_storage('table')" >/dev/null
-q coordinator -f test/citus/schema.sql >/dev/null
+q coordinator -f test/citus/schema.sql -f test/citus/distribute.sql >/dev/null
 check_error "keys local on the coordinator beside distributed tables: a claim refuses" \
     "idempotency_keys is local on this node while Citus distributes other tables" coordinator \
     "SELECT outcome FROM idem_claim('local-1', $(hash_of a), NULL, 'acct-1')"

@@ -1,13 +1,11 @@
--- The business side of the Citus tests (scripts/test-citus.sh), run on the coordinator: accounts and their ledger
--- distributed by account, and post_payment, a handler that claims, debits and completes in one transaction,
--- delegated by its account to the node of that account's shard.
+-- The business side of the Citus tests (scripts/test-citus.sh) and benchmark (bench/citus/run.sh): accounts, their
+-- ledger, and post_payment, a handler that claims, debits and completes in one transaction. On one node as it is;
+-- on Citus followed by distribute.sql.
 -- No unique constraint on ledger (account, payment_key): a payment debited twice must show as two rows.
 CREATE TABLE accounts (account text COLLATE "C" PRIMARY KEY, balance bigint NOT NULL);
 CREATE TABLE ledger (account text COLLATE "C" NOT NULL, payment_key text NOT NULL, amount bigint NOT NULL,
                      at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX ON ledger (account, payment_key);
-SELECT create_distributed_table('accounts', 'account', shard_count => 8);
-SELECT create_distributed_table('ledger', 'account', colocate_with => 'accounts');
 INSERT INTO accounts SELECT 'acct-' || i, 1000000 FROM generate_series(1, 40) i;
 
 CREATE FUNCTION post_payment(p_account text, p_key text, p_amount bigint) RETURNS jsonb
@@ -26,5 +24,3 @@ BEGIN
     RETURN jsonb_build_object('outcome', 'claimed', 'status', 201, 'body', jsonb_build_object('debited', p_amount));
 END
 $$;
-SELECT create_distributed_function('post_payment(text,text,bigint)', 'p_account', colocate_with => 'accounts',
-                                   force_delegation => true);
