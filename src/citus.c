@@ -7,6 +7,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -41,6 +42,26 @@ static struct
 } known;
 
 static SPIPlanPtr shard_is_local_plan = NULL;
+
+/*
+ * The scope found local in this transaction: its claim, lookups and completion ask once. A placement cannot
+ * move away under a transaction that has read its shard (a move waits for it), and the transaction's end
+ * forgets it.
+ */
+static struct
+{
+	bool		valid;
+	Oid			table;
+	char	   *scope;			/* in TopTransactionContext */
+} local_scope;
+
+static void
+forget_local_scope(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
+		local_scope.valid = false;
+}
 
 static void
 forget_layout(Datum arg, Oid relid)
@@ -149,6 +170,17 @@ shard_is_local(Oid table, text *scope)
 	bool		isnull;
 	bool		local;
 	int			rc;
+	static bool callback_registered = false;
+
+	if (!callback_registered)
+	{
+		RegisterXactCallback(forget_local_scope, NULL);
+		callback_registered = true;
+	}
+	if (local_scope.valid && local_scope.table == table &&
+		strlen(local_scope.scope) == VARSIZE_ANY_EXHDR(scope) &&
+		memcmp(local_scope.scope, VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope)) == 0)
+		return true;
 
 	SPI_connect();
 	if (shard_is_local_plan == NULL)
@@ -161,6 +193,12 @@ shard_is_local(Oid table, text *scope)
 		elog(ERROR, "idempotency: reading Citus's shard placements failed: %s", SPI_result_code_string(rc));
 	local = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
+	if (local)
+	{
+		local_scope.scope = MemoryContextStrdup(TopTransactionContext, text_to_cstring(scope));
+		local_scope.table = table;
+		local_scope.valid = true;
+	}
 	return local;
 }
 

@@ -4,3 +4,5 @@ SELECT create_distributed_table('accounts', 'account', shard_count => 8);
 SELECT create_distributed_table('ledger', 'account', colocate_with => 'accounts');
 SELECT create_distributed_function('post_payment(text,text,bigint)', 'p_account', colocate_with => 'accounts',
                                    force_delegation => true);
+SELECT create_distributed_function('post_payment_bare(text,text,bigint)', 'p_account', colocate_with => 'accounts',
+                                   force_delegation => true);

@@ -24,3 +24,13 @@ BEGIN
     RETURN jsonb_build_object('outcome', 'claimed', 'status', 201, 'body', jsonb_build_object('debited', p_amount));
 END
 $$;
+
+-- The same debit without a key: the floor the benchmark compares post_payment with.
+CREATE FUNCTION post_payment_bare(p_account text, p_key text, p_amount bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE accounts SET balance = balance - p_amount WHERE account = p_account;
+    INSERT INTO ledger (account, payment_key, amount) VALUES (p_account, p_key, p_amount);
+    RETURN jsonb_build_object('outcome', 'claimed', 'status', 201, 'body', jsonb_build_object('debited', p_amount));
+END
+$$;
