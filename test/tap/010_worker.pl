@@ -119,7 +119,10 @@ $node->safe_psql('appdb', q{
 	CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN RAISE EXCEPTION 'idem test: delete refused'; END $$;
 	CREATE TRIGGER refuse_delete BEFORE DELETE ON idempotency_keys
-		FOR EACH ROW EXECUTE FUNCTION refuse_delete()});
+		FOR EACH ROW EXECUTE FUNCTION refuse_delete();
+	-- The sweep fires no ordinary trigger (session_replication_role = replica); one its owner enables ALWAYS
+	-- fires, as the owner.
+	ALTER TABLE idempotency_keys ENABLE ALWAYS TRIGGER refuse_delete});
 my $err_from = -s $node->logfile;
 insert_expired($node, 'appdb', 'refused', 20);
 insert_expired($node, 'noext', 'after', 20);
@@ -267,7 +270,8 @@ $node->safe_psql('appdb', q{
 	CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN PERFORM pg_sleep(0.1); RETURN OLD; END $$;
 	CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_keys
-		FOR EACH ROW EXECUTE FUNCTION slow_delete()});
+		FOR EACH ROW EXECUTE FUNCTION slow_delete();
+	ALTER TABLE idempotency_keys ENABLE ALWAYS TRIGGER slow_delete});
 insert_expired($node, 'appdb', 'sleepy', 1000);    # a 100 s sweep
 ok(defined wait_until($node, 'postgres', q{
 		SELECT count(*) = 1 FROM pg_stat_activity
