@@ -38,7 +38,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # Set after the include: Makefile.global empties it.
-PROVE_FLAGS += -v -I test/faults
+PROVE_FLAGS += -v -I test/perl
 
 # PGXS compiles C++ to LLVM bitcode without PG_CXXFLAGS; give it the same standard.
 COMPILE.cxx.bc += $(PG_CXXFLAGS)

@@ -9,14 +9,14 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
-my $node = idem_node('install');
+my $node = IdemNode->create('install');
 
 # Impostors for every object in the extension's schema after a clean install: relations
 # (tables, partitions, indexes, views: their names share one namespace, so a table

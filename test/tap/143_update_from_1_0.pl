@@ -9,14 +9,14 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
-my $node = PostgreSQL::Test::Cluster->new('update');
+my $node = IdemNode->new('update');
 $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\nlog_statement = none\n");
 $node->start;

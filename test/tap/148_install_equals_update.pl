@@ -7,15 +7,15 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
-my $node = idem_node('install_equals_update');
+my $node = IdemNode->create('install_equals_update');
 
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION idempotency');
