@@ -8,13 +8,19 @@ const port = Number(process.env.PORT || 8080);
 const host = process.env.HOST || '127.0.0.1';
 const faults = process.env.PAYMENTS_FAULTS === '1';
 const max = Number(process.env.PG_POOL_MAX || 10);
+// node-postgres closes a connection idle for 10 s by default; the next burst of requests then waits for new
+// connections (TCP, authentication), so a 409 that should come at once takes a connection set-up. Idle
+// connections are kept (0 = never closed) unless PG_IDLE_TIMEOUT_MS says otherwise; PG_POOL_MIN keeps that many
+// even then.
+const idleTimeoutMillis = Number(process.env.PG_IDLE_TIMEOUT_MS || 0);
+const min = Number(process.env.PG_POOL_MIN || 0);
 
 if (!process.env.DATABASE_URL) {
   console.error('payments: DATABASE_URL is not set (e.g. postgresql://postgres@127.0.0.1:5432/payments)');
   process.exit(2);
 }
 
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max });
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max, min, idleTimeoutMillis });
 pool.on('error', (err) => console.error('payments: idle database connection failed:', err.message));
 
 const app = createApp({ pool, faults });

@@ -1,4 +1,4 @@
-export { idempotency, transactional, isRetryable, readRawBody, CLAIM_SQL, COMPLETE_SQL, RETRYABLE } from './middleware.js';
+export { idempotency, transactional, isRetryable, readRawBody, errorStatus, CLAIM_SQL, COMPLETE_SQL, RETRYABLE } from './middleware.js';
 export { parseIdempotencyKey, KeyHeaderError, MAX_KEY_BYTES } from './header.js';
 export {
   BODY_ENCODING_HEADER,

@@ -41,7 +41,7 @@ export function badBody(cfg) {
 }
 
 export function bodyTooLarge(cfg) {
-  return problem(413, 'request-body-too-large', 'Request body too large',
+  return problem(413, 'request-too-large', 'Request body too large',
     `the request body is over ${cfg.bodyLimit} bytes`, [], cfg.problemBase);
 }
 
@@ -94,6 +94,13 @@ export async function admit(cfg, args, useClaim) {
 export function readStream(req, cfg) {
   const limit = cfg.bodyLimit;
   if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  const declared = Number(req.headers['content-length']);
+  if (declared > limit) {
+    // refused without reading it; the rest is discarded so that the client reads the 413 instead of a reset
+    req.resume();
+    return Promise.reject(new HttpProblem(413, 'request-too-large', 'Request body too large',
+      `the request body is over ${limit} bytes`, [['Connection', 'close']], cfg.problemBase));
+  }
   return new Promise((resolve, reject) => {
     const chunks = [];
     let size = 0;
@@ -103,8 +110,8 @@ export function readStream(req, cfg) {
       size += chunk.length;
       if (size > limit) {
         failed = true;
-        reject(new HttpProblem(413, 'request-body-too-large', 'Request body too large',
-          `the request body is over ${limit} bytes`, [], cfg.problemBase));
+        reject(new HttpProblem(413, 'request-too-large', 'Request body too large',
+          `the request body is over ${limit} bytes`, [['Connection', 'close']], cfg.problemBase));
         req.resume();
         return;
       }
