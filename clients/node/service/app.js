@@ -87,13 +87,17 @@ export function paymentHandler({ faults = false } = {}) {
   };
 }
 
-/** The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header. */
-export function createApp({ pool, faults = false, logger = console } = {}) {
+/**
+ * The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header; `batching` is the middleware's option
+ * of that name; `bench` adds POST /payments-autocommit (the handler's one INSERT in autocommit: the benchmark's
+ * unprotected reference).
+ */
+export function createApp({ pool, faults = false, logger = console, batching = 'auto', bench = false } = {}) {
   const app = express();
   app.disable('x-powered-by');
   app.disable('etag');
 
-  const idem = idempotency({ pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger });
+  const idem = idempotency({ pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger, batching });
   const tx = transactional({ pool, scope: authenticate, logger });
   const pay = paymentHandler({ faults });
 
@@ -106,6 +110,26 @@ export function createApp({ pool, faults = false, logger = console } = {}) {
   app.all('/payments', notAllowed('POST'));
   app.post('/payments-unprotected', tx(pay));
   app.all('/payments-unprotected', notAllowed('POST'));
+
+  if (bench) {
+    app.post('/payments-autocommit', express.json(), async (req, res, next) => {
+      try {
+        const account = authenticate(req);
+        const payment = validatePayment(req.body);
+        if (payment.error) return sendProblem(res, 422, 'invalid-payment', 'Invalid payment', payment.error);
+        const { rows } = await pool.query(
+          'INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, $2, $3, $4) RETURNING id',
+          [account, -payment.amount, payment.currency, ''],
+        );
+        const id = Number(rows[0].id);
+        sendJson(res, 201, { payment_id: id, account, amount_cents: payment.amount, currency: payment.currency },
+          { Location: `/payments/${id}` });
+      } catch (e) {
+        if (e instanceof HttpProblem) sendResponse(res, e.response);
+        else next(e);
+      }
+    });
+  }
 
   app.use((req, res) => sendProblem(res, 404, 'not-found', 'Not Found', `no route for ${req.method} ${req.path}`));
   // The app's error handler: an error with an HTTP status is answered with it (inside /payments the middleware

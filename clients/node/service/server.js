@@ -20,10 +20,16 @@ if (!process.env.DATABASE_URL) {
   process.exit(2);
 }
 
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max, min, idleTimeoutMillis });
+// PG_PIPELINE=1: pipelined clients (node-postgres 8.23+), so BEGIN + claim and complete + COMMIT are pipelined
+// statements; otherwise each pair is one multi-statement message. IDEM_BATCHING (auto, pipeline, multi, off) and
+// PAYMENTS_BENCH=1 (POST /payments-autocommit) are for bench/clients.
+const pipeline = process.env.PG_PIPELINE === '1';
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max, min, idleTimeoutMillis, pipeline });
 pool.on('error', (err) => console.error('payments: idle database connection failed:', err.message));
 
-const app = createApp({ pool, faults });
+const app = createApp({
+  pool, faults, batching: process.env.IDEM_BATCHING || 'auto', bench: process.env.PAYMENTS_BENCH === '1',
+});
 const server = app.listen(port, host, () => {
   console.log(`payments: listening on http://${host}:${port}${faults ? ' (X-Fault enabled)' : ''}`);
 });

@@ -15,3 +15,6 @@ export {
   storedForm,
 } from './responses.js';
 export { interceptResponse, sendResponse } from './capture.js';
+export { koaIdempotency } from './koa.js';
+export { fastifyIdempotency } from './fastify.js';
+export { sqlLiteral } from './engine.js';
