@@ -24,18 +24,18 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
 my $HASH = 'e' x 64;
 
 # The worker's databases are listed only once every trap is in place (below), so that no
 # sweep runs half way through the setup.
-my $node = idem_node('maintenance_owner', "idempotency.databases = ''", 'idempotency.cleanup_interval = 1s',
+my $node = IdemNode->create('maintenance_owner', "idempotency.databases = ''", 'idempotency.cleanup_interval = 1s',
 	"idempotency.ttl = '1h'");
 
 my @scenarios;
@@ -90,7 +90,8 @@ sub set_up
 	else
 	{
 		# The owner owns every table of the extension, partitions included. It makes the
-		# partitions in the extension's schema, so it may create objects there.
+		# partitions in the extension's schema with idem_create_partition, so it may create
+		# objects there and run that function (README: a non-superuser owner's partition rights).
 		$node->safe_psql($db, qq{
 			DO \$\$
 			DECLARE t regclass;
@@ -102,7 +103,8 @@ sub set_up
 					EXECUTE format('ALTER TABLE %s OWNER TO $role', t);
 				END LOOP;
 			END \$\$;
-			GRANT CREATE ON SCHEMA public TO $role});
+			GRANT CREATE ON SCHEMA public TO $role;
+			GRANT EXECUTE ON FUNCTION public.idem_create_partition(timestamptz, timestamptz) TO $role});
 	}
 
 	# The test's own witness of DDL (event triggers are superuser-only): who ran it, from
@@ -197,8 +199,8 @@ for my $s (@scenarios)
 {
 	my ($db, $role, $mode, $path) = @$s{qw(db role mode path)};
 	my $name = "$s->{attacker}, $mode storage, $path";
-	my $took = wait_until($node, $db, swept_sql($s), $path eq 'worker' ? 60 : 0);
-	my $made = $mode eq 'partitioned' && $path eq 'worker' ? wait_until($node, $db, made_sql($s), 30) : undef;
+	my $took = $node->wait_until($db, swept_sql($s), $path eq 'worker' ? 60 : 0);
+	my $made = $mode eq 'partitioned' && $path eq 'worker' ? $node->wait_until($db, made_sql($s), 30) : undef;
 	my $owner = $node->safe_psql($db, "SELECT relowner::regrole FROM pg_class WHERE oid = '"
 		  . key_table($mode) . "'::regclass");
 	my $fired = $node->safe_psql($db, qq{
@@ -221,6 +223,13 @@ for my $s (@scenarios)
 	is($node->safe_psql($db, "SELECT count(*) FROM $role.seen WHERE who <> '$role'"), '0',
 		"$name: the planted trigger ran as the owner at most")
 	  if $s->{attacker} eq 'owner';
+	# A planted trigger the worker did not fire is named in the log, so that the attempt shows.
+	if ($path eq 'worker'
+		&& $node->safe_psql($db, "SELECT count(*) FROM $role.seen") eq '0')
+	{
+		cmp_ok($node->log_lines(0, qr/LOG:(?!\s+statement:).*\b\Q$db\E\b.*\bescalate\b/), '>=', 1,
+			"$name: the trigger the sweep did not fire is named in a LOG line");
+	}
 	# Fails if the fix stops expiry instead (the sweep failing on the trap, or on privileges).
 	ok(defined $took, "$name: the expired keys are deleted"
 		  . ($mode eq 'partitioned' ? ' and the expired partition dropped' : ''));
@@ -240,6 +249,6 @@ for my $s (@scenarios)
 	}
 }
 
-is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
+is($node->log_lines(0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
 $node->stop;
 done_testing();

@@ -30,18 +30,18 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
 my $HASH = 'f' x 64;
 my $PLANTED_HASH = '0' x 64;
 
 # Listed only once the trap is set.
-my $node = idem_node('renamed_schema', "idempotency.databases = ''", 'idempotency.cleanup_interval = 1s',
+my $node = IdemNode->create('renamed_schema', "idempotency.databases = ''", 'idempotency.cleanup_interval = 1s',
 	"idempotency.ttl = '1h'");
 
 my %mode = (wtable => 'table', wpart => 'partitioned', ctable => 'table', cpart => 'partitioned');
@@ -178,7 +178,7 @@ sub no_planted_code
 	my $ran = $node->safe_psql($db, q{SELECT count(*) || coalesce(': ' || string_agg(DISTINCT fn || ' as ' || who
 		|| CASE WHEN was_superuser THEN ' (superuser)' ELSE '' END || ' from ' || backend, '; '), '')
 		FROM public.planted_log});
-	my $lines = log_lines($node, $log_offset, qr/planted public\..* in database $db\b/);
+	my $lines = $node->log_lines($log_offset, qr/planted public\..* in database $db\b/);
 	my $super = $node->safe_psql('postgres', "SELECT rolsuper FROM pg_roles WHERE rolname = 'owner_$db'");
 	diag("$db: $what: planted code ran $ran; server log lines $lines; owner_$db superuser: $super");
 	is("$ran / $lines", '0 / 0', "$db: $what: no planted function or trigger ran");
@@ -202,15 +202,15 @@ my %swept = (
 		       AND pg_get_expr(c.relpartbound, c.oid) ~ '^FOR VALUES FROM'
 		       AND (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \\(''([^'']+)''\\)'))[1]::timestamptz
 		           > '$max_upper{wpart}') > 0});
-my %took = map { $_ => wait_until($node, $_, $swept{$_}, 60) } qw(wtable wpart);
+my %took = map { $_ => $node->wait_until($_, $swept{$_}, 60) } qw(wtable wpart);
 # Fails if the sweep stops (or is stopped) by the planted objects.
 ok(defined $took{wtable}, 'wtable: the worker deletes the expired keys');
 ok(defined $took{wpart}, 'wpart: the worker deletes the expired keys, drops the expired partition and makes new ones');
 # Further sweeps must not run anything planted either.
 my $mark = $node->safe_psql('postgres', q{SELECT now() + interval '2 s'});
-ok(defined wait_until($node, 'postgres', "SELECT last_sweep_started_at > '$mark' FROM idem_stats", 30),
+ok(defined $node->wait_until('postgres', "SELECT last_sweep_started_at > '$mark' FROM idem_stats", 30),
 	'the worker sweeps again (a later sweep is judged too)');
-wait_until($node, 'postgres', q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'idempotency cleanup'}, 10);
+$node->wait_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'idempotency cleanup'}, 10);
 no_planted_code($_, 'worker sweeps') for qw(wtable wpart);
 $node->safe_psql('postgres', q{ALTER SYSTEM SET idempotency.databases = ''});
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
@@ -290,6 +290,6 @@ for my $db (sort keys %mode)
 		"$db: the planted tables are untouched");
 }
 
-is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
+is($node->log_lines(0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
 $node->stop;
 done_testing();

@@ -20,17 +20,17 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $HASH = 'd' x 64;
 
-my $node = idem_node('squatter', "idempotency.databases = ''", 'idempotency.cleanup_interval = 1s',
+my $node = IdemNode->create('squatter', "idempotency.databases = ''", 'idempotency.cleanup_interval = 1s',
 	"idempotency.ttl = '1h'");
 
 sub reload_databases
@@ -76,13 +76,13 @@ $node->safe_psql('appdb', q{ALTER DATABASE appdb SET idempotency.ttl = '4h'});
 my $log_from = -s $node->logfile;
 reload_databases('appdb');
 
-my $expired_gone = wait_until($node, 'appdb', qq{
+my $expired_gone = $node->wait_until('appdb', qq{
 	SELECT NOT EXISTS (SELECT FROM idempotency_keys_partitioned WHERE key LIKE 'expired%')}, 60);
-my $partition_dropped = wait_until($node, 'appdb', qq{
+my $partition_dropped = $node->wait_until('appdb', qq{
 	SELECT to_regclass('public.$past') IS NULL
 	   AND NOT EXISTS (SELECT FROM idempotency_keys_partitioned WHERE key LIKE 'past%')}, 30);
 # The partition after the two squatted ones.
-my $made = wait_until($node, 'appdb', qq{
+my $made = $node->wait_until('appdb', qq{
 	SELECT max(upper_bound) >= timestamptz '$newest_upper' + 3 * interval '1 hour' FROM idem_partitions()}, 30);
 # Fails if premake's failure stops the sweep (1.1: the CREATE TABLE of the first name fails).
 ok(defined $expired_gone, 'the sweep still deletes the expired keys in the default partition');
@@ -96,7 +96,7 @@ for my $name (@squatted)
 {
 	# Fails if the operator is not told which name is taken.
 	# A logged statement of the test's own (log_statement) does not count.
-	cmp_ok(log_lines($node, $log_from, qr/LOG:(?!\s+statement:).*\b\Q$name\E\b/), '>=', 1,
+	cmp_ok($node->log_lines($log_from, qr/LOG:(?!\s+statement:).*\b\Q$name\E\b/), '>=', 1,
 		"a LOG line names the squatted $name");
 	# Fails if the squatter's table was attached, written, emptied or given away.
 	is($node->safe_psql('appdb', qq{
@@ -146,6 +146,6 @@ cmp_ok($after, '>', $before, 'the worker made partitions with that setting');
 cmp_ok($most, '<=', 64, 'never more than 64 range partitions');
 
 reload_databases('');
-is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
+is($node->log_lines(0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
 $node->stop;
 done_testing();

@@ -14,25 +14,25 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
 my $BIG = 200_000;
 my $SMALL = 3_000;
 my $LIMIT = 10;    # seconds a DROP or RENAME may take
 
-my $node = idem_node('drop_during_sweep', "idempotency.databases = ''", 'idempotency.cleanup_interval = 1s',
+my $node = IdemNode->create('drop_during_sweep', "idempotency.databases = ''", 'idempotency.cleanup_interval = 1s',
 	'idempotency.cleanup_keys_per_second = 500');
 my %keys = (dropdb => $BIG, renamedb => $BIG, thirddb => $SMALL);
 for my $db (sort keys %keys)
 {
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	$node->safe_psql($db, 'CREATE EXTENSION idempotency');
-	insert_expired($node, $db, 'expired', $keys{$db});
+	$node->insert_expired($db, 'expired', $keys{$db});
 }
 $node->safe_psql('postgres', q{ALTER SYSTEM SET idempotency.databases = 'dropdb, renamedb, thirddb'});
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
@@ -46,7 +46,7 @@ my $sweeping = q{SELECT count(*) > 0 FROM pg_stat_activity
 sub during_sweep
 {
 	my ($db, $sql) = @_;
-	my $under_way = wait_until($node, $db, sprintf($sweeping, $db)
+	my $under_way = $node->wait_until($db, sprintf($sweeping, $db)
 		  . " AND (SELECT count(*) FROM idempotency_keys) < $keys{$db} - 1000", 90);
 	my $running = defined $under_way && $node->safe_psql('postgres', sprintf($sweeping, $db)) eq 't';
 	my $left = $node->safe_psql($db, 'SELECT count(*) FROM idempotency_keys');
@@ -81,13 +81,13 @@ if ($err)
 }
 
 # ---- the launcher carries on ----
-my $third = wait_until($node, 'thirddb', 'SELECT count(*) = 0 FROM idempotency_keys', 120);
+my $third = $node->wait_until('thirddb', 'SELECT count(*) = 0 FROM idempotency_keys', 120);
 # Fails if the launcher waits on (or died with) a sweep it could not finish.
 ok(defined $third, sprintf('the launcher goes on: thirddb swept clean (%s)',
 	defined $third ? sprintf('%.1f s after the rename', $third) : 'not within 120 s'));
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'}),
 	'1', 'the launcher is running');
 
-is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
+is($node->log_lines(0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
 $node->stop;
 done_testing();
