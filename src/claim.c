@@ -25,12 +25,43 @@
 PG_FUNCTION_INFO_V1(idem_claim);
 PG_FUNCTION_INFO_V1(idem_claim_wait);
 
+/* idem_claim(key, request_hash, ttl, scope) */
 enum
 {
 	ARG_KEY,
 	ARG_REQUEST_HASH,
 	ARG_TTL,
 	ARG_SCOPE
+};
+
+/* idem_claim_wait(key, request_hash, wait, ttl, scope) */
+enum
+{
+	WAIT_ARG_KEY,
+	WAIT_ARG_REQUEST_HASH,
+	WAIT_ARG_WAIT,
+	WAIT_ARG_TTL,
+	WAIT_ARG_SCOPE
+};
+
+/* Where each of the two functions has its arguments; wait NO_ARG: idem_claim never waits. */
+#define NO_ARG (-1)
+
+typedef struct ClaimArgs
+{
+	int			key;
+	int			request_hash;
+	int			ttl;
+	int			scope;
+	int			wait;
+} ClaimArgs;
+
+static const ClaimArgs claim_args = {
+	.key = ARG_KEY, .request_hash = ARG_REQUEST_HASH, .ttl = ARG_TTL, .scope = ARG_SCOPE, .wait = NO_ARG
+};
+static const ClaimArgs claim_wait_args = {
+	.key = WAIT_ARG_KEY, .request_hash = WAIT_ARG_REQUEST_HASH, .ttl = WAIT_ARG_TTL, .scope = WAIT_ARG_SCOPE,
+	.wait = WAIT_ARG_WAIT
 };
 
 enum
@@ -334,7 +365,7 @@ claim_wait_deadline(FunctionCallInfo fcinfo, int wait_argno)
 
 /* The transactional claim, by idem_claim (never waits) and idem_claim_wait. */
 static Datum
-claim_transactional(FunctionCallInfo fcinfo, int ttl_argno, int scope_argno, int wait_argno)
+claim_transactional(FunctionCallInfo fcinfo, const ClaimArgs *args)
 {
 	KeyRef		ref;
 	text	   *request_hash_hex;
@@ -346,13 +377,13 @@ claim_transactional(FunctionCallInfo fcinfo, int ttl_argno, int scope_argno, int
 	TimestampTz wait_until;
 
 	ref.extension_function = fcinfo->flinfo->fn_oid;
-	ref.key = arg_text_required(fcinfo, ARG_KEY, "key");
-	request_hash_hex = arg_text_required(fcinfo, ARG_REQUEST_HASH, "request_hash");
-	ref.scope = arg_text_required(fcinfo, scope_argno, "scope");
+	ref.key = arg_text_required(fcinfo, args->key, "key");
+	request_hash_hex = arg_text_required(fcinfo, args->request_hash, "request_hash");
+	ref.scope = arg_text_required(fcinfo, args->scope, "scope");
 	key_identity_from_args(ref.scope, ref.key, identity);
 	claim_parse_request_hash(request_hash_hex, request_hash);
-	expires_at = claim_expiry(fcinfo, ttl_argno);
-	wait_until = wait_argno < 0 ? 0 : claim_wait_deadline(fcinfo, wait_argno);
+	expires_at = claim_expiry(fcinfo, args->ttl);
+	wait_until = args->wait == NO_ARG ? 0 : claim_wait_deadline(fcinfo, args->wait);
 	PreventCommandIfReadOnly("idem_claim()");
 	PreventCommandDuringRecovery("idem_claim()");
 
@@ -381,12 +412,11 @@ claim_parse_request_hash(text *hex, uint8 request_hash[IDEM_SHA256_BYTES])
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
-	return claim_transactional(fcinfo, ARG_TTL, ARG_SCOPE, -1);
+	return claim_transactional(fcinfo, &claim_args);
 }
 
-/* idem_claim_wait(key, request_hash, wait, ttl, scope) */
 Datum
 idem_claim_wait(PG_FUNCTION_ARGS)
 {
-	return claim_transactional(fcinfo, 3, 4, 2);
+	return claim_transactional(fcinfo, &claim_wait_args);
 }
