@@ -13,7 +13,7 @@
 #include "utils/timestamp.h"
 #include "utils/snapmgr.h"
 
-#include "key_store.h"
+#include "key_store_internal.h"
 
 /* The statements against one of the two tables. */
 typedef struct TablePlans
@@ -393,8 +393,7 @@ hash_as_bytea(const uint8 hash[IDEM_SHA256_BYTES])
 }
 
 void
-key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
-			  const ResponseToStore *response)
+key_spi_write(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
 {
 	Datum		values[WRITE_PARAMS];
 	char		nulls[WRITE_PARAMS];
@@ -402,20 +401,20 @@ key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
 	int			rc;
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[WRITE_PARAM_EXPIRES_AT] = TimestampTzGetDatum(claim->expires_at);
+	values[WRITE_PARAM_EXPIRES_AT] = TimestampTzGetDatum(row->expires_at);
 	values[WRITE_PARAM_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[WRITE_PARAM_HTTP_STATUS] = Int32GetDatum(response->http_status);
+	values[WRITE_PARAM_HTTP_STATUS] = Int32GetDatum(row->response.http_status);
 	values[WRITE_PARAM_SCOPE] = PointerGetDatum(ref->scope);
 	values[WRITE_PARAM_KEY] = PointerGetDatum(ref->key);
-	values[WRITE_PARAM_REQUEST_HASH] = PointerGetDatum(hash_as_bytea(claim->request_hash));
-	values[WRITE_PARAM_RESPONSE_HEADERS] = response->headers;
-	nulls[WRITE_PARAM_RESPONSE_HEADERS] = response->headers_null ? 'n' : ' ';
-	values[WRITE_PARAM_RESPONSE_BODY] = response->body;
-	nulls[WRITE_PARAM_RESPONSE_BODY] = response->body_null ? 'n' : ' ';
+	values[WRITE_PARAM_REQUEST_HASH] = PointerGetDatum(hash_as_bytea(row->request_hash));
+	values[WRITE_PARAM_RESPONSE_HEADERS] = row->response.headers;
+	nulls[WRITE_PARAM_RESPONSE_HEADERS] = row->response.headers_null ? 'n' : ' ';
+	values[WRITE_PARAM_RESPONSE_BODY] = row->response.body;
+	nulls[WRITE_PARAM_RESPONSE_BODY] = row->response.body_null ? 'n' : ' ';
 
 	SPI_connect();
 	statements = plans_for(table);
-	if (claim->replaces_expired_row)
+	if (row->replaces_expired_row)
 	{
 		rc = SPI_execute_plan(statements->replace, values, nulls, false, 0);
 		if (rc != SPI_OK_UPDATE)
