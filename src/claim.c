@@ -64,16 +64,6 @@ static const ClaimArgs claim_wait_args = {
 	.wait = WAIT_ARG_WAIT
 };
 
-enum
-{
-	COL_OUTCOME,
-	COL_HTTP_STATUS,
-	COL_RESPONSE_BODY,
-	COL_RESPONSE_HEADERS,
-	COL_EXPIRES_AT,
-	CLAIM_RESULT_COLUMNS
-};
-
 /*
  * from + span, checked against what the README's Limits promise: strictly after
  * from (an interval such as '-1 year +365 days' compares greater than zero and
@@ -152,49 +142,59 @@ claim_result_desc(FunctionCallInfo fcinfo)
 	return desc;
 }
 
-static Datum
-claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
-			 const KeyRow *stored, TimestampTz claimed_until)
+void
+claim_outcome_columns(IdemClaimOutcome outcome, const KeyRow *stored, TimestampTz claimed_until,
+					  Datum *values, bool *nulls)
 {
-	TupleDesc	desc;
-	Datum		values[CLAIM_RESULT_COLUMNS];
-	bool		nulls[CLAIM_RESULT_COLUMNS];
-
-	desc = claim_result_desc(fcinfo);
-	memset(nulls, true, sizeof(nulls));
-	values[COL_OUTCOME] = CStringGetTextDatum(idem_core_outcome_name(outcome));
-	nulls[COL_OUTCOME] = false;
+	for (int column = 0; column < CLAIM_COLUMNS; column++)
+	{
+		values[column] = (Datum) 0;
+		nulls[column] = true;
+	}
+	values[CLAIM_COL_OUTCOME] = CStringGetTextDatum(idem_core_outcome_name(outcome));
+	nulls[CLAIM_COL_OUTCOME] = false;
 
 	switch (outcome)
 	{
 		case IDEM_OUTCOME_CLAIMED:
-			values[COL_EXPIRES_AT] = TimestampTzGetDatum(claimed_until);
-			nulls[COL_EXPIRES_AT] = false;
+			values[CLAIM_COL_EXPIRES_AT] = TimestampTzGetDatum(claimed_until);
+			nulls[CLAIM_COL_EXPIRES_AT] = false;
 			break;
 		case IDEM_OUTCOME_REPLAY:
-			values[COL_HTTP_STATUS] = Int32GetDatum(stored->http_status);
-			nulls[COL_HTTP_STATUS] = stored->http_status_null;
-			values[COL_RESPONSE_BODY] = stored->body;
-			nulls[COL_RESPONSE_BODY] = stored->body_null;
-			values[COL_RESPONSE_HEADERS] = stored->headers;
-			nulls[COL_RESPONSE_HEADERS] = stored->headers_null;
-			values[COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
-			nulls[COL_EXPIRES_AT] = false;
+			values[CLAIM_COL_HTTP_STATUS] = Int32GetDatum(stored->http_status);
+			nulls[CLAIM_COL_HTTP_STATUS] = stored->http_status_null;
+			values[CLAIM_COL_RESPONSE_BODY] = stored->body;
+			nulls[CLAIM_COL_RESPONSE_BODY] = stored->body_null;
+			values[CLAIM_COL_RESPONSE_HEADERS] = stored->headers;
+			nulls[CLAIM_COL_RESPONSE_HEADERS] = stored->headers_null;
+			values[CLAIM_COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
+			nulls[CLAIM_COL_EXPIRES_AT] = false;
 			break;
 		case IDEM_OUTCOME_MISMATCH:
-			values[COL_HTTP_STATUS] = Int32GetDatum(idem_mismatch_status);
-			nulls[COL_HTTP_STATUS] = false;
-			values[COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
-			nulls[COL_EXPIRES_AT] = false;
+			values[CLAIM_COL_HTTP_STATUS] = Int32GetDatum(idem_mismatch_status);
+			nulls[CLAIM_COL_HTTP_STATUS] = false;
+			values[CLAIM_COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
+			nulls[CLAIM_COL_EXPIRES_AT] = false;
 			break;
 		case IDEM_OUTCOME_IN_PROGRESS:
-			values[COL_HTTP_STATUS] = Int32GetDatum(409);
-			nulls[COL_HTTP_STATUS] = false;
+			values[CLAIM_COL_HTTP_STATUS] = Int32GetDatum(409);
+			nulls[CLAIM_COL_HTTP_STATUS] = false;
 			break;
 		default:
 			elog(ERROR, "idempotency: outcome %s is not an answer",
 				 idem_core_outcome_name(outcome));
 	}
+}
+
+static Datum
+claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
+			 const KeyRow *stored, TimestampTz claimed_until)
+{
+	TupleDesc	desc = claim_result_desc(fcinfo);
+	Datum		values[CLAIM_COLUMNS];
+	bool		nulls[CLAIM_COLUMNS];
+
+	claim_outcome_columns(outcome, stored, claimed_until, values, nulls);
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
