@@ -37,6 +37,8 @@ void copy_digest(const Sha256Digest& digest, uint8_t out[IDEM_SHA256_BYTES]) {
 
 extern "C" {
 
+// The one text of each status: the SQL layer reports an argument's as "idempotency <argument> <text>"
+// and a failure as "idempotency: <text>" (src/sql_args.c); the regression tests' expected output holds them.
 const char* idem_core_status_message(IdemStatus status) {
     switch (status) {
         case IDEM_OK: return "ok";

@@ -87,6 +87,7 @@ typedef struct IdemClaimFacts
 	IdemStoredRow row;
 } IdemClaimFacts;
 
+/* What is wrong with an argument, to follow its name ("must not be empty"), or what failed in the core. */
 const char *idem_core_status_message(IdemStatus status);
 
 /* Keys: 1..255 bytes, no C0/C1 control character and no DEL. */
