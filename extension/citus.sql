@@ -1,7 +1,8 @@
 -- ---------------------------------------------------------------------------
--- Scaling out with Citus (README, "Scaling out with Citus"). Appended to the install script and to the update
--- script of the version that brings it. Nothing here needs Citus to be installed: its functions and catalogs are
--- reached only through EXECUTE, after pg_extension shows citus.
+-- Scaling out with Citus (README, "Scaling out with Citus"). Appended after functions.sql to both the install
+-- script and the update script, under the same rules: every PL/pgSQL function finds the extension's schema by OID
+-- on each call. Nothing here needs Citus to be installed: its functions and catalogs are reached only through
+-- EXECUTE, after pg_extension shows citus.
 
 -- The one supported layout in one call, on the coordinator: idempotency_keys distributed by scope and co-located
 -- with the tenant's business tables, so that a key's row and the business rows of its tenant live on one node and
@@ -12,7 +13,11 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    keys pg_catalog.regclass := '@extschema@.idempotency_keys'::pg_catalog.regclass;
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    keys pg_catalog.regclass;
+    storage_mode text;
     keys_method text;
     keys_colocation integer;
     business_method text;
@@ -31,6 +36,7 @@ BEGIN
         RAISE EXCEPTION 'idem_citus_distribute: colocate_with must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    keys := pg_catalog.format('%s.idempotency_keys', s)::pg_catalog.regclass;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
         RAISE EXCEPTION 'idem_citus_distribute: Citus is not installed in this database'
             USING ERRCODE = 'feature_not_supported',
@@ -43,7 +49,8 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     -- Partitioned storage keeps its rows in a local partitioned twin that Citus cannot co-locate by scope.
-    IF @extschema@.idem_storage_mode() OPERATOR(pg_catalog.<>) 'table' THEN
+    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO storage_mode;
+    IF storage_mode OPERATOR(pg_catalog.<>) 'table' THEN
         RAISE EXCEPTION 'idem_citus_distribute: partitioned storage is not supported on Citus'
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Switch back first: SELECT idem_set_storage(''table'').';
@@ -108,10 +115,10 @@ BEGIN
     IF keys_method IS NULL THEN
         -- The strongest lock first: distributing and then truncating the local rows would otherwise upgrade
         -- this transaction's lock while the sweeper upgrades its own (a deadlock, seen in the tests).
-        LOCK TABLE @extschema@.idempotency_keys IN ACCESS EXCLUSIVE MODE;
+        EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', keys);
         -- Every unscoped key hashes to one shard, so one node takes all of them.
-        SELECT pg_catalog.count(*) INTO unscoped FROM @extschema@.idempotency_keys
-        WHERE scope OPERATOR(pg_catalog.=) '';
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s WHERE scope OPERATOR(pg_catalog.=) $1', keys)
+            INTO unscoped USING ''::text;
         IF unscoped OPERATOR(pg_catalog.>) 0 THEN
             RAISE WARNING 'idem_citus_distribute: % stored keys have no scope; all unscoped keys land on one shard',
                           unscoped
@@ -165,21 +172,26 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    active text;
     remote record;
     cluster_wide boolean := false;
 BEGIN
-    RETURN QUERY
-        SELECT c.scope, c.key, c.pid, c.since, NULL::timestamptz, 'transaction'::text
-        FROM @extschema@.idem_keys_in_flight_claims() c;
+    RETURN QUERY EXECUTE pg_catalog.format(
+        'SELECT c.scope, c.key, c.pid, c.since, NULL::pg_catalog.timestamptz, ''transaction''::pg_catalog.text'
+        ' FROM %s.idem_keys_in_flight_claims() c', s);
     IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
         EXECUTE 'SELECT pg_catalog.citus_is_coordinator() AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition p'
-                ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) ''@extschema@.idempotency_keys''::pg_catalog.regclass)'
-            INTO cluster_wide;
+                ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)'
+            INTO cluster_wide USING pg_catalog.format('%s.idempotency_keys', s);
     END IF;
     IF cluster_wide THEN
         FOR remote IN EXECUTE
             'SELECT nodename, nodeport, success, result FROM pg_catalog.run_command_on_workers($1)'
-            USING 'SELECT COALESCE(pg_catalog.json_agg(c), ''[]'') FROM @extschema@.idem_keys_in_flight_claims() c'
+            USING pg_catalog.format('SELECT COALESCE(pg_catalog.json_agg(c), ''[]'')'
+                                    ' FROM %s.idem_keys_in_flight_claims() c', s)
         LOOP
             IF NOT remote.success THEN
                 RAISE WARNING 'idem_keys_in_flight: node %:% did not answer: %', remote.nodename, remote.nodeport,
@@ -193,12 +205,13 @@ BEGIN
                                                                              since timestamptz);
         END LOOP;
     END IF;
+    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO active;
     RETURN QUERY EXECUTE pg_catalog.format(
         'SELECT k.scope::pg_catalog.text, k.key::pg_catalog.text, NULL::pg_catalog.int4, k.created_at,'
-        ' k.lease_until, ''lease''::pg_catalog.text FROM @extschema@.%I k'
-        ' WHERE k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()',
-        CASE @extschema@.idem_storage_mode() WHEN 'partitioned' THEN 'idempotency_keys_partitioned'
-             ELSE 'idempotency_keys' END);
+        ' k.lease_until, ''lease''::pg_catalog.text FROM %s.%I k'
+        ' WHERE k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()'
+        ' AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()',
+        s, CASE active WHEN 'partitioned' THEN 'idempotency_keys_partitioned' ELSE 'idempotency_keys' END);
 END
 $$;
 
@@ -209,6 +222,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
     remote record;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -218,7 +234,7 @@ BEGIN
     FOR remote IN EXECUTE
         'SELECT n.nodename, n.nodeport, r.success, r.result FROM pg_catalog.run_command_on_all_nodes($1) r'
         ' JOIN pg_catalog.pg_dist_node n ON n.nodeid OPERATOR(pg_catalog.=) r.nodeid ORDER BY n.groupid'
-        USING 'SELECT pg_catalog.row_to_json(s) FROM @extschema@.idem_stats s'
+        USING pg_catalog.format('SELECT pg_catalog.row_to_json(t) FROM %s.idem_stats t', s)
     LOOP
         node := pg_catalog.format('%s:%s', remote.nodename, remote.nodeport);
         stats := CASE WHEN remote.success THEN remote.result::jsonb
