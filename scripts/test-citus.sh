@@ -225,6 +225,15 @@ check "one key, two scopes on two workers: two keys" "replay|claimed" \
     "$(q coordinator -c "SELECT outcome FROM idem_claim('shared-key', $(hash_of a), NULL, '$a1')" \
          -c "SELECT outcome FROM idem_claim('shared-key', $(hash_of b), NULL, '$a2')" | paste -sd'|')"
 
+# Bound parameters (extended protocol, as drivers send them) are delegated too: Citus plans the call for the value.
+h=$(q coordinator -c "SELECT idem_hash('a'::text)")
+for from in coordinator worker2; do
+    check "bound parameters from $from: claim and completion in a transaction, then a replay" "claimed|t|replay" \
+        "$(printf '%s\n' 'BEGIN;' "SELECT outcome FROM idem_claim(\$1, \$2, NULL, \$3) \\bind bp-$from $h $a1 \\g" \
+              "SELECT idem_complete(\$1, 201, NULL, NULL, \$2) \\bind bp-$from $a1 \\g" 'COMMIT;' \
+              "SELECT outcome FROM idem_claim(\$1, \$2, NULL, \$3) \\bind bp-$from $h $a1 \\g" | q "$from" | paste -sd'|')"
+done
+
 # in_progress at once from every node while a transaction on the owner holds the key; the holder then rolls back.
 for holder_node in coordinator worker1; do
     key=held-$holder_node
@@ -265,12 +274,13 @@ check "not delegated, on the owner itself: served" claimed \
 # Lease mode with a takeover, from the coordinator and a worker.
 for from in coordinator worker2; do
     key=lease-$from
-    token=$(q "$from" -c "SELECT lease_token FROM idem_lease('$key', $(hash_of a), '1 second', NULL, '$a1')")
+    # A 5-second lease: the two calls below fit in it with both cores busy; then wait until it has run out.
+    read -r token until < <(q "$from" -F ' ' -c "SELECT lease_token, lease_until FROM idem_lease('$key', $(hash_of a), '5 seconds', NULL, '$a1')")
     check "$from: lease granted" 36 "${#token}"
     q "$from" -c "SELECT idem_checkpoint('$key', '$token', 'charged', '{\"charge\": \"ch_1\"}', '$a1')" >/dev/null
     check "$from: lease in_progress while it runs" in_progress \
         "$(q worker1 -c "SELECT outcome FROM idem_lease('$key', $(hash_of a), '1 second', NULL, '$a1')")"
-    sleep 1.5
+    q "$from" -c "SELECT pg_sleep(greatest(0, extract(epoch FROM '$until'::timestamptz - clock_timestamp()) + 0.2))" >/dev/null
     check "$from: takeover after the lease ran out resumes at the recovery point" 'claimed|charged|{"charge": "ch_1"}' \
         "$(q worker2 -c "SELECT outcome || '|' || recovery_point || '|' || recovery_state
                          FROM idem_lease('$key', $(hash_of a), '30 seconds', NULL, '$a1')")"
