@@ -11,7 +11,7 @@
 set -eu
 cd "$(dirname "$0")"
 
-PACKAGES="golang-go golang-github-jackc-pgx-v4-dev curl"
+PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-labstack-echo-dev golang-github-gin-gonic-gin-dev golang-github-go-chi-chi-dev curl"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
