@@ -51,12 +51,14 @@ SERVICES = {
     "go": {
         "dir": "go",
         "ready": "cmd/payments",
-        # vendor/ from Debian's golang-*-dev sources (clients/go/debian-vendor.sh), then an offline build
-        "prepare_if_missing": ("vendor", [["sh", "debian-vendor.sh"]]),
-        "prepare": [["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
+        # vendor/ from Debian's golang-*-dev sources (clients/go/debian-vendor.sh, rewritten every time so a
+        # go.mod change is picked up), then an offline build
+        "prepare": [["sh", "debian-vendor.sh"], ["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
         "prepare_env": {"GOFLAGS": "-mod=vendor", "GOPROXY": "off", "GOTOOLCHAIN": "local", "GO111MODULE": "on"},
         "argv": ["{bin}/payments-go"],
         "env": {},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
     },
     "node": {
         "dir": "node",
@@ -75,6 +77,11 @@ SERVICES = {
                          "byte-identical-replay", "method-not-allowed", "idle-409"},
     },
 }
+# The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http).
+for _fw in ("chi", "echo", "gin"):
+    SERVICES["go-" + _fw] = dict(SERVICES["go"], env={"PAYMENTS_FRAMEWORK": _fw},
+                                 prepare=[["go", "build", "-o", "{bin}/payments-go-" + _fw, "./cmd/payments"]],
+                                 argv=["{bin}/payments-go-" + _fw])
 
 #: Every capability name of CONTRACT.md's "Contract 2"; a service listing another name is a typo.
 CAPABILITIES = frozenset({"framework-errors", "several-keys", "body-limit", "not-executed", "byte-identical-replay",

@@ -60,7 +60,8 @@ type Options struct {
 	ReplayHeaders []string
 	// TxOptions of the transaction (isolation level); the zero value is the server default (READ COMMITTED).
 	TxOptions pgx.TxOptions
-	// MaxBodyBytes limits the request body; 0 means 1 MiB. A bigger body is answered 413.
+	// MaxBodyBytes limits the request body; 0 means 1 MiB (1048576 bytes). A bigger body is answered 413
+	// problem+json request-too-large before any claim (a Content-Length over it without reading the body).
 	MaxBodyBytes int64
 	// ProblemBase prefixes problem types; "" means DefaultProblemBase.
 	ProblemBase string
@@ -179,6 +180,26 @@ func Fail(ctx context.Context, err error) bool {
 	return ok
 }
 
+// HTTPError is an error a handler returns (or passes to Fail) to answer with a status, the net/http counterpart of
+// a framework's HTTP error (echo.NewHTTPError, gin's AbortWithError): the middleware answers it as problem+json
+// in place of anything the handler wrote, and treats that answer like any other: a status below 500 is stored
+// and committed with the handler's writes, a 5xx rolls back.
+type HTTPError struct {
+	Status int
+	Title  string // "" means the status text
+	Detail string
+	Err    error // the cause, for errors.Is/As and the log
+}
+
+func (e *HTTPError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("HTTP %d: %v", e.Status, e.Err)
+	}
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Detail)
+}
+
+func (e *HTTPError) Unwrap() error { return e.Err }
+
 // NotExecuted marks the guarded request as not executed: the handler refused it before doing anything (a body
 // that fails validation, say) and answers with a 4xx that is sent but not stored. The transaction rolls back,
 // which also frees the key, so the client can correct the request and send it again with the same key (as Stripe
@@ -256,14 +277,18 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 		g.problem(http.StatusBadRequest, ke.Slug(), title, ke.Reason).Write(w)
 		return
 	}
+	if r.ContentLength > g.opts.MaxBodyBytes {
+		// Refused unread: the server closes the connection rather than drain a body this size.
+		g.tooLarge().Write(w)
+		return
+	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
 	if err != nil {
 		g.problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body", err.Error()).Write(w)
 		return
 	}
 	if int64(len(raw)) > g.opts.MaxBodyBytes {
-		g.problem(http.StatusRequestEntityTooLarge, "request-body-too-large", "Request body too large",
-			fmt.Sprintf("the request body is over %d bytes", g.opts.MaxBodyBytes)).Write(w)
+		g.tooLarge().Write(w)
 		return
 	}
 	if !ValidRequestBody(raw) {
@@ -316,6 +341,11 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 		}
 		return
 	}
+}
+
+func (g *Guard) tooLarge() *Response {
+	return g.problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
+		fmt.Sprintf("the request body is over %d bytes (Options.MaxBodyBytes)", g.opts.MaxBodyBytes))
 }
 
 func (g *Guard) badBody() *Response {
@@ -374,11 +404,24 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 	hr.Body = io.NopCloser(bytes.NewReader(in.body))
 	hr.ContentLength = int64(len(in.body))
 	rec := NewRecorder()
-	if err := CallHandler(h, rec, hr, tx); err != nil {
-		return nil, err
+	err = CallHandler(h, rec, hr, tx)
+	if err == nil {
+		err = state.err
 	}
-	if state.err != nil {
-		return nil, state.err
+	var he *HTTPError
+	if errors.As(err, &he) && !IsRetryable(err) {
+		// The handler's answer is the error's status: rendered here, so that what is stored is what is sent.
+		title := he.Title
+		if title == "" {
+			title = http.StatusText(he.Status)
+		}
+		rec = NewRecorder()
+		g.problem(he.Status, "http-"+strconv.Itoa(he.Status), title, he.Detail).Write(rec)
+		if he.Status >= 500 {
+			g.opts.Logger.Printf("idempotency: %v (rolled back)", err)
+		}
+	} else if err != nil {
+		return nil, err
 	}
 	if !rec.Written() {
 		return nil, errNoResponse

@@ -55,7 +55,9 @@ func newApp(t *testing.T, wrap func(g *idempotency.Guard, opts idempotency.Optio
 	return a
 }
 
-func native(g *idempotency.Guard, _ idempotency.Options) echo.MiddlewareFunc { return echoidem.Middleware(g) }
+func native(g *idempotency.Guard, _ idempotency.Options) echo.MiddlewareFunc {
+	return echoidem.Middleware(g)
+}
 
 func (a *app) post(key string) testdb.Result {
 	a.t.Helper()
