@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"example.com/idempotency"
 	"example.com/idempotency/echoidem"
@@ -20,6 +21,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
 	"github.com/labstack/echo/v4"
 )
 
@@ -39,6 +41,8 @@ type Config struct {
 	// router), "echo" (echoidem.Middleware), "gin" (ginidem.Handle). Methods, paths and authentication are
 	// checked in front of it alike for all four.
 	Framework string
+	// RidesLease is the lease length of POST /rides (RIDES_LEASE_SECONDS); 0 means 30 s.
+	RidesLease time.Duration
 }
 
 // Frameworks are the values of Config.Framework.
@@ -121,6 +125,9 @@ func NewHandler(db idempotency.DB, cfg Config) (http.Handler, error) {
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	})))
 	mux.Handle("/payments", onlyMethod(http.MethodPost, authenticate(payments)))
+	if pool, ok := db.(*pgxpool.Pool); ok {
+		mux.Handle("/rides", onlyMethod(http.MethodPost, authenticate(s.ridesHandler(pool))))
+	}
 	mux.Handle("/payments-unprotected", onlyMethod(http.MethodPost, authenticate(http.HandlerFunc(s.unprotected))))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, "not-found", "Not Found", r.URL.Path+" is not a resource here").Write(w)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -38,9 +39,18 @@ func main() {
 	}
 	defer pool.Close()
 
+	var ridesLease time.Duration
+	if v := os.Getenv("RIDES_LEASE_SECONDS"); v != "" {
+		secs, err := strconv.ParseFloat(v, 64)
+		if err != nil || secs <= 0 {
+			log.Fatalf("payments: RIDES_LEASE_SECONDS=%q is not a positive number", v)
+		}
+		ridesLease = time.Duration(secs * float64(time.Second))
+	}
 	handler, err := payments.NewHandler(pool, payments.Config{
-		Faults:    os.Getenv("PAYMENTS_FAULTS") == "1",
-		Framework: os.Getenv("PAYMENTS_FRAMEWORK"),
+		Faults:     os.Getenv("PAYMENTS_FAULTS") == "1",
+		Framework:  os.Getenv("PAYMENTS_FRAMEWORK"),
+		RidesLease: ridesLease,
 	})
 	if err != nil {
 		log.Fatal(err)
