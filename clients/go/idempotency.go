@@ -23,6 +23,7 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -75,8 +76,9 @@ type Options struct {
 
 // Guard applies the idempotency protocol to handlers.
 type Guard struct {
-	db   DB
-	opts Options
+	db    DB
+	sqlDB *sql.DB
+	opts  Options
 }
 
 // New returns a Guard that begins its transactions on db.
@@ -130,6 +132,7 @@ type ctxKey int
 const (
 	txKey ctxKey = iota
 	stateKey
+	sqlKey
 )
 
 type requestState struct {
@@ -400,6 +403,9 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 	tx := s.tx()
 	state := &requestState{key: in.key, scope: in.scope, attempt: attempt}
 	hctx := context.WithValue(context.WithValue(ctx, txKey, tx), stateKey, state)
+	if q := s.querier(); q != nil {
+		hctx = context.WithValue(hctx, sqlKey, q)
+	}
 	hr := r.Clone(hctx)
 	hr.Body = io.NopCloser(bytes.NewReader(in.body))
 	hr.ContentLength = int64(len(in.body))

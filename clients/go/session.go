@@ -17,7 +17,8 @@ import (
 // handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
 type session interface {
 	claim(ctx context.Context, args []any) (ClaimRow, error)
-	tx() pgx.Tx
+	tx() pgx.Tx       // the pgx transaction, nil for database/sql
+	querier() Querier // the database/sql transaction, nil for pgx
 	finish(ctx context.Context, args []any) (completed, error)
 	close()
 }
@@ -30,6 +31,15 @@ type completed struct {
 }
 
 func (g *Guard) newSession(ctx context.Context) (session, error) {
+	if g.sqlDB != nil {
+		if g.opts.NoPipeline {
+			return &sqlTxSession{db: g.sqlDB, opts: g.opts.TxOptions}, nil
+		}
+		return newSQLPipeSession(ctx, g.sqlDB, beginSQL(g.opts.TxOptions))
+	}
+	if g.db == nil {
+		return nil, errNoDB
+	}
 	if !g.opts.NoPipeline {
 		switch db := g.db.(type) {
 		case *pgxpool.Pool:
@@ -83,7 +93,8 @@ func (s *txSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
 	return scanClaim(t.QueryRow(ctx, claimSQL, args...))
 }
 
-func (s *txSession) tx() pgx.Tx { return s.t }
+func (s *txSession) tx() pgx.Tx       { return s.t }
+func (s *txSession) querier() Querier { return nil }
 
 func (s *txSession) finish(ctx context.Context, args []any) (completed, error) {
 	var c completed
@@ -127,7 +138,13 @@ func (s *pipeSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
 	return c, err
 }
 
-func (s *pipeSession) tx() pgx.Tx { return s.t }
+func (s *pipeSession) tx() pgx.Tx {
+	if s.t == nil {
+		return nil
+	}
+	return s.t
+}
+func (s *pipeSession) querier() Querier { return nil }
 
 func (s *pipeSession) finish(ctx context.Context, args []any) (completed, error) {
 	var c completed

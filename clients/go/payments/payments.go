@@ -166,6 +166,21 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 	case "echo":
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
+		// Errors as problem+json, like the other routes (echo's default writes {"message": ...}); echoidem runs
+		// this inside the transaction, so the status it picks is the status stored.
+		e.HTTPErrorHandler = func(err error, c echo.Context) {
+			if c.Response().Committed {
+				return
+			}
+			var he *echo.HTTPError
+			if errors.As(err, &he) {
+				problem(he.Code, "http-"+strconv.Itoa(he.Code), http.StatusText(he.Code), fmt.Sprint(he.Message)).Write(c.Response())
+				return
+			}
+			s.cfg.Logger.Printf("payments: %v", err)
+			problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+				"the request failed and was rolled back").Write(c.Response())
+		}
 		e.POST("/payments", func(c echo.Context) error {
 			thrown, err := s.createPayment(c.Response(), c.Request(), idempotency.Tx(c.Request().Context()))
 			if thrown != 0 {

@@ -295,7 +295,13 @@ func TestValidationNotExecuted(t *testing.T) {
 }
 
 func TestFaultsNotCached(t *testing.T) {
-	pool, c := startService(t)
+	for _, fw := range Frameworks {
+		t.Run(fw, func(t *testing.T) { faultsNotCached(t, fw) })
+	}
+}
+
+func faultsNotCached(t *testing.T, framework string) {
+	pool, c := startFramework(t, framework)
 	for _, tc := range []struct {
 		fault  string
 		status int
