@@ -7,6 +7,7 @@
 //	bare-tx      BEGIN, the INSERT, COMMIT (3): the baseline of issue 25's target
 //	guard        the middleware, pipelined: BEGIN+claim, the INSERT, complete+COMMIT (3)
 //	guard-nopipe the middleware with Options.NoPipeline: BEGIN, claim, INSERT, complete, COMMIT (5)
+//	sql-*        the same three over database/sql (OpenSQL, pgx stdlib), compared with sql-bare-tx
 //
 // Usage: idembench -url postgresql://... [-url2 postgresql://... (e.g. through PgBouncer)] [-workers 8]
 // The database needs the extension and clients/schema.sql. Rows are written under accounts bench_<random>.
@@ -16,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -49,23 +51,37 @@ func unique() string {
 	return hex.EncodeToString(b)
 }
 
-func configs(pool *pgxpool.Pool) []config {
-	guarded := func(noPipeline bool) func(ctx context.Context, account string, n int64) error {
-		g := idempotency.New(pool, idempotency.Options{
+func configs(pool *pgxpool.Pool, db *sql.DB) []config {
+	respond := func(w http.ResponseWriter, id int64) error {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, err := fmt.Fprintf(w, `{"payment_id":%d}`, id)
+		return err
+	}
+	guarded := func(noPipeline, useSQL bool) func(ctx context.Context, account string, n int64) error {
+		opts := idempotency.Options{
 			Scope:      func(r *http.Request) string { return r.Header.Get("X-Account") },
 			NoPipeline: noPipeline,
 			Logger:     log.New(io.Discard, "", 0),
-		})
-		h := g.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
-			var id int64
-			if err := tx.QueryRow(r.Context(), insertSQL, r.Header.Get("X-Account"), idempotency.Key(r.Context())).Scan(&id); err != nil {
-				return err
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusCreated)
-			_, err := fmt.Fprintf(w, `{"payment_id":%d}`, id)
-			return err
-		})
+		}
+		var h http.Handler
+		if useSQL {
+			h = idempotency.NewSQL(db, opts).HandleSQL(func(w http.ResponseWriter, r *http.Request, q idempotency.Querier) error {
+				var id int64
+				if err := q.QueryRowContext(r.Context(), insertSQL, r.Header.Get("X-Account"), idempotency.Key(r.Context())).Scan(&id); err != nil {
+					return err
+				}
+				return respond(w, id)
+			})
+		} else {
+			h = idempotency.New(pool, opts).HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+				var id int64
+				if err := tx.QueryRow(r.Context(), insertSQL, r.Header.Get("X-Account"), idempotency.Key(r.Context())).Scan(&id); err != nil {
+					return err
+				}
+				return respond(w, id)
+			})
+		}
 		return func(ctx context.Context, account string, n int64) error {
 			req := httptest.NewRequest(http.MethodPost, "/payments", bytes.NewReader([]byte(`{"amount_cents":100,"currency":"USD"}`))).WithContext(ctx)
 			req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", account, n))
@@ -95,8 +111,22 @@ func configs(pool *pgxpool.Pool) []config {
 			}
 			return tx.Commit(ctx)
 		}},
-		{"guard", guarded(false)},
-		{"guard-nopipe", guarded(true)},
+		{"guard", guarded(false, false)},
+		{"guard-nopipe", guarded(true, false)},
+		{"sql-bare-tx", func(ctx context.Context, account string, n int64) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback() }()
+			var id int64
+			if err := tx.QueryRowContext(ctx, insertSQL, account, "").Scan(&id); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}},
+		{"sql-guard", guarded(false, true)},
+		{"sql-guard-nopipe", guarded(true, true)},
 	}
 }
 
@@ -173,7 +203,14 @@ func main() {
 			log.Fatalf("idembench: %s: %v", u, err)
 		}
 		defer pool.Close()
-		paths = append(paths, &path{url: u, configs: configs(pool), rps: map[string][]float64{}})
+		db, err := idempotency.OpenSQL(u)
+		if err != nil {
+			log.Fatalf("idembench: %s: %v", u, err)
+		}
+		db.SetMaxOpenConns(*workers)
+		db.SetMaxIdleConns(*workers)
+		defer db.Close()
+		paths = append(paths, &path{url: u, configs: configs(pool, db), rps: map[string][]float64{}})
 	}
 	d := time.Duration(*seconds * float64(time.Second))
 	for r := 0; r < *rounds; r++ {
@@ -197,11 +234,15 @@ func main() {
 		}
 	}
 	fmt.Printf("%d workers, pool of %d, %d rounds of %.0f s each, medians of requests/s\n\n", *workers, *workers, *rounds, *seconds)
-	fmt.Println("| path | configuration | median req/s | / bare-tx | / autocommit | rounds |")
+	fmt.Println("| path | configuration | median req/s | / bare-tx (same driver) | / autocommit | rounds |")
 	fmt.Println("|---|---|---:|---:|---:|---|")
 	for _, p := range paths {
-		bare, auto := median(p.rps["bare-tx"]), median(p.rps["autocommit"])
+		auto := median(p.rps["autocommit"])
 		for _, c := range p.configs {
+			bare := median(p.rps["bare-tx"])
+			if strings.HasPrefix(c.name, "sql-") {
+				bare = median(p.rps["sql-bare-tx"])
+			}
 			m := median(p.rps[c.name])
 			var each []string
 			for _, x := range p.rps[c.name] {
