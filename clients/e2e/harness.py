@@ -58,7 +58,7 @@ SERVICES = {
         "argv": ["{bin}/payments-go"],
         "env": {},
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     "node": {
         "dir": "node",
