@@ -488,6 +488,10 @@ func (rec *Recorder) Write(b []byte) (int, error) {
 	return rec.body.Write(b)
 }
 
+// Flush does nothing: the response is buffered until the transaction commits (it exists so that handlers and
+// frameworks that flush, such as echo's Response.Flush, work unchanged).
+func (rec *Recorder) Flush() {}
+
 // Response is the recorded response (status 200 when the handler set none).
 func (rec *Recorder) Response() *Response {
 	status := rec.status

@@ -192,7 +192,11 @@ func TestCreatedAndRetriedConflict(t *testing.T) {
 			return fmt.Errorf("debit: %w", err)
 		}
 		c.Response().Header().Set("Location", "/p/1")
-		return c.JSON(http.StatusCreated, map[string]any{"id": 1, "note": "ok"})
+		if err := c.JSON(http.StatusCreated, map[string]any{"id": 1, "note": "ok"}); err != nil {
+			return err
+		}
+		c.Response().Flush() // buffered until the commit: a no-op, not a panic
+		return nil
 	})
 	key := testdb.Unique("k")
 	first := a.post(key)
