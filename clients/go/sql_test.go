@@ -9,6 +9,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync/atomic"
 	"testing"
 
@@ -22,7 +23,7 @@ func TestDatabaseSQL(t *testing.T) {
 	pool := testdb.Pool(t) // skips without a database; counts rows
 	for _, noPipeline := range []bool{false, true} {
 		t.Run(fmt.Sprintf("NoPipeline=%v", noPipeline), func(t *testing.T) {
-			db, err := idempotency.OpenSQL(pool.Config().ConnString())
+			db, err := idempotency.OpenSQL(os.Getenv(testdb.Env))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,7 +31,12 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := idempotency.NewPool(ctx, url)
+	// One connection kept open, not NewPool's eight: the tests open many short-lived pools.
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	pool, err := idempotency.NewPool(ctx, url+sep+"pool_min_conns=1")
 	if err != nil {
 		t.Fatalf("connect %s: %v", Env, err)
 	}
