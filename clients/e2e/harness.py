@@ -82,7 +82,8 @@ SERVICES = {
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http).
 for _fw in ("chi", "echo", "gin"):
     SERVICES["go-" + _fw] = dict(SERVICES["go"], env={"PAYMENTS_FRAMEWORK": _fw},
-                                 prepare=[["go", "build", "-o", "{bin}/payments-go-" + _fw, "./cmd/payments"]],
+                                 prepare=[["sh", "debian-vendor.sh"],
+                                          ["go", "build", "-o", "{bin}/payments-go-" + _fw, "./cmd/payments"]],
                                  argv=["{bin}/payments-go-" + _fw])
 
 #: Every capability name of CONTRACT.md's "Contract 2"; a service listing another name is a typo.
