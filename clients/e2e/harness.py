@@ -78,6 +78,36 @@ SERVICES = {
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
                          "byte-identical-replay", "method-not-allowed", "idle-409"},
     },
+    # FastAPI (Starlette, ASGI) under uvicorn, psycopg 3's async connection (idempotency_pg.asgi.PsycopgBackend)
+    "python-fastapi": {
+        "dir": "python",
+        "ready": "src/payments_service/asgi_main.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "psycopg"],
+        "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+    },
+    # FastAPI with a SQLAlchemy 1.4 Session on psycopg2, ORM writes (idempotency_pg.asgi.SQLAlchemyBackend)
+    "python-sqlalchemy": {
+        "dir": "python",
+        "ready": "src/payments_service/asgi_main.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "sqlalchemy"],
+        "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+    },
+    # Django 3.2 under waitress, the claim inside transaction.atomic() (idempotency_pg.django.idempotent)
+    "python-django": {
+        "dir": "python",
+        "ready": "src/payments_service/django_app.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.django_app"],
+        "env": {"PYTHONPATH": "src", "THREADS": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+    },
 }
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http).
 for _fw in ("chi", "echo", "gin"):
@@ -182,7 +212,7 @@ def stack_up(stack):
         if port_open(port):
             raise HarnessError(f"port {port} is already in use on 127.0.0.1 (a stack left running?)")
     pg = os.path.join(stack, "pg")
-    script = 'source "$1/scripts/lib/cluster.sh" && start_cluster "$2" "$3" "$4" "max_connections = 200"'
+    script = 'source "$1/scripts/lib/cluster.sh" && start_cluster "$2" "$3" "$4" "max_connections = 400"'
     r = subprocess.run(["bash", "-c", script, "_", REPO, pg, str(PG_PORT),
                         "shared_preload_libraries = 'idempotency'"], cwd=stack,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
