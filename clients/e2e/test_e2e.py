@@ -26,7 +26,7 @@ def service(request, stack, _service_registry):
 @pytest.fixture(scope="session")
 def account(service):
     """One account (the idempotency scope) per service and mode and run, so runs never share keys."""
-    return f"e2e_{service.lang}_{service.mode}_{uuid.uuid4().hex[:8]}"
+    return f"e2e_{service.lang}_{service.mode}_{uuid.uuid4().hex[:8]}".replace("-", "_")  # [a-z0-9_]{1,64}
 
 
 @pytest.fixture
