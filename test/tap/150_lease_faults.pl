@@ -27,6 +27,10 @@
 # a claim after an acknowledged completion, a key stuck in_progress past its lease, a key
 # not finishable in the final pass, a ledger row count per key other than 1, an
 # acknowledged body that does not replay (idem_lease and idem_claim), no takeovers.
+#
+# The whole scenario runs twice on one node, in table storage and then, after
+# idem_set_storage('partitioned'), in partitioned storage, each pass with keys of its own and its
+# assertions in a subtest of its own.
 use strict;
 use warnings;
 
@@ -53,21 +57,28 @@ my $CUT_EVERY   = 150;     # about one claimed key in this many has a step's COM
 my $STALL_S     = 2.5;     # a stalled holder: longer than the lease
 my $STUCK_S     = 10;      # a key in_progress for longer than this is stuck (lease + restarts)
 my $RUN_LIMIT   = 60;      # seconds of client work at most
+# The whole scenario runs once per storage mode: partitioned storage keeps an expired row beside the
+# re-claimed key's new one, so its fence is not table storage's. With idempotency.ttl = 1 hour,
+# 10-minute partitions make 8 of them (every claim reads each one); both are well inside the 64 allowed.
+my @MODES          = qw(table partitioned);
+my $PARTITION_SPAN = '10 minutes';
 
-my $started_at = now_s();
 sub mono { return clock_gettime(CLOCK_MONOTONIC); }
 
 # fsync = off (Cluster's default) is sound: every fault is a process crash, never an OS crash.
-my $node = IdemNode->create('lease', 'restart_after_crash = on', 'max_connections = 60');
+my $node = IdemNode->create('lease', 'restart_after_crash = on', 'max_connections = 60', 'idempotency.ttl = 1h');
 $node->safe_psql('postgres',
 	'CREATE TABLE ledger (key text NOT NULL, charge_id text NOT NULL, token uuid NOT NULL, client text NOT NULL)');
 
-my $work = PostgreSQL::Test::Utils::tempdir();
+# One node and one provider for both passes; what a pass writes (its log directory, its keys, named
+# "$mode/...") is its own. $KEYS is where the storage mode keeps the rows.
+my $root = PostgreSQL::Test::Utils::tempdir();
+my ($mode, $work, $KEYS, $started_at);
 my $parent = $$;
 $SIG{PIPE} = 'IGNORE';
 
 # ---- the payment provider stub: keyed like Stripe, records every call ----
-my $provider_log = "$work/provider.log";
+my $provider_log = "$root/provider.log";
 my $listener = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 64, ReuseAddr => 1)
   or die "provider listen: $!";
 my $provider_port = $listener->sockport;
@@ -113,7 +124,7 @@ if ($provider == 0)
 }
 close $listener;
 
-my ($proxy, $proxy_port, $proxy_log) = $node->start_proxy($work);
+my ($proxy, $proxy_port, $proxy_log) = $node->start_proxy($root);
 
 sub client_dsn
 {
@@ -309,7 +320,7 @@ sub walk
 	return 0;
 }
 
-sub pair_key { my ($pair, $b, $i) = @_; return "p${pair}b${b}k$i"; }
+sub pair_key { my ($pair, $b, $i) = @_; return "$mode/p${pair}b${b}k$i"; }
 
 sub client
 {
@@ -347,7 +358,7 @@ sub client
 }
 
 # ---- the parent: clients, monitor, faults ----
-my (%clients, %exited, $final_phase);    # pid => id
+my (%clients, %exited, $final_phase, $respawns);    # pid => id
 sub spawn
 {
 	my ($id) = @_;
@@ -358,7 +369,6 @@ sub spawn
 }
 sub pid_of { my ($id) = @_; my ($pid) = grep { $clients{$_} == $id && !exists $exited{$_} } keys %clients; return $pid; }
 
-my $respawns = 0;
 sub reap
 {
 	while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0)
@@ -429,10 +439,7 @@ sub client_backends
 
 # A holder stalls past its lease at a step boundary; a rival takes the key over and
 # finishes it; the stalled holder's next step must fail with 55000 and write nothing.
-my %rival_ctx = (id => 'rival', dsn => $node->dsn(application_name => 'lease_rival'), cut => 0);
-open $rival_ctx{out}, '>>', "$work/rival" or die;
-$rival_ctx{out}->autoflush(1);
-my (%stale_seen, %stall_missed);
+my (%rival_ctx, %stale_seen, %stall_missed);
 # Clients told to die at their next step boundary (pid => 1): one of them, if stalled, would die
 # after its stall instead of taking its next step, so it is never picked to stall.
 my %dying;
@@ -452,9 +459,10 @@ sub stale_holder
 		sleep 0.01 unless defined $key;
 	}
 	return 0 unless defined $key;
-	my $left = eval { mon()->selectrow_array(q{
+	my $left = eval { mon()->selectrow_array(qq{
 		SELECT greatest(extract(epoch FROM lease_until - clock_timestamp()), 0)
-		FROM idempotency_keys WHERE key = $1 AND http_status IS NULL}, undef, $key) };
+		FROM $KEYS WHERE key = \$1 AND http_status IS NULL AND expires_at > now()
+		ORDER BY expires_at DESC LIMIT 1}, undef, $key) };
 	sleep(($left // 0) + 0.05);
 	$rival_ctx{deadline} = now_s() + 10;
 	walk(\%rival_ctx, $key);
@@ -475,7 +483,6 @@ sub stale_holder
 	return 1;
 }
 
-my %faults;
 my %inject = (
 	backend_kill9 => sub {
 		my @b = client_backends() or return 0;
@@ -534,23 +541,6 @@ my %inject = (
 	stale_holder_after_charge => sub { return stale_holder('USR2', 'after_charge'); },
 	stale_holder_after_checkpoint => sub { return stale_holder('WINCH', 'after_checkpoint'); });
 
-spawn($_) for 0 .. 2 * $PAIRS - 1;
-my $fault_start = now_s();
-for my $round (1 .. $ROUNDS)
-{
-	for my $kind (shuffle sort keys %inject)
-	{
-		for my $try (1 .. 5)
-		{
-			wait_progress();
-			next unless $inject{$kind}->();
-			$faults{$kind}++;
-			last;
-		}
-	}
-}
-my $fault_secs = now_s() - $fault_start;
-
 # Enough keys, then every client dies between two steps: their leases must run out.
 sub keys_walked_so_far
 {
@@ -562,224 +552,273 @@ sub keys_walked_so_far
 	}
 	return $n;
 }
-my $until = now_s() + $RUN_LIMIT;
-pause_s(0.2) while keys_walked_so_far() < $MIN_KEYS + 4 * $BLOCK && now_s() < $until;
-$final_phase = 1;
-reap();
-kill 'TERM', grep { !exists $exited{$_} } keys %clients;
-$until = now_s() + 5;
-sleep 0.05 while (reap(), grep { !exists $exited{$_} } keys %clients) && now_s() < $until;
-my $hard_killed = kill 'KILL', grep { !exists $exited{$_} } keys %clients;
-sleep 0.05 while (reap(), grep { !exists $exited{$_} } keys %clients);
-my $run_secs = now_s() - $fault_start;
 
-# ---- after the last lease has run out, finish every key ----
-stats_poll();
-my %walked;
-for my $pair (0 .. $PAIRS - 1)
+# ---- one pass of the whole scenario in the current storage mode ----
+sub run_pass
 {
-	my $blocks = max(map { -e "$work/block$_" ? slurp_file("$work/block$_") + 1 : 0 } 2 * $pair, 2 * $pair + 1);
-	for my $b (0 .. $blocks - 1) { $walked{ pair_key($pair, $b, $_) } = 1 for 0 .. $BLOCK - 1; }
-}
-my $dbh = mon();
-my ($left_leases, $wait_lease) = $dbh->selectrow_array(q{
-	SELECT count(*), greatest(extract(epoch FROM max(lease_until) - clock_timestamp()), 0)
-	FROM idempotency_keys WHERE http_status IS NULL AND lease_until IS NOT NULL});
-sleep(($wait_lease // 0) + 0.05);
-my $live_after = $dbh->selectrow_array(q{
-	SELECT count(*) FROM idempotency_keys WHERE http_status IS NULL AND lease_until > clock_timestamp()});
-my %done = map { $_->[0] => 1 } @{ $dbh->selectall_arrayref('SELECT key FROM idempotency_keys WHERE http_status IS NOT NULL') };
-my %lapsed = map { $_->[0] => 1 } @{ $dbh->selectall_arrayref('SELECT key FROM idempotency_keys WHERE http_status IS NULL') };
-my @unfinished = sort grep { !$done{$_} } keys %walked;
-my %final_ctx = (id => 'final', dsn => $node->dsn(application_name => 'lease_final'), cut => 0);
-open $final_ctx{out}, '>', "$work/final" or die;
-$final_ctx{out}->autoflush(1);
-# No fault from here on: the counters of the final pass must be exact.
-$dbh->do('SELECT idem_stats_reset()');
-$final_ctx{deadline} = now_s() + 20;
-my $final_left = walk(\%final_ctx, @unfinished);
-close $final_ctx{out};
-$final_ctx{dbh}->disconnect if $final_ctx{dbh};
-my $final_stats = $dbh->selectrow_hashref('SELECT ' . join(', ', @COUNTERS) . ' FROM idem_stats');
-$stats_base{$_} += $stats_last{$_} // 0 for @COUNTERS;
-%stats_last = %$final_stats;
-my $stats = stats_total();
+	$started_at = now_s();
+	$work = "$root/$mode";
+	mkdir $work or die "mkdir $work: $!";
+	$KEYS = $mode eq 'table' ? 'idempotency_keys' : 'idempotency_keys_partitioned';
+	%clients = %exited = %stats_base = %stats_last = %stale_seen = %stall_missed = %dying = ();
+	($final_phase, $respawns) = (0, 0);
+	%rival_ctx = (id => 'rival', dsn => $node->dsn(application_name => 'lease_rival'), cut => 0);
+	open $rival_ctx{out}, '>>', "$work/rival" or die;
+	$rival_ctx{out}->autoflush(1);
+	my $proxy_offset = -s $proxy_log // 0;
+	my %faults;
+	mon()->do('TRUNCATE ledger');
+	mon()->do('SELECT idem_stats_reset()');
 
-# ---- what everyone saw ----
-my (%calls, %charges, %claims, %first_ckpt, %first_ack, %acks, %replays, %cut, %count);
-for my $file ((map { "client$_" } 0 .. 2 * $PAIRS - 1), 'rival', 'final')
-{
-	open my $in, '<', "$work/$file" or next;
-	while (<$in>)
+	spawn($_) for 0 .. 2 * $PAIRS - 1;
+	my $fault_start = now_s();
+	for my $round (1 .. $ROUNDS)
 	{
-		my ($what, @f) = split;
-		next unless defined $what;
-		$count{$what}++;
-		$count{"final_$what"}++ if $file eq 'final';
-		if ($what eq 'claim') { push @{ $claims{ $f[0] } }, [ @f[1 .. 4] ]; }
-		elsif ($what eq 'ckpt') { $first_ckpt{ $f[0] } = min($first_ckpt{ $f[0] } // $f[3], $f[3]); }
-		elsif ($what eq 'ack') { push @{ $acks{ $f[0] } }, [ $f[1], $f[2] ]; $first_ack{ $f[0] } = min($first_ack{ $f[0] } // $f[3], $f[3]); }
-		elsif ($what eq 'replay') { push @{ $replays{ $f[0] } }, [ @f[0 .. 3] ]; }
-		elsif ($what eq 'cut') { $cut{ $f[0] }++; }
-		elsif ($what eq 'suicide') { $count{"suicide_$f[1]"}++; }
-		elsif ($what eq 'stale') { $count{"stale_$f[1]"}++; }
-	}
-}
-open my $pin, '<', $provider_log or die;
-my $provider_calls = 0;
-while (<$pin>)
-{
-	my (undef, $key, $token, $charge) = split;
-	$provider_calls++;
-	$calls{$key}++;
-	$charges{$key}{$charge} = 1;
-}
-my $keys_charged = keys %calls;
-# In the final pass every lease has run out: any in_progress answer there is a stuck key.
-my $final_stuck = $count{final_wait} // 0;
-my $repeated_calls = $provider_calls - $keys_charged;
-my $double_charged = grep { keys %{ $charges{$_} } > 1 } keys %charges;
-sub charge_of { my ($key) = @_; my ($c) = keys %{ $charges{$key} // {} }; return $c // '-'; }
-
-# A claim that began after the key's checkpoint (or completion) was acknowledged must
-# resume there (or not happen at all): the clock is CLOCK_MONOTONIC, shared by all processes.
-my ($lost_recovery, $claimed_after_ack, $resumed, $wrong_resume) = (0, 0, 0, 0);
-my @lost_examples;
-for my $key (keys %claims)
-{
-	for my $c (@{ $claims{$key} })
-	{
-		my ($token, $rp, $rs_charge, $t0) = @$c;
-		if ($rp eq 'charge_created')
+		for my $kind (shuffle sort keys %inject)
 		{
-			$resumed++;
-			$wrong_resume++ if $rs_charge ne charge_of($key);
+			for my $try (1 .. 5)
+			{
+				wait_progress();
+				next unless $inject{$kind}->();
+				$faults{$kind}++;
+				last;
+			}
 		}
-		elsif (defined $first_ckpt{$key} && $t0 > $first_ckpt{$key})
+	}
+	my $fault_secs = now_s() - $fault_start;
+
+	my $until = now_s() + $RUN_LIMIT;
+	pause_s(0.2) while keys_walked_so_far() < $MIN_KEYS + 4 * $BLOCK && now_s() < $until;
+	$final_phase = 1;
+	reap();
+	kill 'TERM', grep { !exists $exited{$_} } keys %clients;
+	$until = now_s() + 5;
+	sleep 0.05 while (reap(), grep { !exists $exited{$_} } keys %clients) && now_s() < $until;
+	my $hard_killed = kill 'KILL', grep { !exists $exited{$_} } keys %clients;
+	sleep 0.05 while (reap(), grep { !exists $exited{$_} } keys %clients);
+	my $run_secs = now_s() - $fault_start;
+
+	# ---- after the last lease has run out, finish every key ----
+	stats_poll();
+	my %walked;
+	for my $pair (0 .. $PAIRS - 1)
+	{
+		my $blocks = max(map { -e "$work/block$_" ? slurp_file("$work/block$_") + 1 : 0 } 2 * $pair, 2 * $pair + 1);
+		for my $b (0 .. $blocks - 1) { $walked{ pair_key($pair, $b, $_) } = 1 for 0 .. $BLOCK - 1; }
+	}
+	my $dbh = mon();
+	my ($left_leases, $wait_lease) = $dbh->selectrow_array(qq{
+		SELECT count(*), greatest(extract(epoch FROM max(lease_until) - clock_timestamp()), 0)
+		FROM $KEYS WHERE http_status IS NULL AND lease_until IS NOT NULL});
+	sleep(($wait_lease // 0) + 0.05);
+	my $live_after = $dbh->selectrow_array(qq{
+		SELECT count(*) FROM $KEYS WHERE http_status IS NULL AND lease_until > clock_timestamp()});
+	my %done = map { $_->[0] => 1 } @{ $dbh->selectall_arrayref("SELECT key FROM $KEYS WHERE http_status IS NOT NULL") };
+	my %lapsed = map { $_->[0] => 1 } @{ $dbh->selectall_arrayref("SELECT key FROM $KEYS WHERE http_status IS NULL") };
+	my @unfinished = sort grep { !$done{$_} } keys %walked;
+	my %final_ctx = (id => 'final', dsn => $node->dsn(application_name => 'lease_final'), cut => 0);
+	open $final_ctx{out}, '>', "$work/final" or die;
+	$final_ctx{out}->autoflush(1);
+	# No fault from here on: the counters of the final pass must be exact.
+	$dbh->do('SELECT idem_stats_reset()');
+	$final_ctx{deadline} = now_s() + 20;
+	my $final_left = walk(\%final_ctx, @unfinished);
+	close $final_ctx{out};
+	$final_ctx{dbh}->disconnect if $final_ctx{dbh};
+	my $final_stats = $dbh->selectrow_hashref('SELECT ' . join(', ', @COUNTERS) . ' FROM idem_stats');
+	$stats_base{$_} += $stats_last{$_} // 0 for @COUNTERS;
+	%stats_last = %$final_stats;
+	my $stats = stats_total();
+
+	# ---- what everyone saw ----
+	my (%calls, %charges, %claims, %first_ckpt, %first_ack, %acks, %replays, %cut, %count);
+	for my $file ((map { "client$_" } 0 .. 2 * $PAIRS - 1), 'rival', 'final')
+	{
+		open my $in, '<', "$work/$file" or next;
+		while (<$in>)
 		{
-			$lost_recovery++;
-			push @lost_examples, $key;
+			my ($what, @f) = split;
+			next unless defined $what;
+			$count{$what}++;
+			$count{"final_$what"}++ if $file eq 'final';
+			if ($what eq 'claim') { push @{ $claims{ $f[0] } }, [ @f[1 .. 4] ]; }
+			elsif ($what eq 'ckpt') { $first_ckpt{ $f[0] } = min($first_ckpt{ $f[0] } // $f[3], $f[3]); }
+			elsif ($what eq 'ack') { push @{ $acks{ $f[0] } }, [ $f[1], $f[2] ]; $first_ack{ $f[0] } = min($first_ack{ $f[0] } // $f[3], $f[3]); }
+			elsif ($what eq 'replay') { push @{ $replays{ $f[0] } }, [ @f[0 .. 3] ]; }
+			elsif ($what eq 'cut') { $cut{ $f[0] }++; }
+			elsif ($what eq 'suicide') { $count{"suicide_$f[1]"}++; }
+			elsif ($what eq 'stale') { $count{"stale_$f[1]"}++; }
 		}
-		$claimed_after_ack++ if defined $first_ack{$key} && $t0 > $first_ack{$key};
 	}
-}
-
-# What the database kept.
-$dbh = mon();
-my %ledger;
-push @{ $ledger{ $_->[0] } }, [ $_->[1], $_->[2] ]
-  for @{ $dbh->selectall_arrayref('SELECT key, charge_id, token FROM ledger') };
-my $ledger_not_one = grep { @{ $ledger{$_} // [] } != 1 } keys %walked;
-my $ledger_foreign = grep { !$walked{$_} } keys %ledger;
-my $ledger_wrong_charge = grep { @{ $ledger{$_} // [] } && $ledger{$_}[0][0] ne charge_of($_) } keys %walked;
-
-# Every key replays, through idem_lease and through idem_claim (rolled back), with its charge.
-my (%lease_replay, %claim_replay);
-my @keys = sort keys %walked;
-while (my @chunk = splice(@keys, 0, 1000))
-{
-	for my $r (@{ $dbh->selectall_arrayref(q{
-		SELECT k, l.outcome, l.http_status, l.response_body->>'charge_id', l.response_body->>'token'
-		FROM unnest($1::text[]) k, idem_lease(k, encode(sha256(convert_to('ride:' || k, 'UTF8')), 'hex'), lease => '1 s') l},
-		undef, \@chunk) })
+	open my $pin, '<', $provider_log or die;
+	my $provider_calls = 0;
+	while (<$pin>)
 	{
-		$lease_replay{ $r->[0] } = [ @$r[1 .. 4] ];
+		my (undef, $key, $token, $charge) = split;
+		next unless index($key, "$mode/") == 0;
+		$provider_calls++;
+		$calls{$key}++;
+		$charges{$key}{$charge} = 1;
 	}
-	$dbh->begin_work;
-	for my $r (@{ $dbh->selectall_arrayref(q{
-		SELECT k, c.outcome, c.http_status, c.response_body->>'charge_id', c.response_body->>'token'
-		FROM unnest($1::text[]) k, idem_claim(k, encode(sha256(convert_to('ride:' || k, 'UTF8')), 'hex')) c},
-		undef, \@chunk) })
-	{
-		$claim_replay{ $r->[0] } = [ @$r[1 .. 4] ];
-	}
-	$dbh->rollback;
-}
-my %ledger_token = map { $_ => $ledger{$_}[0][1] } grep { @{ $ledger{$_} } } keys %ledger;
-my $not_replayed = grep {
-	my $l = $lease_replay{$_} // [];
-	my $c = $claim_replay{$_} // [];
-	($l->[0] // '') ne 'replay' || ($c->[0] // '') ne 'replay'
-	  || $l->[1] != 201 || $c->[1] != 201 || $l->[2] ne charge_of($_) || $c->[2] ne charge_of($_)
-	  || ($l->[3] // '') ne ($ledger_token{$_} // '')
-} keys %walked;
-# Each acknowledged 201: the replay is its very body (charge and token), and so is each replay seen.
-my $acked_keys = keys %acks;
-my $ack_wrong = grep {
-	my $k = $_;
-	grep { $_->[0] ne ($lease_replay{$k}[3] // '') || $_->[1] ne ($lease_replay{$k}[2] // '') } @{ $acks{$k} }
-} keys %acks;
-my $replay_seen_wrong = grep {
-	my $k = $_;
-	grep { $_->[1] ne '201' || $_->[2] ne ($lease_replay{$k}[2] // '') || $_->[3] ne ($lease_replay{$k}[3] // '') }
-	  @{ $replays{$k} }
-} keys %replays;
-my $uncharged = grep { !$calls{$_} } keys %walked;
-my $wall = now_s() - $started_at;
+	my $keys_charged = keys %calls;
+	# In the final pass every lease has run out: any in_progress answer there is a stuck key.
+	my $final_stuck = $count{final_wait} // 0;
+	my $repeated_calls = $provider_calls - $keys_charged;
+	my $double_charged = grep { keys %{ $charges{$_} } > 1 } keys %charges;
+	my $charge_of = sub { my ($key) = @_; my ($c) = keys %{ $charges{$key} // {} }; return $c // '-'; };
 
-my %proxy_events;
-for (split /\n/, slurp_file($proxy_log))
-{
-	my (undef, @event) = split;
-	$proxy_events{ $event[0] eq 'open' ? 'open' : "@event" }++;
+	# A claim that began after the key's checkpoint (or completion) was acknowledged must
+	# resume there (or not happen at all): the clock is CLOCK_MONOTONIC, shared by all processes.
+	my ($lost_recovery, $claimed_after_ack, $resumed, $wrong_resume) = (0, 0, 0, 0);
+	my @lost_examples;
+	for my $key (keys %claims)
+	{
+		for my $c (@{ $claims{$key} })
+		{
+			my ($token, $rp, $rs_charge, $t0) = @$c;
+			if ($rp eq 'charge_created')
+			{
+				$resumed++;
+				$wrong_resume++ if $rs_charge ne $charge_of->($key);
+			}
+			elsif (defined $first_ckpt{$key} && $t0 > $first_ckpt{$key})
+			{
+				$lost_recovery++;
+				push @lost_examples, $key;
+			}
+			$claimed_after_ack++ if defined $first_ack{$key} && $t0 > $first_ack{$key};
+		}
+	}
+
+	# What the database kept.
+	$dbh = mon();
+	my %ledger;
+	push @{ $ledger{ $_->[0] } }, [ $_->[1], $_->[2] ]
+	  for @{ $dbh->selectall_arrayref('SELECT key, charge_id, token FROM ledger') };
+	my $ledger_not_one = grep { @{ $ledger{$_} // [] } != 1 } keys %walked;
+	my $ledger_foreign = grep { !$walked{$_} } keys %ledger;
+	my $ledger_wrong_charge = grep { @{ $ledger{$_} // [] } && $ledger{$_}[0][0] ne $charge_of->($_) } keys %walked;
+
+	# Every key replays, through idem_lease and through idem_claim (rolled back), with its charge.
+	my (%lease_replay, %claim_replay);
+	my @keys = sort keys %walked;
+	while (my @chunk = splice(@keys, 0, 1000))
+	{
+		for my $r (@{ $dbh->selectall_arrayref(q{
+			SELECT k, l.outcome, l.http_status, l.response_body->>'charge_id', l.response_body->>'token'
+			FROM unnest($1::text[]) k, idem_lease(k, encode(sha256(convert_to('ride:' || k, 'UTF8')), 'hex'), lease => '1 s') l},
+			undef, \@chunk) })
+		{
+			$lease_replay{ $r->[0] } = [ @$r[1 .. 4] ];
+		}
+		$dbh->begin_work;
+		for my $r (@{ $dbh->selectall_arrayref(q{
+			SELECT k, c.outcome, c.http_status, c.response_body->>'charge_id', c.response_body->>'token'
+			FROM unnest($1::text[]) k, idem_claim(k, encode(sha256(convert_to('ride:' || k, 'UTF8')), 'hex')) c},
+			undef, \@chunk) })
+		{
+			$claim_replay{ $r->[0] } = [ @$r[1 .. 4] ];
+		}
+		$dbh->rollback;
+	}
+	my %ledger_token = map { $_ => $ledger{$_}[0][1] } grep { @{ $ledger{$_} } } keys %ledger;
+	my $not_replayed = grep {
+		my $l = $lease_replay{$_} // [];
+		my $c = $claim_replay{$_} // [];
+		($l->[0] // '') ne 'replay' || ($c->[0] // '') ne 'replay'
+		  || $l->[1] != 201 || $c->[1] != 201 || $l->[2] ne $charge_of->($_) || $c->[2] ne $charge_of->($_)
+		  || ($l->[3] // '') ne ($ledger_token{$_} // '')
+	} keys %walked;
+	# Each acknowledged 201: the replay is its very body (charge and token), and so is each replay seen.
+	my $acked_keys = keys %acks;
+	my $ack_wrong = grep {
+		my $k = $_;
+		grep { $_->[0] ne ($lease_replay{$k}[3] // '') || $_->[1] ne ($lease_replay{$k}[2] // '') } @{ $acks{$k} }
+	} keys %acks;
+	my $replay_seen_wrong = grep {
+		my $k = $_;
+		grep { $_->[1] ne '201' || $_->[2] ne ($lease_replay{$k}[2] // '') || $_->[3] ne ($lease_replay{$k}[3] // '') }
+		  @{ $replays{$k} }
+	} keys %replays;
+	my $uncharged = grep { !$calls{$_} } keys %walked;
+	my $wall = now_s() - $started_at;
+
+	my %proxy_events;
+	for (split /\n/, substr(slurp_file($proxy_log), $proxy_offset))
+	{
+		my (undef, @event) = split;
+		$proxy_events{ $event[0] eq 'open' ? 'open' : "@event" }++;
+	}
+	my $walked = keys %walked;
+	my $total_faults = sum0(values %faults) + ($cut{checkpoint} // 0) + ($cut{complete} // 0) + 1;
+	diag("lease_faults ($mode): " . sprintf('%d keys in %.0f s of client work (%.0f s of faults), wall %.0f s; faults: %s; '
+		  . 'cut COMMITs: checkpoint %d, complete %d (proxy: %s); final kill of every client between steps '
+		  . '(suicides %s, hard-killed %d); client respawns %d',
+		$walked, $run_secs, $fault_secs, $wall, join(', ', map { "$_=" . ($faults{$_} // 0) } sort keys %inject),
+		$cut{checkpoint} // 0, $cut{complete} // 0, join(', ', map { "$_ x$proxy_events{$_}" } sort keys %proxy_events),
+		join(', ', map { "$_=$count{$_}" } sort grep { /^suicide_/ } keys %count), $hard_killed, $respawns));
+	diag("lease_faults ($mode): " . sprintf('provider: %d calls for %d keys, %d repeated calls, %d keys charged twice; '
+		  . 'claims %d (%d resumed at charge_created), acks %d, replays seen %d, in_progress answers %d, '
+		  . 'stale tokens %s (stalled holders fenced: %s), step errors %d',
+		$provider_calls, $keys_charged, $repeated_calls, $double_charged, $count{claim} // 0, $resumed,
+		$count{ack} // 0, $count{replay} // 0, $count{wait} // 0,
+		join(', ', map { "$_=$count{$_}" } sort grep { /^stale_/ } keys %count) || 0,
+		join(', ', map { "$_=$stale_seen{$_}" } sort keys %stale_seen) || 0, $count{error} // 0));
+	diag("lease_faults ($mode): " . sprintf('final pass: %d leases left at the end, %d unfinished keys (%d of them lapsed '
+		  . 'leases), %d not claimable at once; idem_stats summed over all restarts (approximate: '
+		  . 'counts since the last poll before a crash are lost): %s; of the final pass alone: %s',
+		$left_leases, scalar(@unfinished), scalar(grep { $lapsed{$_} } @unfinished), $final_stuck,
+		join(', ', map { "$_=$stats->{$_}" } @COUNTERS), join(', ', map { "$_=$final_stats->{$_}" } @COUNTERS)));
+
+	subtest "$mode storage" => sub {
+		cmp_ok($walked, '>=', $MIN_KEYS, "at least $MIN_KEYS keys");
+		cmp_ok($faults{$_} // 0, '>=', $ROUNDS, "$ROUNDS faults of kind $_") for sort keys %inject;
+		cmp_ok($total_faults, '>=', 9, 'at least 9 faults in all');
+		cmp_ok(($cut{checkpoint} // 0) + ($cut{complete} // 0), '>', 0, 'some COMMITs were cut after the server answered');
+		is($stale_seen{$_} // 0, $faults{"stale_holder_$_"} // 0, "every holder stalled $_ past its lease got 55000 at its next step")
+		  for qw(after_charge after_checkpoint);
+		is($count{fatal} // 0, 0, 'no client died of an unexpected error');
+		is($count{bad} // 0, 0, 'no mismatch or unknown outcome');
+		is($double_charged, 0, 'keys with more than one distinct external charge: 0');
+		is($lost_recovery, 0, 'provider calls by a claim that began after the charge_created checkpoint was acknowledged: 0')
+		  or diag("lost recovery points: @lost_examples[0 .. min(9, $#lost_examples)]");
+		is($wrong_resume, 0, 'every resume at charge_created carries the charge the provider made');
+		is($claimed_after_ack, 0, 'claims after an acknowledged completion: 0');
+		is($count{stuck} // 0, 0, "keys in_progress for more than $STUCK_S s during the run: 0");
+		is($live_after, 0, 'no lease still live after the last one ran out');
+		is($final_left, 0, 'the final pass finished every key');
+		is($final_stuck, 0, 'keys stuck past their lease: 0 (every unfinished key claimable at once)');
+		cmp_ok(scalar(grep { $lapsed{$_} } @unfinished), '>', 0, 'the final pass took over lapsed leases');
+		is($ledger_not_one, 0, 'ledger: exactly one row for every key');
+		is($ledger_foreign, 0, 'ledger: no row for a key nobody walked');
+		is($ledger_wrong_charge, 0, 'ledger: each row has the key\'s one charge');
+		is($uncharged, 0, 'every key was charged');
+		is($not_replayed, 0, 'every key replays 201 with its charge via idem_lease and idem_claim');
+		cmp_ok($acked_keys, '>', 0, 'some requests were acknowledged');
+		is($ack_wrong, 0, 'every acknowledged 201 replays its very body');
+		is($replay_seen_wrong, 0, 'every replay a client saw is the stored body');
+		cmp_ok($stats->{lease_takeovers}, '>', 0, 'idem_stats: lease_takeovers > 0');
+		cmp_ok($stats->{checkpoints}, '>', 0, 'idem_stats: checkpoints > 0');
+		is($final_stats->{leases}, $count{final_claim} // 0, 'idem_stats of the final pass: leases = its claims');
+		is($final_stats->{lease_takeovers}, scalar(grep { $lapsed{$_} } @unfinished),
+			'idem_stats of the final pass: lease_takeovers = the lapsed leases it found');
+		is($final_stats->{checkpoints}, $count{final_ckpt} // 0, 'idem_stats of the final pass: checkpoints = its checkpoints');
+		cmp_ok($wall, '<', 150, 'wall time under 150 s');
+		done_testing();
+	};
 }
+
+for my $pass (@MODES)
+{
+	$mode = $pass;
+	# The keys of the table pass move too, completed and all.
+	$node->safe_psql('postgres', "SELECT idem_set_storage('partitioned', interval '$PARTITION_SPAN')")
+	  if $mode eq 'partitioned';
+	is($node->safe_psql('postgres', 'SELECT idem_storage_mode()'), $mode, "storage mode $mode");
+	run_pass();
+}
+
 kill 'TERM', $proxy, $provider;
 waitpid($_, 0) for $proxy, $provider;
-
-my $walked = keys %walked;
-my $total_faults = sum0(values %faults) + ($cut{checkpoint} // 0) + ($cut{complete} // 0) + 1;
-diag(sprintf('lease_faults: %d keys in %.0f s of client work (%.0f s of faults), wall %.0f s; faults: %s; '
-	  . 'cut COMMITs: checkpoint %d, complete %d (proxy: %s); final kill of every client between steps '
-	  . '(suicides %s, hard-killed %d); client respawns %d',
-	$walked, $run_secs, $fault_secs, $wall, join(', ', map { "$_=" . ($faults{$_} // 0) } sort keys %inject),
-	$cut{checkpoint} // 0, $cut{complete} // 0, join(', ', map { "$_ x$proxy_events{$_}" } sort keys %proxy_events),
-	join(', ', map { "$_=$count{$_}" } sort grep { /^suicide_/ } keys %count), $hard_killed, $respawns));
-diag(sprintf('lease_faults: provider: %d calls for %d keys, %d repeated calls, %d keys charged twice; '
-	  . 'claims %d (%d resumed at charge_created), acks %d, replays seen %d, in_progress answers %d, '
-	  . 'stale tokens %s (stalled holders fenced: %s), step errors %d',
-	$provider_calls, $keys_charged, $repeated_calls, $double_charged, $count{claim} // 0, $resumed,
-	$count{ack} // 0, $count{replay} // 0, $count{wait} // 0,
-	join(', ', map { "$_=$count{$_}" } sort grep { /^stale_/ } keys %count) || 0,
-	join(', ', map { "$_=$stale_seen{$_}" } sort keys %stale_seen) || 0, $count{error} // 0));
-diag(sprintf('lease_faults: final pass: %d leases left at the end, %d unfinished keys (%d of them lapsed '
-	  . 'leases), %d not claimable at once; idem_stats summed over all restarts (approximate: '
-	  . 'counts since the last poll before a crash are lost): %s; of the final pass alone: %s',
-	$left_leases, scalar(@unfinished), scalar(grep { $lapsed{$_} } @unfinished), $final_stuck,
-	join(', ', map { "$_=$stats->{$_}" } @COUNTERS), join(', ', map { "$_=$final_stats->{$_}" } @COUNTERS)));
-
-cmp_ok($walked, '>=', $MIN_KEYS, "at least $MIN_KEYS keys");
-cmp_ok($faults{$_} // 0, '>=', $ROUNDS, "$ROUNDS faults of kind $_") for sort keys %inject;
-cmp_ok($total_faults, '>=', 9, 'at least 9 faults in all');
-cmp_ok(($cut{checkpoint} // 0) + ($cut{complete} // 0), '>', 0, 'some COMMITs were cut after the server answered');
-is($stale_seen{$_} // 0, $faults{"stale_holder_$_"} // 0, "every holder stalled $_ past its lease got 55000 at its next step")
-  for qw(after_charge after_checkpoint);
-is($count{fatal} // 0, 0, 'no client died of an unexpected error');
-is($count{bad} // 0, 0, 'no mismatch or unknown outcome');
-is($double_charged, 0, 'keys with more than one distinct external charge: 0');
-is($lost_recovery, 0, 'provider calls by a claim that began after the charge_created checkpoint was acknowledged: 0')
-  or diag("lost recovery points: @lost_examples[0 .. min(9, $#lost_examples)]");
-is($wrong_resume, 0, 'every resume at charge_created carries the charge the provider made');
-is($claimed_after_ack, 0, 'claims after an acknowledged completion: 0');
-is($count{stuck} // 0, 0, "keys in_progress for more than $STUCK_S s during the run: 0");
-is($live_after, 0, 'no lease still live after the last one ran out');
-is($final_left, 0, 'the final pass finished every key');
-is($final_stuck, 0, 'keys stuck past their lease: 0 (every unfinished key claimable at once)');
-cmp_ok(scalar(grep { $lapsed{$_} } @unfinished), '>', 0, 'the final pass took over lapsed leases');
-is($ledger_not_one, 0, 'ledger: exactly one row for every key');
-is($ledger_foreign, 0, 'ledger: no row for a key nobody walked');
-is($ledger_wrong_charge, 0, 'ledger: each row has the key\'s one charge');
-is($uncharged, 0, 'every key was charged');
-is($not_replayed, 0, 'every key replays 201 with its charge via idem_lease and idem_claim');
-cmp_ok($acked_keys, '>', 0, 'some requests were acknowledged');
-is($ack_wrong, 0, 'every acknowledged 201 replays its very body');
-is($replay_seen_wrong, 0, 'every replay a client saw is the stored body');
-cmp_ok($stats->{lease_takeovers}, '>', 0, 'idem_stats: lease_takeovers > 0');
-cmp_ok($stats->{checkpoints}, '>', 0, 'idem_stats: checkpoints > 0');
-is($final_stats->{leases}, $count{final_claim} // 0, 'idem_stats of the final pass: leases = its claims');
-is($final_stats->{lease_takeovers}, scalar(grep { $lapsed{$_} } @unfinished),
-	'idem_stats of the final pass: lease_takeovers = the lapsed leases it found');
-is($final_stats->{checkpoints}, $count{final_ckpt} // 0, 'idem_stats of the final pass: checkpoints = its checkpoints');
-cmp_ok($wall, '<', 150, 'wall time under 150 s');
-
-$dbh->disconnect;
+$mon->disconnect if $mon;
 done_testing();
