@@ -30,7 +30,17 @@
 #
 # The whole scenario runs twice on one node, in table storage and then, after
 # idem_set_storage('partitioned'), in partitioned storage, each pass with keys of its own and its
-# assertions in a subtest of its own.
+# assertions in a subtest of its own. One key in five is short: lease 0.6 s, ttl 0.2 s, so that
+# completed and abandoned ones expire during the run and are claimed anew (in partitioned storage
+# the expired row stays beside the new one), and now and then its holder sleeps past the key's
+# expiry at a step boundary: its next step must get 55000.
+#
+# The recorded history: every grant (client logs: fencing number, the server's lease end and
+# expiry, the client's clock around the call) and every checkpoint and completion that committed
+# (table history, written in the same transaction). Fails on a stale write (one whose transaction
+# began after its holder's key expired, or after a holder with a larger fencing number was
+# granted the key), a double completion (a key completed again while its earlier response was
+# live), fencing numbers that do not strictly increase per key in grant order.
 use strict;
 use warnings;
 
@@ -49,6 +59,16 @@ use Time::HiRes qw(sleep clock_gettime CLOCK_MONOTONIC);
 use IdemNode;
 
 my $LEASE       = '1 s';
+# Short keys (one in $SHORT_EVERY of each block, named "$mode/short/..."): their key expires
+# $SHORT_TTL_S after the lease ends, and one holder in $SLOW_EVERY of them sleeps $SLOW_S at a step
+# boundary, past its key's expiry, while its pair's other client re-claims the key (a new row beside
+# the expired one, in partitioned storage). The sleeper's next step must get 55000. Only a client's
+# first attempt at a key sleeps, so a key waiting for its retry is not held up by sleeps at others.
+my $SHORT_EVERY   = 5;
+my $SHORT_LEASE_S = 0.6;
+my $SHORT_TTL_S   = 0.2;
+my $SLOW_EVERY    = 20;
+my $SLOW_S        = $SHORT_LEASE_S + $SHORT_TTL_S + 0.6;
 my $PAIRS       = 2;       # 4 client processes
 my $BLOCK       = 50;      # keys a pair walks in opposite order before the next block
 my $MIN_KEYS    = 2000;
@@ -64,11 +84,21 @@ my @MODES          = qw(table partitioned);
 my $PARTITION_SPAN = '10 minutes';
 
 sub mono { return clock_gettime(CLOCK_MONOTONIC); }
+# sleep that a signal does not cut short: the clients get the faults' signals at any time.
+sub sleep_fully { my $until = mono() + $_[0]; sleep($until - mono()) while mono() < $until; }
 
 # fsync = off (Cluster's default) is sound: every fault is a process crash, never an OS crash.
 my $node = IdemNode->create('lease', 'restart_after_crash = on', 'max_connections = 60', 'idempotency.ttl = 1h');
 $node->safe_psql('postgres',
 	'CREATE TABLE ledger (key text NOT NULL, charge_id text NOT NULL, token uuid NOT NULL, client text NOT NULL)');
+# The recorded history: every checkpoint and completion that committed, written in its own
+# transaction, with the holder's grant (fencing number, lease end and expiry as idem_lease returned
+# them; epoch seconds) and when the write began: by the client's CLOCK_MONOTONIC before it sent
+# the write, and the server's now() (the transaction's start, where expiry is judged).
+$node->safe_psql('postgres', q{
+	CREATE TABLE history (key text NOT NULL, token uuid NOT NULL, fencing bigint NOT NULL, step text NOT NULL,
+		client_start float8 NOT NULL, tx_start float8 NOT NULL DEFAULT extract(epoch FROM now()),
+		lease_until float8 NOT NULL, expires float8 NOT NULL, lease_s float8 NOT NULL)});
 
 # One node and one provider for both passes; what a pass writes (its log directory, its keys, named
 # "$mode/...") is its own. $KEYS is where the storage mode keeps the rows.
@@ -144,7 +174,10 @@ sub cut_dsn
 # $ctx: { id, out (log handle), dsn, dbh, prov, die_at (boundary to die at), cut (allow cuts) }
 # Log lines: claim KEY TOKEN RP CHARGE T0 | ckpt KEY TOKEN CHARGE T | ack KEY TOKEN CHARGE T |
 # replay KEY STATUS CHARGE TOKEN | wait KEY | stale KEY STAGE | error KEY STAGE | cut STEP KEY TOKEN |
-# suicide KEY BOUNDARY | stuck KEY | bad KEY OUTCOME
+# suicide KEY BOUNDARY | stuck KEY | bad KEY OUTCOME | slow KEY BOUNDARY | slow_fenced KEY | slow_wrote KEY |
+# slow_error KEY (the step after a slow holder's sleep: 55000, success, another error) |
+# grant KEY TOKEN FENCING LEASE_S WAIT_S CALLED RETURNED RETURNED_WALL LEASE_UNTIL EXPIRES
+# (CALLED, RETURNED: CLOCK_MONOTONIC around the idem_lease call; the rest epoch seconds)
 sub provider_charge
 {
 	my ($ctx, $key, $token) = @_;
@@ -167,15 +200,24 @@ sub provider_charge
 sub boundary
 {
 	my ($ctx, $key, $where) = @_;
+	if (($ctx->{slow_at} // '') eq $where)
+	{
+		# A short key's holder slower than its key's life: the key expires meanwhile.
+		$ctx->{slow_at} = undef;
+		out($ctx, 'slow', $key, $where);
+		sleep_fully($SLOW_S);
+		$ctx->{slowed} = $key;
+	}
 	if (($ctx->{stall_at} // '') eq $where)
 	{
 		# A holder slower than its lease: someone takes the key over meanwhile.
 		$ctx->{stall_at} = undef;
 		out($ctx, 'stall', $key, $where);
-		sleep $STALL_S;
+		sleep_fully($STALL_S);
 	}
 	my $d = $ctx->{die_at} or return;
-	return unless $d eq 'any' || $d eq $where;
+	# The final kill leaves its lease on a key that must end answered, never on a short key.
+	return unless ($d eq 'any' && !is_short($key)) || $d eq $where;
 	print { $ctx->{out} } "suicide $key $where\n";
 	kill 'KILL', $$;
 	sleep 1 while 1;
@@ -186,19 +228,26 @@ sub out { my $ctx = shift; print { $ctx->{out} } "@_\n"; }
 # One attempt at a key: 'done' (answered), or 'later' (in_progress, stale, error).
 sub attempt
 {
-	my ($ctx, $key) = @_;
+	my ($ctx, $key, $retry) = @_;
 	my $hash = sha256_hex("ride:$key");
+	my $short = is_short($key);
+	my $lease_s = $short ? $SHORT_LEASE_S : 1;
 	$ctx->{dbh} //= idem_connect($ctx->{dsn});
 	if (!$ctx->{dbh}) { sleep 0.05; return 'later'; }
 	my $dbh = $ctx->{dbh};
 	my ($stage, $cutdbh, $cutting) = ('lease', undef, 0);
+	$ctx->{slowed} = undef;
 	my $t0 = mono();
 	my $result = eval {
 		my $r = $dbh->selectrow_hashref(q{
 			SELECT outcome, http_status, lease_token, recovery_point,
 			       recovery_state->>'charge_id' AS rs_charge,
-			       response_body->>'charge_id' AS body_charge, response_body->>'token' AS body_token
-			FROM idem_lease($1, $2, lease => $3)}, undef, $key, $hash, $LEASE);
+			       response_body->>'charge_id' AS body_charge, response_body->>'token' AS body_token,
+			       fencing_number, extract(epoch FROM lease_until) AS lease_until,
+			       extract(epoch FROM expires_at) AS expires
+			FROM idem_lease($1, $2, lease => $3, ttl => $4)}, undef, $key, $hash,
+			$short ? "$SHORT_LEASE_S s" : $LEASE, $short ? "$SHORT_TTL_S s" : undef);
+		my ($returned_wall, $returned) = (now_s(), mono());
 		my $outcome = $r->{outcome};
 		if ($outcome eq 'replay')
 		{
@@ -218,6 +267,12 @@ sub attempt
 		my $token = $r->{lease_token};
 		my $rp = $r->{recovery_point} // '-';
 		out($ctx, 'claim', $key, $token, $rp, $r->{rs_charge} // '-', $t0);
+		out($ctx, 'grant', $key, $token, $r->{fencing_number}, $lease_s, 0, $t0, $returned, $returned_wall,
+			$r->{lease_until}, $r->{expires});
+		# What the history row of each write of this holder records about its grant.
+		my @grant = ($token, $r->{fencing_number}, $r->{lease_until}, $r->{expires}, $lease_s);
+		$ctx->{slow_at} = $rp eq 'charge_created' || rand() < 0.5 ? 'after_checkpoint' : 'after_charge'
+		  if $short && $ctx->{slow} && !$retry && rand($SLOW_EVERY) < 1;
 		boundary($ctx, $key, 'after_lease');
 		my $charge;
 		if ($rp eq 'charge_created')
@@ -231,23 +286,30 @@ sub attempt
 			boundary($ctx, $key, 'after_charge');
 			sleep rand(0.002);    # widen the window between the call and its checkpoint
 			$stage = 'checkpoint';
-			my $ckpt = q{SELECT idem_checkpoint($1, $2, 'charge_created', jsonb_build_object('charge_id', $3::text))};
+			# One statement: the history row commits with the checkpoint or not at all.
+			my $ckpt = q{
+				INSERT INTO history (key, token, fencing, step, client_start, lease_until, expires, lease_s)
+				SELECT $1, $2, $3, 'checkpoint', $4, $5, $6, $7
+				FROM idem_checkpoint($1, $2, 'charge_created', jsonb_build_object('charge_id', $8::text))};
+			my @args = ($key, @grant[0, 1], mono(), @grant[2 .. 4], $charge);
 			if ($ctx->{cut} && rand($CUT_EVERY) < 1)
 			{
 				# The COMMIT reaches the server, its answer never reaches us: we must assume
 				# nothing and come back later (the takeover must resume at charge_created).
 				$cutdbh = idem_connect(cut_dsn(), AutoCommit => 0) or die "no cut connection\n";
-				$cutdbh->do($ckpt, undef, $key, $token, $charge);
+				$cutdbh->do($ckpt, undef, @args);
 				out($ctx, 'cut', 'checkpoint', $key, $token);
 				$cutting = 1;
 				$cutdbh->commit;
 				die "cut did not cut\n";
 			}
-			$dbh->do($ckpt, undef, $key, $token, $charge);
+			$dbh->do($ckpt, undef, @args);
 			out($ctx, 'ckpt', $key, $token, $charge, mono());
+			out($ctx, 'slow_wrote', $key) if $ctx->{slowed};
 		}
 		boundary($ctx, $key, 'after_checkpoint');
 		$stage = 'complete';
+		my $started = mono();
 		my $h = $dbh;
 		if ($ctx->{cut} && rand($CUT_EVERY) < 1)
 		{
@@ -262,11 +324,14 @@ sub attempt
 			SELECT idem_lease_complete($1, $2::uuid, 201, jsonb_build_object('charge_id', $3::text, 'token', $4::text))},
 			undef, $key, $token, $charge, $token);
 		die "idem_lease_complete returned false\n" unless $stored;
+		$h->do(q{INSERT INTO history (key, token, fencing, step, client_start, lease_until, expires, lease_s)
+			VALUES ($1, $2, $3, 'complete', $4, $5, $6, $7)}, undef, $key, @grant[0, 1], $started, @grant[2 .. 4]);
 		$stage = 'commit';
 		if ($cutdbh) { out($ctx, 'cut', 'complete', $key, $token); $cutting = 1; }
 		$h->commit;
 		die "cut did not cut\n" if $cutdbh;
 		out($ctx, 'ack', $key, $token, $charge, mono());
+		out($ctx, 'slow_wrote', $key) if $ctx->{slowed};
 		return 'done';
 	};
 	return $result if defined $result;
@@ -280,12 +345,14 @@ sub attempt
 	if ($err =~ /not the current one/)
 	{
 		out($ctx, 'stale', $key, $stage);
+		out($ctx, 'slow_fenced', $key) if $ctx->{slowed};
 		eval { $dbh->rollback unless $dbh->{AutoCommit} } unless $cutdbh;
 		return 'later';
 	}
 	die $err if $err =~ /provider unreachable|returned false/;
 	(my $why = substr($err, 0, 80)) =~ s/\s+/_/g;
 	out($ctx, 'error', $key, $stage, $why);
+	out($ctx, 'slow_error', $key) if $ctx->{slowed};
 	return 'later' if $cutdbh && $dbh->ping;    # only the cut connection failed
 	eval { $dbh->disconnect };
 	$ctx->{dbh} = undef;
@@ -304,7 +371,7 @@ sub walk
 		my @later;
 		for my $key (@todo)
 		{
-			if (attempt($ctx, $key) eq 'later')
+			if (attempt($ctx, $key, exists $first_wait{$key}) eq 'later')
 			{
 				push @later, $key;
 				$first_wait{$key} //= now_s();
@@ -320,14 +387,19 @@ sub walk
 	return 0;
 }
 
-sub pair_key { my ($pair, $b, $i) = @_; return "$mode/p${pair}b${b}k$i"; }
+sub pair_key
+{
+	my ($pair, $b, $i) = @_;
+	return $i % $SHORT_EVERY == $SHORT_EVERY - 1 ? "$mode/short/p${pair}b${b}k$i" : "$mode/p${pair}b${b}k$i";
+}
+sub is_short { return $_[0] =~ m{^[^/]+/short/}; }
 
 sub client
 {
 	my ($id) = @_;
 	my ($pair, $descending) = (int($id / 2), $id % 2);
 	$SIG{PIPE} = 'IGNORE';
-	my %ctx = (id => $id, dsn => client_dsn($id, "lease_client$id"), cut => 1);
+	my %ctx = (id => $id, dsn => client_dsn($id, "lease_client$id"), cut => 1, slow => 1);
 	$SIG{USR1} = sub { $ctx{die_at} = 'after_charge' };
 	$SIG{HUP} = sub { $ctx{die_at} = 'after_checkpoint' };
 	$SIG{TERM} = sub { $ctx{die_at} = 'any' };
@@ -567,7 +639,7 @@ sub run_pass
 	$rival_ctx{out}->autoflush(1);
 	my $proxy_offset = -s $proxy_log // 0;
 	my %faults;
-	mon()->do('TRUNCATE ledger');
+	mon()->do('TRUNCATE ledger, history');
 	mon()->do('SELECT idem_stats_reset()');
 
 	spawn($_) for 0 .. 2 * $PAIRS - 1;
@@ -600,13 +672,24 @@ sub run_pass
 
 	# ---- after the last lease has run out, finish every key ----
 	stats_poll();
-	my %walked;
+	# %walked: the keys that must end answered; %short: the short keys, which may end expired.
+	my (%walked, %short);
 	for my $pair (0 .. $PAIRS - 1)
 	{
 		my $blocks = max(map { -e "$work/block$_" ? slurp_file("$work/block$_") + 1 : 0 } 2 * $pair, 2 * $pair + 1);
-		for my $b (0 .. $blocks - 1) { $walked{ pair_key($pair, $b, $_) } = 1 for 0 .. $BLOCK - 1; }
+		for my $b (0 .. $blocks - 1)
+		{
+			for my $key (map { pair_key($pair, $b, $_) } 0 .. $BLOCK - 1)
+			{
+				if (is_short($key)) { $short{$key} = 1; } else { $walked{$key} = 1; }
+			}
+		}
 	}
 	my $dbh = mon();
+	# No client is left to take a short key: none may live longer than a lease and a ttl from now.
+	my $short_life_left = $dbh->selectrow_array(qq{
+		SELECT coalesce(extract(epoch FROM max(expires_at) - clock_timestamp()), 0) FROM $KEYS WHERE key LIKE \$1},
+		undef, "$mode/short/%");
 	my ($left_leases, $wait_lease) = $dbh->selectrow_array(qq{
 		SELECT count(*), greatest(extract(epoch FROM max(lease_until) - clock_timestamp()), 0)
 		FROM $KEYS WHERE http_status IS NULL AND lease_until IS NOT NULL});
@@ -631,7 +714,7 @@ sub run_pass
 	my $stats = stats_total();
 
 	# ---- what everyone saw ----
-	my (%calls, %charges, %claims, %first_ckpt, %first_ack, %acks, %replays, %cut, %count);
+	my (%calls, %charges, %claims, %first_ckpt, %first_ack, %acks, %replays, %cut, %count, %grants);
 	for my $file ((map { "client$_" } 0 .. 2 * $PAIRS - 1), 'rival', 'final')
 	{
 		open my $in, '<', "$work/$file" or next;
@@ -648,6 +731,14 @@ sub run_pass
 			elsif ($what eq 'cut') { $cut{ $f[0] }++; }
 			elsif ($what eq 'suicide') { $count{"suicide_$f[1]"}++; }
 			elsif ($what eq 'stale') { $count{"stale_$f[1]"}++; }
+			elsif ($what eq 'grant')
+			{
+				my %g;
+				@g{qw(token fencing lease wait called returned returned_wall lease_until expires)} = @f[1 .. 9];
+				# The moment of the grant, by the server's clock: the lease runs from it.
+				$g{granted} = $g{lease_until} - $g{lease};
+				push @{ $grants{ $f[0] } }, \%g;
+			}
 		}
 	}
 	open my $pin, '<', $provider_log or die;
@@ -681,12 +772,13 @@ sub run_pass
 				$resumed++;
 				$wrong_resume++ if $rs_charge ne $charge_of->($key);
 			}
-			elsif (defined $first_ckpt{$key} && $t0 > $first_ckpt{$key})
+			elsif ($walked{$key} && defined $first_ckpt{$key} && $t0 > $first_ckpt{$key})
 			{
 				$lost_recovery++;
 				push @lost_examples, $key;
 			}
-			$claimed_after_ack++ if defined $first_ack{$key} && $t0 > $first_ack{$key};
+			# A short key's completion expires: a claim after it starts the key anew.
+			$claimed_after_ack++ if $walked{$key} && defined $first_ack{$key} && $t0 > $first_ack{$key};
 		}
 	}
 
@@ -696,7 +788,7 @@ sub run_pass
 	push @{ $ledger{ $_->[0] } }, [ $_->[1], $_->[2] ]
 	  for @{ $dbh->selectall_arrayref('SELECT key, charge_id, token FROM ledger') };
 	my $ledger_not_one = grep { @{ $ledger{$_} // [] } != 1 } keys %walked;
-	my $ledger_foreign = grep { !$walked{$_} } keys %ledger;
+	my $ledger_foreign = grep { !$walked{$_} && !$short{$_} } keys %ledger;
 	my $ledger_wrong_charge = grep { @{ $ledger{$_} // [] } && $ledger{$_}[0][0] ne $charge_of->($_) } keys %walked;
 
 	# Every key replays, through idem_lease and through idem_claim (rolled back), with its charge.
@@ -734,12 +826,78 @@ sub run_pass
 	my $ack_wrong = grep {
 		my $k = $_;
 		grep { $_->[0] ne ($lease_replay{$k}[3] // '') || $_->[1] ne ($lease_replay{$k}[2] // '') } @{ $acks{$k} }
-	} keys %acks;
+	} grep { $walked{$_} } keys %acks;
 	my $replay_seen_wrong = grep {
 		my $k = $_;
 		grep { $_->[1] ne '201' || $_->[2] ne ($lease_replay{$k}[2] // '') || $_->[3] ne ($lease_replay{$k}[3] // '') }
 		  @{ $replays{$k} }
-	} keys %replays;
+	} grep { $walked{$_} } keys %replays;
+	# A short key may have been completed once per life: each replay seen is one of its completions.
+	my $short_replay_wrong = grep {
+		my $k = $_;
+		grep {
+			my $seen = $_;
+			$seen->[1] ne '201' || !grep { $_->[0] eq $seen->[2] && $_->[1] eq $seen->[3] } @{ $ledger{$k} // [] }
+		} @{ $replays{$k} }
+	} grep { $short{$_} } keys %replays;
+	my $short_ledger_wrong_charge = grep {
+		my $k = $_;
+		grep { $_->[0] ne $charge_of->($k) } @{ $ledger{$k} // [] }
+	} keys %short;
+
+	# ---- the recorded history: grants (client logs) and the writes that committed (table history) ----
+	# Fencing numbers: for each key they strictly increase in the order of the grants, by the server's
+	# moment of the grant, and by the clients' clock (a grant returned before another was asked for).
+	my ($fence_disorder, $fence_disorder_client, $grant_count, $regranted, $reclaimed_after_expiry) = (0) x 5;
+	for my $key (keys %grants)
+	{
+		my @g = sort { $a->{granted} <=> $b->{granted} } @{ $grants{$key} };
+		$grant_count += @g;
+		$regranted++ if @g > 1;
+		for my $i (1 .. $#g)
+		{
+			$fence_disorder++ if $g[$i]{fencing} <= $g[ $i - 1 ]{fencing};
+			$reclaimed_after_expiry++ if $g[$i]{granted} >= $g[ $i - 1 ]{expires};
+		}
+		for my $x (@g)
+		{
+			$fence_disorder_client += grep { $x->{returned} < $_->{called} && $x->{fencing} >= $_->{fencing} } @g;
+		}
+	}
+	# A stale write: one that committed although, when its transaction began, the holder's key had
+	# expired, or a holder with a larger fencing number had been granted the key (by the server's
+	# clock: that grant's moment; by the clients' clock: that grant had returned before the write was sent).
+	my $history = $dbh->selectall_arrayref(
+		'SELECT key, token, fencing, step, client_start, tx_start, lease_until, expires, lease_s FROM history',
+		{ Slice => {} });
+	my ($stale_writes, %stale_write, @stale_examples, %completions) = (0);
+	for my $w (@$history)
+	{
+		my @why;
+		push @why, 'expired' if $w->{tx_start} >= $w->{expires};
+		my @newer = grep { $_->{fencing} > $w->{fencing} } @{ $grants{ $w->{key} } // [] };
+		push @why, 'superseded' if grep { $_->{granted} < $w->{tx_start} } @newer;
+		push @why, 'superseded_client' if grep { $_->{returned} < $w->{client_start} } @newer;
+		$stale_write{$_}++ for @why;
+		$stale_writes++ if @why;
+		push @stale_examples, "$w->{step} $w->{key} fencing $w->{fencing} (@why)" if @why;
+		push @{ $completions{ $w->{key} } }, $w if $w->{step} eq 'complete';
+	}
+	# A double completion: a key completed again while an earlier completion was still live (the later
+	# holder was granted the key before the earlier response expired).
+	my $double_completions = 0;
+	for my $key (keys %completions)
+	{
+		my @c = sort { $a->{fencing} <=> $b->{fencing} } @{ $completions{$key} };
+		$double_completions += grep {
+			$c[$_]{fencing} == $c[ $_ - 1 ]{fencing} || $c[$_]{lease_until} - $c[$_]{lease_s} < $c[ $_ - 1 ]{expires}
+		} 1 .. $#c;
+	}
+	my %steps;
+	$steps{ $_->{step} }++ for @$history;
+	my $beside = $dbh->selectrow_array(qq{
+		SELECT count(*) FROM (SELECT key FROM $KEYS WHERE key LIKE \$1 GROUP BY key HAVING count(*) > 1) k},
+		undef, "$mode/short/%");
 	my $uncharged = grep { !$calls{$_} } keys %walked;
 	my $wall = now_s() - $started_at;
 
@@ -770,8 +928,21 @@ sub run_pass
 		$left_leases, scalar(@unfinished), scalar(grep { $lapsed{$_} } @unfinished), $final_stuck,
 		join(', ', map { "$_=$stats->{$_}" } @COUNTERS), join(', ', map { "$_=$final_stats->{$_}" } @COUNTERS)));
 
+	my $short_n = keys %short;
+	my $ledger_rows = sum0(map { scalar @$_ } values %ledger);
+	diag("lease_faults ($mode): " . sprintf('history: %d grants for %d keys (%d keys granted more than once, %d '
+		  . 'times claimed anew after the key expired); fencing numbers out of grant order: %d by the server\'s '
+		  . 'clock, %d by the clients\' clock; writes committed: %s; stale writes: %d (%s); double completions: %d; '
+		  . '%d short keys: slow holders %d (fenced %d, wrote %d, other error %d), keys with an expired row beside a new one %d, '
+		  . 'short key life left when the clients stopped %.2f s',
+		$grant_count, scalar(keys %grants), $regranted, $reclaimed_after_expiry, $fence_disorder,
+		$fence_disorder_client, join(', ', map { "$_=$steps{$_}" } sort keys %steps), $stale_writes,
+		join(', ', map { "$_=$stale_write{$_}" } sort keys %stale_write) || '-', $double_completions, $short_n,
+		$count{slow} // 0, $count{slow_fenced} // 0, $count{slow_wrote} // 0, $count{slow_error} // 0, $beside,
+		$short_life_left));
+
 	subtest "$mode storage" => sub {
-		cmp_ok($walked, '>=', $MIN_KEYS, "at least $MIN_KEYS keys");
+		cmp_ok($walked + $short_n, '>=', $MIN_KEYS, "at least $MIN_KEYS keys ($walked answered in full, $short_n short)");
 		cmp_ok($faults{$_} // 0, '>=', $ROUNDS, "$ROUNDS faults of kind $_") for sort keys %inject;
 		cmp_ok($total_faults, '>=', 9, 'at least 9 faults in all');
 		cmp_ok(($cut{checkpoint} // 0) + ($cut{complete} // 0), '>', 0, 'some COMMITs were cut after the server answered');
@@ -804,6 +975,25 @@ sub run_pass
 			'idem_stats of the final pass: lease_takeovers = the lapsed leases it found');
 		is($final_stats->{checkpoints}, $count{final_ckpt} // 0, 'idem_stats of the final pass: checkpoints = its checkpoints');
 		cmp_ok($wall, '<', 150, 'wall time under 150 s');
+
+		# The recorded history.
+		is($steps{complete} // 0, $ledger_rows, 'history: a completion row for each ledger row (same transaction)');
+		cmp_ok($steps{checkpoint} // 0, '>', 0, 'history: checkpoints recorded');
+		is($stale_writes, 0, 'history: stale writes (by a holder whose key had expired or had a newer holder): 0')
+		  or diag('stale writes: ' . join('; ', @stale_examples[0 .. min(9, $#stale_examples)]));
+		is($double_completions, 0, 'history: double completions (a key completed again while its response was live): 0');
+		is($fence_disorder, 0, 'fencing numbers strictly increase per key in the order of the grants');
+		is($fence_disorder_client, 0, 'a grant returned before another was asked for has the smaller fencing number');
+		cmp_ok($regranted, '>', 0, 'some keys were granted more than once (takeovers, re-claims)');
+		cmp_ok($reclaimed_after_expiry, '>', 0, 'some keys expired and were claimed anew');
+		cmp_ok($count{slow} // 0, '>', 0, 'some short-key holders slept past their key\'s expiry');
+		cmp_ok($count{slow_fenced} // 0, '>', 0, 'holders that slept past their key\'s expiry got 55000');
+		is($count{slow_wrote} // 0, 0, 'no holder that slept past its key\'s expiry wrote');
+		cmp_ok($short_life_left, '<=', $SHORT_LEASE_S + $SHORT_TTL_S, 'no short key outlives a lease and a ttl');
+		is($short_replay_wrong, 0, 'every replay a client saw of a short key is one of its completions');
+		is($short_ledger_wrong_charge, 0, 'ledger: every row of a short key has the key\'s one charge');
+		cmp_ok($beside, '>', 0, 'expired rows kept beside the new rows of keys claimed anew')
+		  if $mode eq 'partitioned';
 		done_testing();
 	};
 }
