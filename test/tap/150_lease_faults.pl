@@ -41,6 +41,13 @@
 # began after its holder's key expired, or after a holder with a larger fencing number was
 # granted the key), a double completion (a key completed again while its earlier response was
 # live), fencing numbers that do not strictly increase per key in grant order.
+#
+# Waiters: the odd clients retry an in_progress key with wait => 2 s, and three waiter processes
+# each take a key with one connection and ask for it with wait => 3 s on another while the holder
+# abandons it (the wait ends in a takeover; the holder's late checkpoint must get 55000) or
+# completes it (the wait ends in a replay of that body). Fails on a grant after a wait that leaves
+# less than the lease minus $MARGIN_S at its return (by the client's clock), a grant returned
+# already lapsed, a wait that runs out, a late holder's write.
 use strict;
 use warnings;
 
@@ -51,6 +58,7 @@ use Digest::SHA qw(sha256_hex);
 use IO::Select;
 use IO::Socket::INET;
 use List::Util qw(shuffle sum0 max min);
+use DBD::Pg qw(:async);
 use POSIX ();
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -69,6 +77,15 @@ my $SHORT_LEASE_S = 0.6;
 my $SHORT_TTL_S   = 0.2;
 my $SLOW_EVERY    = 20;
 my $SLOW_S        = $SHORT_LEASE_S + $SHORT_TTL_S + 0.6;
+# Waiters: the odd clients retry a key that answered in_progress with wait => $WAIT_S s, and
+# $WAITERS processes of their own each hold a key with one connection and wait for it with another
+# while the holder abandons it (the wait ends in a takeover) or completes it (in a replay).
+# A grant after a wait must leave the full lease from its return but $MARGIN_S: the time from the
+# server's grant to the client's clock read, with both cores busy. A lease timed from the call, as
+# before 1.2, is short by the whole wait: the waiters' waits last about a lease, well over the margin.
+my $WAIT_S   = 2;
+my $WAITERS  = 3;
+my $MARGIN_S = 0.4;
 my $PAIRS       = 2;       # 4 client processes
 my $BLOCK       = 50;      # keys a pair walks in opposite order before the next block
 my $MIN_KEYS    = 2000;
@@ -232,6 +249,7 @@ sub attempt
 	my $hash = sha256_hex("ride:$key");
 	my $short = is_short($key);
 	my $lease_s = $short ? $SHORT_LEASE_S : 1;
+	my $wait_s = $retry && $ctx->{wait} ? $WAIT_S : 0;
 	$ctx->{dbh} //= idem_connect($ctx->{dsn});
 	if (!$ctx->{dbh}) { sleep 0.05; return 'later'; }
 	my $dbh = $ctx->{dbh};
@@ -245,8 +263,8 @@ sub attempt
 			       response_body->>'charge_id' AS body_charge, response_body->>'token' AS body_token,
 			       fencing_number, extract(epoch FROM lease_until) AS lease_until,
 			       extract(epoch FROM expires_at) AS expires
-			FROM idem_lease($1, $2, lease => $3, ttl => $4)}, undef, $key, $hash,
-			$short ? "$SHORT_LEASE_S s" : $LEASE, $short ? "$SHORT_TTL_S s" : undef);
+			FROM idem_lease($1, $2, lease => $3, ttl => $4, wait => $5)}, undef, $key, $hash,
+			$short ? "$SHORT_LEASE_S s" : $LEASE, $short ? "$SHORT_TTL_S s" : undef, $wait_s ? "$wait_s s" : undef);
 		my ($returned_wall, $returned) = (now_s(), mono());
 		my $outcome = $r->{outcome};
 		if ($outcome eq 'replay')
@@ -267,7 +285,7 @@ sub attempt
 		my $token = $r->{lease_token};
 		my $rp = $r->{recovery_point} // '-';
 		out($ctx, 'claim', $key, $token, $rp, $r->{rs_charge} // '-', $t0);
-		out($ctx, 'grant', $key, $token, $r->{fencing_number}, $lease_s, 0, $t0, $returned, $returned_wall,
+		out($ctx, 'grant', $key, $token, $r->{fencing_number}, $lease_s, $wait_s, $t0, $returned, $returned_wall,
 			$r->{lease_until}, $r->{expires});
 		# What the history row of each write of this holder records about its grant.
 		my @grant = ($token, $r->{fencing_number}, $r->{lease_until}, $r->{expires}, $lease_s);
@@ -399,7 +417,7 @@ sub client
 	my ($id) = @_;
 	my ($pair, $descending) = (int($id / 2), $id % 2);
 	$SIG{PIPE} = 'IGNORE';
-	my %ctx = (id => $id, dsn => client_dsn($id, "lease_client$id"), cut => 1, slow => 1);
+	my %ctx = (id => $id, dsn => client_dsn($id, "lease_client$id"), cut => 1, slow => 1, wait => $id % 2);
 	$SIG{USR1} = sub { $ctx{die_at} = 'after_charge' };
 	$SIG{HUP} = sub { $ctx{die_at} = 'after_checkpoint' };
 	$SIG{TERM} = sub { $ctx{die_at} = 'any' };
@@ -429,6 +447,97 @@ sub client
 	POSIX::_exit(0);    # no END blocks: they would stop the node
 }
 
+# ---- the waiters ----
+# Log lines: grant (as the clients') | wreplay KEY own|other | wout KEY OUTCOME | wlate KEY fenced|wrote |
+# wcomplete KEY fenced|done | werror WHY
+my $WAIT_GRANT = q{
+	SELECT outcome, lease_token, fencing_number, extract(epoch FROM lease_until) AS lease_until,
+	       extract(epoch FROM expires_at) AS expires, response_body->>'token' AS body_token
+	FROM idem_lease($1, $2, lease => '1 s', wait => $3)};
+my $HISTORY_COMPLETE = q{
+	INSERT INTO history (key, token, fencing, step, client_start, lease_until, expires, lease_s)
+	SELECT $1, $2, $3, 'complete', $4, $5, $6, 1
+	FROM idem_lease_complete($1, $2, 200, jsonb_build_object('token', $2::uuid)) c WHERE c};
+
+sub waiter
+{
+	my ($id) = @_;
+	$SIG{PIPE} = 'IGNORE';
+	my $stop;
+	$SIG{TERM} = sub { $stop = 1 };
+	my %ctx = (id => "waiter$id");
+	open $ctx{out}, '>>', "$work/waiter$id" or die;
+	$ctx{out}->autoflush(1);
+	my ($holder, $waiter);
+	for (my $n = 0; !$stop && getppid() == $parent && now_s() - $started_at < 300; $n++)
+	{
+		my $key = "$mode/wait/w$id-$n";
+		my $hash = sha256_hex("wait:$key");
+		# No connection while the server restarts: try again shortly.
+		$holder //= idem_connect($node->dsn(application_name => "lease_holder$id"));
+		$waiter //= idem_connect($node->dsn(application_name => "lease_waiter$id"));
+		if (!$holder || !$waiter) { sleep 0.1; next; }
+		my $ok = eval {
+			my $called = mono();
+			my $g = $holder->selectrow_hashref($WAIT_GRANT, undef, $key, $hash, undef);
+			my ($returned_wall, $returned) = (now_s(), mono());
+			die "the holder got $g->{outcome}\n" unless $g->{outcome} eq 'claimed';
+			my @grant = ($g->{lease_token}, $g->{fencing_number}, $g->{lease_until}, $g->{expires});
+			out(\%ctx, 'grant', $key, @grant[0, 1], 1, 0, $called, $returned, $returned_wall, @grant[2, 3]);
+
+			# The other connection asks while the lease is live, and waits.
+			my $sth = $waiter->prepare($WAIT_GRANT, { pg_async => PG_ASYNC });
+			my $wait_called = mono();
+			$sth->execute($key, $hash, '3 s');
+			if (rand() < 0.3)
+			{
+				sleep 0.1 + rand(0.5);
+				my $done = eval { $holder->do($HISTORY_COMPLETE, undef, $key, @grant[0, 1], mono(), @grant[2, 3]); 1 };
+				die $@ unless $done || $@ =~ /not the current one/;    # a slow holder may lose its lease
+				out(\%ctx, 'wcomplete', $key, $done ? 'done' : 'fenced');
+			}
+			# The answer's return is read off the clock as soon as it is there.
+			my $until = mono() + 10;
+			sleep 0.002 until $waiter->pg_ready || mono() > $until;
+			my ($wait_returned_wall, $wait_returned) = (now_s(), mono());
+			die "the wait did not end\n" unless $waiter->pg_ready;
+			$waiter->pg_result;
+			my $w = $sth->fetchrow_hashref;
+			$sth->finish;
+			if ($w->{outcome} eq 'claimed')
+			{
+				out(\%ctx, 'grant', $key, $w->{lease_token}, $w->{fencing_number}, 1, 3, $wait_called, $wait_returned,
+					$wait_returned_wall, $w->{lease_until}, $w->{expires});
+				# The holder that abandoned the key comes back: 55000, and nothing written.
+				my $late = eval {
+					$holder->do(q{
+						INSERT INTO history (key, token, fencing, step, client_start, lease_until, expires, lease_s)
+						SELECT $1, $2, $3, 'checkpoint', $4, $5, $6, 1 FROM idem_checkpoint($1, $2, 'late')},
+						undef, $key, @grant[0, 1], mono(), @grant[2, 3]);
+					1;
+				};
+				die $@ unless $late || $@ =~ /not the current one/;
+				out(\%ctx, 'wlate', $key, $late ? 'wrote' : 'fenced');
+				$waiter->do($HISTORY_COMPLETE, undef, $key, $w->{lease_token}, $w->{fencing_number}, mono(),
+					$w->{lease_until}, $w->{expires});
+			}
+			elsif ($w->{outcome} eq 'replay')
+			{
+				out(\%ctx, 'wreplay', $key, ($w->{body_token} // '') eq $grant[0] ? 'own' : 'other');
+			}
+			else { out(\%ctx, 'wout', $key, $w->{outcome}); }
+			1;
+		};
+		next if $ok;
+		(my $why = substr($@, 0, 80)) =~ s/\s+/_/g;
+		out(\%ctx, 'werror', $why);
+		eval { $_->disconnect } for grep { defined } $holder, $waiter;
+		($holder, $waiter) = ();
+		sleep 0.1;
+	}
+	POSIX::_exit(0);
+}
+
 # ---- the parent: clients, monitor, faults ----
 my (%clients, %exited, $final_phase, $respawns);    # pid => id
 sub spawn
@@ -445,8 +554,8 @@ sub reap
 {
 	while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0)
 	{
-		next unless exists $clients{$pid};
 		$exited{$pid} = $?;
+		next unless exists $clients{$pid};
 		if (!$final_phase) { spawn($clients{$pid}); $respawns++; }
 	}
 }
@@ -643,6 +752,12 @@ sub run_pass
 	mon()->do('SELECT idem_stats_reset()');
 
 	spawn($_) for 0 .. 2 * $PAIRS - 1;
+	my @waiters = map {
+		my $id = $_;
+		my $pid = fork // die "fork: $!";
+		waiter($id) if $pid == 0;
+		$pid;
+	} 1 .. $WAITERS;
 	my $fault_start = now_s();
 	for my $round (1 .. $ROUNDS)
 	{
@@ -662,6 +777,12 @@ sub run_pass
 	my $until = now_s() + $RUN_LIMIT;
 	pause_s(0.2) while keys_walked_so_far() < $MIN_KEYS + 4 * $BLOCK && now_s() < $until;
 	$final_phase = 1;
+	# The waiters finish their round first.
+	kill 'TERM', @waiters;
+	$until = now_s() + 10;
+	sleep 0.05 while (reap(), grep { !exists $exited{$_} } @waiters) && now_s() < $until;
+	kill 'KILL', grep { !exists $exited{$_} } @waiters;
+	sleep 0.05 while (reap(), grep { !exists $exited{$_} } @waiters);
 	reap();
 	kill 'TERM', grep { !exists $exited{$_} } keys %clients;
 	$until = now_s() + 5;
@@ -715,7 +836,7 @@ sub run_pass
 
 	# ---- what everyone saw ----
 	my (%calls, %charges, %claims, %first_ckpt, %first_ack, %acks, %replays, %cut, %count, %grants);
-	for my $file ((map { "client$_" } 0 .. 2 * $PAIRS - 1), 'rival', 'final')
+	for my $file ((map { "client$_" } 0 .. 2 * $PAIRS - 1), 'rival', 'final', map { "waiter$_" } 1 .. $WAITERS)
 	{
 		open my $in, '<', "$work/$file" or next;
 		while (<$in>)
@@ -731,6 +852,7 @@ sub run_pass
 			elsif ($what eq 'cut') { $cut{ $f[0] }++; }
 			elsif ($what eq 'suicide') { $count{"suicide_$f[1]"}++; }
 			elsif ($what eq 'stale') { $count{"stale_$f[1]"}++; }
+			elsif ($what =~ /^w(?:replay|late|complete|out)$/) { $count{"${what}_$f[1]"}++; }
 			elsif ($what eq 'grant')
 			{
 				my %g;
@@ -864,6 +986,21 @@ sub run_pass
 			$fence_disorder_client += grep { $x->{returned} < $_->{called} && $x->{fencing} >= $_->{fencing} } @g;
 		}
 	}
+	# The lease left when a grant returned, by the server's lease end and the client's clock read right
+	# after the call returned (both the system clock): never nothing, and after a wait the full lease
+	# but the margin. A wait counts when the call took longer than the margin.
+	my ($lapsed_grants, $most_lost, @waited) = (0, 0);
+	for my $g (map { @$_ } values %grants)
+	{
+		$g->{left} = $g->{lease_until} - $g->{returned_wall};
+		$most_lost = max($most_lost, $g->{lease} - $g->{left});
+		$lapsed_grants++ if $g->{left} <= 0;
+		push @waited, $g if $g->{wait} > 0 && $g->{returned} - $g->{called} > $MARGIN_S;
+	}
+	my @waited_short = grep { $_->{left} < $_->{lease} - $MARGIN_S } @waited;
+	my $most_lost_waited = max(0, map { $_->{lease} - $_->{left} } @waited);
+	my $max_waited = max(0, map { $_->{returned} - $_->{called} } @waited);
+
 	# A stale write: one that committed although, when its transaction began, the holder's key had
 	# expired, or a holder with a larger fencing number had been granted the key (by the server's
 	# clock: that grant's moment; by the clients' clock: that grant had returned before the write was sent).
@@ -895,6 +1032,7 @@ sub run_pass
 	}
 	my %steps;
 	$steps{ $_->{step} }++ for @$history;
+	my $client_completions = grep { $_->{step} eq 'complete' && $_->{key} !~ m{^[^/]+/wait/} } @$history;
 	my $beside = $dbh->selectrow_array(qq{
 		SELECT count(*) FROM (SELECT key FROM $KEYS WHERE key LIKE \$1 GROUP BY key HAVING count(*) > 1) k},
 		undef, "$mode/short/%");
@@ -941,6 +1079,17 @@ sub run_pass
 		$count{slow} // 0, $count{slow_fenced} // 0, $count{slow_wrote} // 0, $count{slow_error} // 0, $beside,
 		$short_life_left));
 
+	diag("lease_faults ($mode): " . sprintf('waits: %d grants after a wait longer than %.1f s (the longest %.2f s; %d of '
+		  . 'them by the waiter processes); lease lost between the grant and its return (the lease less what was '
+		  . 'left when the client read its clock): at most %.3f s after a wait, %.3f s of any of the %d grants; '
+		  . 'grants already lapsed when returned: %d; waiter processes: '
+		  . 'replays after a wait %d (of another holder\'s body %d), waits that ran out %d, abandoned holders fenced '
+		  . 'after the takeover %d (wrote %d), holders completing during a wait %d (fenced %d), errors %d',
+		scalar @waited, $MARGIN_S, $max_waited, scalar(grep { $_->{wait} == 3 } @waited), $most_lost_waited,
+		$most_lost, $grant_count, $lapsed_grants, $count{wreplay_own} // 0, $count{wreplay_other} // 0,
+		sum0(map { $count{$_} } grep { /^wout_/ } keys %count), $count{wlate_fenced} // 0, $count{wlate_wrote} // 0,
+		$count{wcomplete_done} // 0, $count{wcomplete_fenced} // 0, $count{werror} // 0));
+
 	subtest "$mode storage" => sub {
 		cmp_ok($walked + $short_n, '>=', $MIN_KEYS, "at least $MIN_KEYS keys ($walked answered in full, $short_n short)");
 		cmp_ok($faults{$_} // 0, '>=', $ROUNDS, "$ROUNDS faults of kind $_") for sort keys %inject;
@@ -977,7 +1126,7 @@ sub run_pass
 		cmp_ok($wall, '<', 150, 'wall time under 150 s');
 
 		# The recorded history.
-		is($steps{complete} // 0, $ledger_rows, 'history: a completion row for each ledger row (same transaction)');
+		is($client_completions, $ledger_rows, 'history: a completion row for each ledger row (same transaction)');
 		cmp_ok($steps{checkpoint} // 0, '>', 0, 'history: checkpoints recorded');
 		is($stale_writes, 0, 'history: stale writes (by a holder whose key had expired or had a newer holder): 0')
 		  or diag('stale writes: ' . join('; ', @stale_examples[0 .. min(9, $#stale_examples)]));
@@ -994,6 +1143,19 @@ sub run_pass
 		is($short_ledger_wrong_charge, 0, 'ledger: every row of a short key has the key\'s one charge');
 		cmp_ok($beside, '>', 0, 'expired rows kept beside the new rows of keys claimed anew')
 		  if $mode eq 'partitioned';
+
+		# Waits.
+		cmp_ok(scalar(grep { $_->{wait} == 3 } @waited), '>=', 20, 'at least 20 grants after a wait by the waiter processes');
+		is(scalar @waited_short, 0, "every grant after a wait leaves the full lease but $MARGIN_S s at its return")
+		  or diag('short grants after a wait: ' . join('; ', map {
+			sprintf('fencing %d: %.3f s left of %.1f s after waiting %.3f s', $_->{fencing}, $_->{left}, $_->{lease},
+				$_->{returned} - $_->{called}) } @waited_short[0 .. min(9, $#waited_short)]));
+		is($lapsed_grants, 0, 'no grant returned already lapsed');
+		cmp_ok($count{wreplay_own} // 0, '>', 0, 'waits that ended when the holder completed answer replay');
+		is($count{wreplay_other} // 0, 0, 'every replay after a wait is the body of the holder that completed');
+		is(sum0(map { $count{$_} } grep { /^wout_/ } keys %count), 0, 'no 3 s wait on a 1 s lease ran out');
+		cmp_ok($count{wlate_fenced} // 0, '>', 0, 'abandoned holders came back after the takeover and got 55000');
+		is($count{wlate_wrote} // 0, 0, 'no abandoned holder wrote after the takeover');
 		done_testing();
 	};
 }
