@@ -9,6 +9,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -108,6 +109,38 @@ cleanup_extension_schema(void)
 	if (SPI_processed == 0)
 		return InvalidOid;
 	return DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Says, once per call, which ordinary triggers on the key tables a sweep does
+ * not fire (see Maintenance): a DBA who put one there learns why it is silent,
+ * and an attempt to plant one shows in the log.
+ */
+void
+cleanup_report_skipped_triggers(Oid schema)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(schema)};
+	bool		isnull;
+	Datum		names;
+	int			rc = SPI_execute_with_args(
+		"SELECT pg_catalog.string_agg(pg_catalog.format('%I on %I', t.tgname, c.relname), ', '"
+		" ORDER BY c.relname, t.tgname)"
+		" FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid"
+		" WHERE c.relnamespace OPERATOR(pg_catalog.=) $1"
+		" AND c.relname OPERATOR(pg_catalog.~~) 'idempotency\\_keys%'"
+		" AND NOT t.tgisinternal AND t.tgenabled OPERATOR(pg_catalog.=) 'O'",
+		1, types, values, NULL, true, 1);
+
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "idempotency: reading the key tables' triggers failed: %s", SPI_result_code_string(rc));
+	names = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+		ereport(LOG,
+				(errmsg("idempotency: the sweep of database \"%s\" does not fire these triggers: %s",
+						get_database_name(MyDatabaseId), TextDatumGetCString(names)),
+				 errdetail("A sweep runs as the table's owner with session_replication_role = replica; only "
+						   "triggers its owner enables ALWAYS fire, as the owner.")));
 }
 
 void

@@ -199,16 +199,20 @@ database_wanted_exclusively(void)
 	return false;
 }
 
-/* Whether the extension is installed in this database, in a transaction of its own. */
+/* Whether the extension is installed in this database, in a transaction of its own; logs skipped triggers. */
 static bool
 extension_installed(void)
 {
+	Oid			schema;
 	bool		installed;
 
 	StartTransactionCommand();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	installed = OidIsValid(cleanup_extension_schema());
+	schema = cleanup_extension_schema();
+	installed = OidIsValid(schema);
+	if (installed)
+		cleanup_report_skipped_triggers(schema);
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
