@@ -1048,10 +1048,10 @@ sub run_pass
 	}
 	my $walked = keys %walked;
 	my $total_faults = sum0(values %faults) + ($cut{checkpoint} // 0) + ($cut{complete} // 0) + 1;
-	diag("lease_faults ($mode): " . sprintf('%d keys in %.0f s of client work (%.0f s of faults), wall %.0f s; faults: %s; '
-		  . 'cut COMMITs: checkpoint %d, complete %d (proxy: %s); final kill of every client between steps '
-		  . '(suicides %s, hard-killed %d); client respawns %d',
-		$walked, $run_secs, $fault_secs, $wall, join(', ', map { "$_=" . ($faults{$_} // 0) } sort keys %inject),
+	diag("lease_faults ($mode): " . sprintf('%d keys (%d of them short) in %.0f s of client work (%.0f s of faults), '
+		  . 'wall %.0f s; faults: %s; cut COMMITs: checkpoint %d, complete %d (proxy: %s); final kill of every client '
+		  . 'between steps (suicides %s, hard-killed %d); client respawns %d',
+		$walked + keys %short, scalar(keys %short), $run_secs, $fault_secs, $wall, join(', ', map { "$_=" . ($faults{$_} // 0) } sort keys %inject),
 		$cut{checkpoint} // 0, $cut{complete} // 0, join(', ', map { "$_ x$proxy_events{$_}" } sort keys %proxy_events),
 		join(', ', map { "$_=$count{$_}" } sort grep { /^suicide_/ } keys %count), $hard_killed, $respawns));
 	diag("lease_faults ($mode): " . sprintf('provider: %d calls for %d keys, %d repeated calls, %d keys charged twice; '
