@@ -9,8 +9,9 @@
 
 \echo Use "CREATE EXTENSION idempotency" to load this file. \quit
 
--- One row per completed key. A claim writes no row: the key's advisory lock
--- marks it in flight until idem_complete writes the row in the same transaction.
+-- One row per completed key, or per lease (lease mode writes its row when it claims). A transactional
+-- claim writes no row: the key's advisory lock marks it in flight until idem_complete writes the row in the
+-- same transaction.
 -- No CHECK constraints: idem_complete validates status and hash before writing,
 -- and a CHECK would be re-parsed on every insert.
 CREATE TABLE @extschema@.idempotency_keys (

@@ -44,4 +44,24 @@ void		claim_parse_request_hash(text *hex, uint8 request_hash[IDEM_SHA256_BYTES])
 
 IdemCounter claim_outcome_counter(IdemClaimOutcome outcome);
 
+/* The columns idem_claim's result has, and idem_lease's begins with. */
+typedef enum ClaimColumn
+{
+	CLAIM_COL_OUTCOME,
+	CLAIM_COL_HTTP_STATUS,
+	CLAIM_COL_RESPONSE_BODY,
+	CLAIM_COL_RESPONSE_HEADERS,
+	CLAIM_COL_EXPIRES_AT,
+	CLAIM_COLUMNS
+} ClaimColumn;
+
+/*
+ * The one mapping from an answer to those columns: the outcome's name, then
+ * the stored response (replay), the mismatch status, 409 (in_progress), and
+ * the expiry: claimed_until for a claim, the stored row's otherwise. ERROR
+ * for an outcome that is not an answer.
+ */
+void		claim_outcome_columns(IdemClaimOutcome outcome, const KeyRow *stored,
+								  TimestampTz claimed_until, Datum *values, bool *nulls);
+
 #endif

@@ -150,6 +150,23 @@ cleanup_sweep_start(SweepPosition *position)
 	position->finished = false;
 }
 
+/* The batch statement's parameters ($1 .. $4) and its result's columns (1 .. 3). */
+enum
+{
+	BATCH_PARAM_NOW,			/* expired: expires_at at or before it */
+	BATCH_PARAM_LIMIT,
+	BATCH_PARAM_FROM,			/* the TID range [from, to) */
+	BATCH_PARAM_TO,
+	BATCH_PARAMS
+};
+
+enum
+{
+	BATCH_COL_SELECTED = 1,
+	BATCH_COL_LAST,				/* the greatest TID taken */
+	BATCH_COL_REMOVED
+};
+
 /* Statement texts by variant: a plain DELETE, then its fallback that passes locked rows by. */
 static char *
 batch_statement(const char *table, bool skip_locked)
@@ -180,9 +197,14 @@ typedef struct BatchStep
 static void
 execute_batch(void *arg)
 {
-	static Oid	types[4] = {TIMESTAMPTZOID, INT4OID, TIDOID, TIDOID};
+	static Oid	types[BATCH_PARAMS] = {
+		[BATCH_PARAM_NOW] = TIMESTAMPTZOID,
+		[BATCH_PARAM_LIMIT] = INT4OID,
+		[BATCH_PARAM_FROM] = TIDOID,
+		[BATCH_PARAM_TO] = TIDOID
+	};
 	BatchStep  *batch = arg;
-	int			rc = SPI_execute_with_args(batch->sql, 4, types, batch->values, NULL, false, 0);
+	int			rc = SPI_execute_with_args(batch->sql, BATCH_PARAMS, types, batch->values, NULL, false, 0);
 
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
@@ -221,7 +243,7 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	BlockNumber to_block;
 	ItemPointerData from = position->next;
 	ItemPointerData to;
-	Datum		values[4];
+	Datum		values[BATCH_PARAMS];
 	bool		isnull;
 	int64		selected;
 	int64		removed;
@@ -237,22 +259,25 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	/* At most batch_size pages per batch, so a table with few expired rows is paced too. */
 	to_block = from_block + Min((BlockNumber) batch_size, MaxBlockNumber - from_block);
 	ItemPointerSet(&to, to_block, FirstOffsetNumber);
-	values[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[1] = Int32GetDatum(batch_size);
-	values[2] = PointerGetDatum(&from);
-	values[3] = PointerGetDatum(&to);
+	values[BATCH_PARAM_NOW] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[BATCH_PARAM_LIMIT] = Int32GetDatum(batch_size);
+	values[BATCH_PARAM_FROM] = PointerGetDatum(&from);
+	values[BATCH_PARAM_TO] = PointerGetDatum(&to);
 	maintenance_begin(relid, &maintenance);
 	if (!run_batch(batch_statement(table, false), values, false))
 		(void) run_batch(batch_statement(table, true), values, true);
 	maintenance_end(&maintenance);
 
-	selected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	selected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, BATCH_COL_SELECTED,
+										   &isnull));
+	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, BATCH_COL_REMOVED,
+										  &isnull));
 	if (selected == batch_size)
 	{
 		/* Stopped inside the range: go on right after the last row taken. */
 		ItemPointer last = (ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
-															 SPI_tuptable->tupdesc, 2, &isnull));
+															 SPI_tuptable->tupdesc, BATCH_COL_LAST,
+															 &isnull));
 
 		ItemPointerSet(&position->next, ItemPointerGetBlockNumber(last),
 					   ItemPointerGetOffsetNumber(last) + 1);
@@ -279,6 +304,13 @@ partitioned_table(Oid schema)
 	return relid;
 }
 
+/* The columns of idem_drop_expired_partitions()'s result row. */
+enum
+{
+	DROPPED_COL_PARTITIONS = 1,
+	DROPPED_COL_KEYS
+};
+
 int64
 cleanup_drop_expired_partitions(Oid schema)
 {
@@ -295,8 +327,8 @@ cleanup_drop_expired_partitions(Oid schema)
 	maintenance_begin(partitioned_table(schema), &maintenance);
 	result = DatumGetHeapTupleHeader(OidFunctionCall0(function));
 	maintenance_end(&maintenance);
-	partitions = DatumGetInt32(GetAttributeByNum(result, 1, &isnull));
-	keys = DatumGetInt64(GetAttributeByNum(result, 2, &isnull));
+	partitions = DatumGetInt32(GetAttributeByNum(result, DROPPED_COL_PARTITIONS, &isnull));
+	keys = DatumGetInt64(GetAttributeByNum(result, DROPPED_COL_KEYS, &isnull));
 	stats_count(IDEM_COUNT_PARTITIONS_DROPPED, partitions);
 	stats_count(IDEM_COUNT_KEYS_REMOVED, keys);
 	return keys;

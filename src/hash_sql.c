@@ -15,6 +15,19 @@ PG_FUNCTION_INFO_V1(idem_hash_text);
 PG_FUNCTION_INFO_V1(idem_hash_bytea);
 PG_FUNCTION_INFO_V1(idem_hash_jsonb);
 
+/* idem_hash(input text | bytea | jsonb) */
+enum
+{
+	HASH_ARG_INPUT
+};
+
+/* idem_hash(payload jsonb, exclude text[]) */
+enum
+{
+	EXCLUDE_ARG_PAYLOAD,
+	EXCLUDE_ARG_EXCLUDE
+};
+
 static text *
 sha256_hex_text(const void *data, size_t len)
 {
@@ -34,7 +47,7 @@ sha256_hex_text(const void *data, size_t len)
 Datum
 idem_hash_text(PG_FUNCTION_ARGS)
 {
-	text	   *input = PG_GETARG_TEXT_PP(0);
+	text	   *input = PG_GETARG_TEXT_PP(HASH_ARG_INPUT);
 
 	PG_RETURN_TEXT_P(sha256_hex_text(VARDATA_ANY(input), VARSIZE_ANY_EXHDR(input)));
 }
@@ -42,7 +55,7 @@ idem_hash_text(PG_FUNCTION_ARGS)
 Datum
 idem_hash_bytea(PG_FUNCTION_ARGS)
 {
-	bytea	   *input = PG_GETARG_BYTEA_PP(0);
+	bytea	   *input = PG_GETARG_BYTEA_PP(HASH_ARG_INPUT);
 
 	PG_RETURN_TEXT_P(sha256_hex_text(VARDATA_ANY(input), VARSIZE_ANY_EXHDR(input)));
 }
@@ -55,7 +68,7 @@ idem_hash_bytea(PG_FUNCTION_ARGS)
 Datum
 idem_hash_jsonb(PG_FUNCTION_ARGS)
 {
-	Jsonb	   *input = PG_GETARG_JSONB_P(0);
+	Jsonb	   *input = PG_GETARG_JSONB_P(HASH_ARG_INPUT);
 	char	   *canonical = JsonbToCString(NULL, &input->root, VARSIZE(input));
 
 	PG_RETURN_TEXT_P(sha256_hex_text(canonical, strlen(canonical)));
@@ -72,8 +85,8 @@ PG_FUNCTION_INFO_V1(idem_hash_jsonb_exclude);
 Datum
 idem_hash_jsonb_exclude(PG_FUNCTION_ARGS)
 {
-	Datum		payload = PG_GETARG_DATUM(0);
-	ArrayType  *exclude = PG_GETARG_ARRAYTYPE_P(1);
+	Datum		payload = PG_GETARG_DATUM(EXCLUDE_ARG_PAYLOAD);
+	ArrayType  *exclude = PG_GETARG_ARRAYTYPE_P(EXCLUDE_ARG_EXCLUDE);
 	Datum	   *paths;
 	bool	   *nulls;
 	int			count;

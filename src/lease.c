@@ -70,14 +70,10 @@ enum
 /* A recovery point names a step, as a key names a request: at most as long. */
 #define MAX_RECOVERY_POINT_BYTES 255
 
+/* idem_lease's result: idem_claim's columns (claim.h), then the lease's. */
 enum
 {
-	COL_OUTCOME,
-	COL_HTTP_STATUS,
-	COL_RESPONSE_BODY,
-	COL_RESPONSE_HEADERS,
-	COL_EXPIRES_AT,
-	COL_LEASE_TOKEN,
+	COL_LEASE_TOKEN = CLAIM_COLUMNS,
 	COL_LEASE_UNTIL,
 	COL_RECOVERY_POINT,
 	COL_RECOVERY_STATE,
@@ -139,13 +135,12 @@ lease_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome, const KeyRow *ro
 		elog(ERROR, "idempotency: idem_lease must return a row");
 	desc = BlessTupleDesc(desc);
 	memset(nulls, true, sizeof(nulls));
-	set_column(values, nulls, COL_OUTCOME, CStringGetTextDatum(idem_core_outcome_name(outcome)), false);
+	claim_outcome_columns(outcome, row, expires_at, values, nulls);
 	switch (outcome)
 	{
 		case IDEM_OUTCOME_CLAIMED:
 			token = palloc(sizeof(pg_uuid_t));
 			*token = grant->token;
-			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(expires_at), false);
 			set_column(values, nulls, COL_LEASE_TOKEN, UUIDPGetDatum(token), false);
 			set_column(values, nulls, COL_LEASE_UNTIL, TimestampTzGetDatum(grant->lease_until), false);
 			/* A takeover resumes from the recovery point the last holder recorded. */
@@ -154,25 +149,14 @@ lease_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome, const KeyRow *ro
 			set_column(values, nulls, COL_FENCING_NUMBER, Int64GetDatum(grant->fencing_number),
 					   grant->fencing_number == 0);
 			break;
-		case IDEM_OUTCOME_REPLAY:
-			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(row->http_status),
-					   row->http_status_null);
-			set_column(values, nulls, COL_RESPONSE_BODY, row->body, row->body_null);
-			set_column(values, nulls, COL_RESPONSE_HEADERS, row->headers, row->headers_null);
-			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(row->expires_at), false);
-			break;
-		case IDEM_OUTCOME_MISMATCH:
-			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(idem_mismatch_status), false);
-			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(row->expires_at), false);
-			break;
 		case IDEM_OUTCOME_IN_PROGRESS:
-			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(409), false);
 			/* The lease's end, for Retry-After; NULL when a transaction holds the key. */
 			set_column(values, nulls, COL_LEASE_UNTIL, TimestampTzGetDatum(row->lease_until),
 					   !(row->found && row->leased));
 			break;
 		default:
-			elog(ERROR, "idempotency: outcome %s is not an answer", idem_core_outcome_name(outcome));
+			/* replay and mismatch: idem_claim's columns only */
+			break;
 	}
 	Assert(desc->natts <= LEASE_RESULT_COLUMNS);
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
