@@ -48,7 +48,7 @@ if [[ " $cases " == *" lease_"* ]]; then
     q -f bench/lease/setup.sql -c "CALL bench.load_floor_keys('$kp', $first_key, 20000, '$h', '$body')"
 fi
 q -c "VACUUM ANALYZE"
-su postgres -c "$PG_BIN/pg_ctl -D '$dir/data' -w stop" >/dev/null
+cluster_ctl "$dir" stop
 
 # The statements of one variant: PREPARE once, then N requests of EXECUTEs.
 statements() {  # statements CASE COUNT

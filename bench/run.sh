@@ -13,7 +13,7 @@
 #   BENCH_PORT=55433 BENCH_DIR=<temp dir> BENCH_KEEP=1 (leave the cluster's directory behind)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/cluster.sh
+source bench/lib.sh
 
 command_line="$( (env | grep -E '^BENCH_[A-Z_]+=' | sort | sed -E "s/=(.*)/='\1'/" | tr '\n' ' ') || true)bench/run.sh"
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
@@ -51,8 +51,6 @@ variants_of() {
     esac
 }
 
-q() { psql -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@"; }
-qv() { q -At "$@"; }
 
 holder_pid=
 cleanup() {
@@ -61,15 +59,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== build and install"
-make -s >/dev/null && make -s install >/dev/null
-
-echo "== cluster in $dir on port $port"
-# Durable commits (fsync on) so synchronous_commit matters; no checkpoint or autovacuum during a run:
-# run.sh checkpoints before each run and vacuums after loading.
-start_cluster "$dir" "$port" "fsync = on" "shared_preload_libraries = 'idempotency'" \
-    "shared_buffers = 1GB" "max_wal_size = 8GB" "checkpoint_timeout = 1h" "autovacuum = off"
-q -d postgres -c "CREATE DATABASE bench"
+start_throughput_cluster
 q -d bench -c "CREATE EXTENSION idempotency" -c "CREATE EXTENSION dblink" \
     -f bench/plpgsql_baseline.sql -f bench/setup.sql >/dev/null
 h=$(qv -d bench -c "SELECT idem_hash('$body'::jsonb)")

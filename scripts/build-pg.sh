@@ -26,20 +26,11 @@ if [ -f "$stamp" ] && [ "${IDEM_PG_REBUILD:-0}" != 1 ]; then
 fi
 start=$(date +%s)
 
-# What the build needs, from bookworm. A release tarball carries the bison and flex output; install them only
-# when it does not (checked below).
-need=(build-essential dpkg-dev curl gnupg debian-archive-keyring perl libipc-run-perl pkg-config
-      postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl)
-missing=()
-for package in "${need[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
+# What the build needs, from bookworm (scripts/install-deps.sh, group pg-build). A release tarball carries the
+# bison and flex output; they are installed only when it does not (checked below).
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+"$here/install-deps.sh" pg-build
 export DEBIAN_FRONTEND=noninteractive
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "installing: ${missing[*]}"
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
 
 # Source entries of the suite that carries postgresql-MAJOR. Bookworm's debian-archive-keyring has the
 # trixie keys, which also sign trixie and forky (testing).
@@ -57,7 +48,7 @@ fi
 work=$(mktemp -d /tmp/idem-pg-build-$major.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # Only the new source list needs fetching; the others stay as they are.
-apt-get update -qq -o Dir::Etc::sourcelist="$sources" -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0
+apt-get -o DPkg::Lock::Timeout=900 update -qq -o Dir::Etc::sourcelist="$sources" -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0
 (cd "$work" && apt-get source --download-only -qq "postgresql-$major/$suite" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
 tarball=$(ls "$work"/postgresql-"$major"_*.orig.tar.* 2>/dev/null | head -1 || true)
 if [ -z "$tarball" ]; then
@@ -69,8 +60,7 @@ if [ -z "$tarball" ]; then
     directory=$(apt-cache showsrc "postgresql-$major" | awk '/^Directory:/ {print $2; exit}')
     upstream=${version%%-*}
     revision=${version#*-}
-    dpkg-query -W -f='${Status}' debian-keyring 2>/dev/null | grep -q "install ok installed" \
-        || apt-get install -y -qq --no-install-recommends debian-keyring >/dev/null
+    "$here/install-deps.sh" debian-keyring
     minor=${upstream#*.}
     for try in 1 2 3; do
         minor=$((minor - 1))
@@ -95,7 +85,7 @@ src=$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'postgresql-*' | head -
 
 if [ ! -f "$src/src/backend/parser/gram.c" ]; then
     echo "not a release tarball: installing bison and flex"
-    apt-get install -y -qq --no-install-recommends bison flex >/dev/null
+    "$here/install-deps.sh" pg-build-grammar
 fi
 
 rm -rf "$prefix"

@@ -18,13 +18,9 @@ step "installing dependencies (scripts/install-deps.sh)"
 "$repo/scripts/install-deps.sh"
 
 work=$(mktemp -d -t idempotency-demo.XXXXXX)
-cleanup() {
-    if [ -f "$work/data/postmaster.pid" ]; then
-        runuser -u postgres -- "$pg_bin/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source "$repo/scripts/lib/cluster.sh"
+PG_BIN=$pg_bin
+trap 'stop_cluster "$work"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
@@ -39,18 +35,7 @@ fi
 port=${DEMO_PORT:-$(perl -MIO::Socket::INET -e \
     'print IO::Socket::INET->new(Listen => 1, LocalAddr => "127.0.0.1", LocalPort => 0)->sockport')}
 step "starting a throwaway PostgreSQL 15 on 127.0.0.1:$port in $work"
-chown postgres: "$work"
-cd "$work"    # postgres cannot read root's working directory
-if ! runuser -u postgres -- "$pg_bin/initdb" -D "$work/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
-        --no-sync >"$work/initdb.log" 2>&1; then
-    cat "$work/initdb.log" >&2
-    exit 1
-fi
-if ! runuser -u postgres -- "$pg_bin/pg_ctl" -D "$work/data" -l "$work/postgres.log" -w \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $work" start >/dev/null; then
-    cat "$work/postgres.log" >&2
-    exit 1
-fi
+CLUSTER_INITDB_OPTS="-E UTF8 --locale=C.UTF-8" start_cluster "$work" "$port" "fsync = on"
 
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=payments_demo
 step "creating database $PGDATABASE: CREATE EXTENSION idempotency, examples/payment_schema.sql, examples/payment_procedure.sql"

@@ -1,29 +1,88 @@
 #!/usr/bin/env bash
-# Installs everything the build, the demo, the tests and the benchmark need, from Debian's packages.
-# Safe to run again: apt-get skips what is already there.
+# The project's one list of Debian 12 (bookworm) packages, in groups. As root:
+#   scripts/install-deps.sh                  core and tests: build the extension and run scripts/test.sh's own suites
+#   scripts/install-deps.sh core             only what `make && make install` needs
+#   scripts/install-deps.sh core tests clients bench
+#   scripts/install-deps.sh --list GROUP...  print the packages of the groups, one a line, install nothing
+#
+# Groups:
+#   core      compiler, PostgreSQL 15 server and headers, OpenSSL
+#   tests     GoogleTest, clang's libFuzzer and sanitizers, pgTAP and pg_prove, the Perl TAP modules (IPC::Run, DBD::Pg),
+#             pg_cron (the worker's coexistence test), sqlsmith
+#   valgrind  test/robustness/valgrind.sh (not part of scripts/test.sh)
+#   clients   Go, Node.js, Python and their libraries, PgBouncer, wrk, curl: clients/run-tests.sh and its suites
+#   bench     bench/run.sh's chart (gnuplot), and the groups valgrind (bench/instructions.sh) and clients (bench/clients)
+#   pg-build  what scripts/build-pg.sh needs to build PostgreSQL 17 and 18 from Debian's source packages
+#   pg-build-grammar, debian-keyring: installed by scripts/build-pg.sh only when the source needs them
+#
+# Safe to run again: it asks apt only for packages not installed yet. apt waits up to 15 minutes for another apt
+# or dpkg run to finish (DPkg::Lock::Timeout) instead of failing. Citus is not a Debian package; it gets a group
+# when the project builds it.
 set -euo pipefail
 
-packages=(
-    build-essential g++ make git ca-certificates
-    postgresql-15 postgresql-server-dev-15 postgresql-contrib
-    libssl-dev
-    googletest libgtest-dev cmake
-    clang-14 libclang-rt-14-dev
-    postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
-    libipc-run-perl libdbd-pg-perl
-    postgresql-15-cron
-    sqlsmith
-    gnuplot-nox
+declare -A groups=(
+    [core]="build-essential g++ make git ca-certificates postgresql-15 postgresql-server-dev-15 postgresql-contrib
+            libssl-dev"
+    [tests]="googletest libgtest-dev cmake clang-14 libclang-rt-14-dev
+             postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl libdbd-pg-perl
+             postgresql-15-cron sqlsmith"
+    [valgrind]="valgrind"
+    [clients]="golang-go golang-github-jackc-pgx-v4-dev nodejs:node npm:npm
+               python3-psycopg python3-psycopg-pool python3-pytest python3-waitress pgbouncer wrk curl"
+    [bench]="gnuplot-nox"
+    [pg-build]="build-essential dpkg-dev curl gnupg debian-archive-keyring perl libipc-run-perl pkg-config
+                postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl"
+    [pg-build-grammar]="bison flex"
+    [debian-keyring]="debian-keyring"
 )
+# PACKAGE:COMMAND: the package is not needed when COMMAND is on the PATH (a Node.js installed otherwise, whose
+# npm would conflict with Debian's).
+# A group that needs another group's packages too.
+declare -A includes=([bench]="clients valgrind")
+
+list_only=0
+if [ "${1:-}" = --list ]; then
+    list_only=1
+    shift
+fi
+wanted=("$@")
+[ ${#wanted[@]} -eq 0 ] && wanted=(core tests)
+
+packages=()
+add_group() {
+    local group=$1 more
+    if [ -z "${groups[$group]+set}" ]; then
+        echo "install-deps.sh: unknown group '$group' (groups: ${!groups[*]})" >&2
+        exit 2
+    fi
+    # shellcheck disable=SC2206  # the lists are plain words
+    packages+=(${groups[$group]})
+    for more in ${includes[$group]:-}; do add_group "$more"; done
+}
+for group in "${wanted[@]}"; do add_group "$group"; done
+mapfile -t packages < <(printf '%s\n' "${packages[@]}" | sort -u)
+
+if [ "$list_only" = 1 ]; then
+    printf '%s\n' "${packages[@]%%:*}"
+    exit 0
+fi
 
 missing=()
-for package in "${packages[@]}"; do
+for entry in "${packages[@]}"; do
+    package=${entry%%:*}
+    [ "$package" != "$entry" ] && command -v "${entry#*:}" >/dev/null && continue
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps.sh: missing packages: ${missing[*]} (run as root to install them)" >&2
+    exit 1
 fi
-# Debian starts a default cluster on install; the tests make their own.
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt_get() { apt-get -o DPkg::Lock::Timeout=900 "$@"; }
+# The package lists may be missing or stale on a fresh machine: install, and update only when that fails.
+apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    { apt_get update -qq && apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+# Installing postgresql-15 starts Debian's own cluster on port 5432; the tests and the demo start their own.

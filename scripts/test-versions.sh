@@ -127,18 +127,11 @@ upgrade_test() {  # upgrade_test NEW_MAJOR
         done
         echo "# pg_attver stripped from the 15 catalogs (IDEM_UPGRADE_STRIP_ATTVER=1)"
     fi
-    su postgres -c "$old_bin/pg_ctl -D '$dir/old/data' -w stop" >/dev/null
+    PG_BIN=$old_bin cluster_ctl "$dir/old" stop
 
-    # The new cluster: initdb of the new version, the library preloaded there too.
-    su postgres -c "$new_bin/initdb -D '$dir/new/data' -A trust -U postgres --no-sync" >/dev/null
-    {
-        echo "port = $new_port"
-        echo "unix_socket_directories = '$dir/new'"
-        echo "listen_addresses = '127.0.0.1'"
-        echo "fsync = off"
-        echo "shared_preload_libraries = 'idempotency'"
-    } >>"$dir/new/data/postgresql.conf"
-    mkdir -p "$dir/run" && chown postgres "$dir/run" "$dir/new"
+    # The new cluster: initdb of the new version, the library preloaded there too; pg_upgrade wants it stopped.
+    PG_BIN=$new_bin init_cluster "$dir/new" "$new_port" "shared_preload_libraries = 'idempotency'"
+    mkdir -p "$dir/run" && chown postgres "$dir/run"
     if su postgres -c "cd '$dir/run' && $new_bin/pg_upgrade -b $old_bin -B $new_bin \
             -d '$dir/old/data' -D '$dir/new/data' -p $old_port -P $new_port -s '$dir/run' -U postgres \
             -o '-c config_file=$dir/old/data/postgresql.conf'" >"$log_dir/pg_upgrade.log" 2>&1; then
@@ -151,8 +144,7 @@ upgrade_test() {  # upgrade_test NEW_MAJOR
         check "pg_upgrade 15 -> $new" 0 1
     fi
     rm -rf "$dir/old"
-    PG_BIN=$new_bin
-    su postgres -c "$new_bin/pg_ctl -D '$dir/new/data' -l '$dir/new/server.log' -w start" >/dev/null
+    PG_BIN=$new_bin cluster_ctl "$dir/new" start
     clusters+=("$new_bin|$dir/new")
     check "$new: server version" "$new" "$(dir_q "$dir/new" "$new_port" postgres "SHOW server_version_num" | cut -c1-2)"
     check "$new: appdb still partitioned" partitioned "$(dir_q "$dir/new" "$new_port" appdb "SELECT idem_storage_mode()")"
@@ -166,7 +158,7 @@ upgrade_test() {  # upgrade_test NEW_MAJOR
     # The worker runs on the upgraded cluster.
     got=$(dir_q "$dir/new" "$new_port" postgres "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'")
     check "$new: the launcher runs" 1 "$got"
-    su postgres -c "$new_bin/pg_ctl -D '$dir/new/data' -m fast -w stop" >/dev/null
+    PG_BIN=$new_bin cluster_ctl "$dir/new" stop -m fast
     count "$name" "$ok" "$bad"
 }
 

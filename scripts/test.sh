@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 source scripts/lib/cluster.sh
 
+started=$(date +%s)
 scripts/install-deps.sh
 make -s >/dev/null && make -s install >/dev/null || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 
@@ -15,78 +16,89 @@ passed=0
 failed=0
 log_dir=$(mktemp -d /tmp/idem-test-logs.XXXXXX)
 chmod 755 "$log_dir"
+printf '%-10s %5ds\n' build $(( $(date +%s) - started )) >"$log_dir/times"
 
-# count, run_gtest_suite, run_single, count_regress, count_tap: shared with scripts/test-versions.sh.
+# count, judge, run_single, run_gtest_suite, count_regress, count_tap, run_counted_suites: shared with
+# scripts/test-versions.sh. A suite fails on a non-zero exit status whatever its output says.
 source scripts/lib/count.sh
 
-run_single packaging make -s versioncheck
-run_gtest_suite unit make -s -C test/unit run
-run_single fuzz make -s -C test/fuzz run
+# timed STAGE COMMAND...: runs COMMAND in this shell (the counts add up) and notes the stage's wall time.
+timed() {
+    local stage=$1 t0
+    shift
+    t0=$(date +%s)
+    "$@"
+    printf '%-10s %5ds\n' "$stage" $(( $(date +%s) - t0 )) >>"$log_dir/times"
+}
+
+timed packaging run_single packaging make -s versioncheck
+timed unit run_gtest_suite unit make -s -C test/unit run
+timed fuzz run_single fuzz make -s -C test/fuzz run
 
 cluster=$(mktemp -d /tmp/idem-test-cluster.XXXXXX)
 trap 'stop_cluster "$cluster"; rm -rf "$log_dir"' EXIT
-start_cluster "$cluster" 55432 "shared_preload_libraries = 'idempotency'" "max_prepared_transactions = 10"
+start_cluster "$cluster" 55432 "shared_preload_libraries = 'idempotency'" "max_prepared_transactions = 10" ||
+    count cluster 0 1
 export PGHOST=$cluster PGPORT=55432 PGUSER=postgres
 
-make -s installcheck ISOLATION= 2>&1 | tee "$log_dir/regress.log"
-count_regress regress "$log_dir/regress.log" "${PIPESTATUS[0]}"
-[ -f regression.diffs ] && cat regression.diffs
+regress() {
+    make -s installcheck ISOLATION= 2>&1 | tee "$log_dir/regress.log"
+    count_regress regress "$log_dir/regress.log" "${PIPESTATUS[0]}"
+    [ -f regression.diffs ] && cat regression.diffs
+}
+timed regress regress
 
-make -s installcheck REGRESS= 2>&1 | tee "$log_dir/isolation.log"
-count_regress isolation "$log_dir/isolation.log" "${PIPESTATUS[0]}"
-[ -f output_iso/regression.diffs ] && cat output_iso/regression.diffs
+isolation() {
+    make -s installcheck REGRESS= 2>&1 | tee "$log_dir/isolation.log"
+    count_regress isolation "$log_dir/isolation.log" "${PIPESTATUS[0]}"
+    [ -f output_iso/regression.diffs ] && cat output_iso/regression.diffs
+}
+timed isolation isolation
 
-psql -qX -d postgres -c "DROP DATABASE IF EXISTS pgtap_tests" -c "CREATE DATABASE pgtap_tests"
-psql -qX -d pgtap_tests -c "CREATE EXTENSION idempotency"
-pg_prove -v -d pgtap_tests test/pgtap/*.sql 2>&1 | tee "$log_dir/pgtap.log"
-count_tap pgtap "$log_dir/pgtap.log" "${PIPESTATUS[0]}"
+pgtap() {
+    psql -qX -d postgres -c "DROP DATABASE IF EXISTS pgtap_tests" -c "CREATE DATABASE pgtap_tests"
+    psql -qX -d pgtap_tests -c "CREATE EXTENSION idempotency"
+    pg_prove -v -d pgtap_tests test/pgtap/*.sql 2>&1 | tee "$log_dir/pgtap.log"
+    count_tap pgtap "$log_dir/pgtap.log" "${PIPESTATUS[0]}"
+}
+timed pgtap pgtap
 
-if ls test/tap/*.pl >/dev/null 2>&1; then
-    # PostgreSQL::Test::Cluster refuses to run as root; it makes its own clusters.
-    # They run from a copy: the clone may sit below a directory that user postgres cannot enter.
+# The Perl TAP tests (test/tap, module test/perl/IdemNode.pm). PostgreSQL::Test::Cluster refuses to run as root;
+# it makes its own clusters. They run from a copy: the clone may sit below a directory that user postgres cannot
+# enter. IDEM_TAP_TESTS picks the tests (default every test/tap/*.pl).
+tap() {
+    local tap_dir
     tap_dir=$(mktemp -d /tmp/idem-tap.XXXXXX)
     mkdir -p "$tap_dir/test"
     cp Makefile idempotency.control "$tap_dir/"
-    cp -r test/tap test/faults "$tap_dir/test/"
+    cp -r test/tap test/perl "$tap_dir/test/"
     chown -R postgres "$tap_dir"
     su postgres -c "cd '$tap_dir' && make -s prove_installcheck PROVE_TESTS='${IDEM_TAP_TESTS:-test/tap/*.pl}'" 2>&1 \
         | tee "$log_dir/tap.log"
     count_tap tap "$log_dir/tap.log" "${PIPESTATUS[0]}"
     rm -rf "$tap_dir"
-fi
+}
+timed tap tap
 
 # Random SQL (sqlsmith, seed 42) and random idem_* arguments on a throwaway cluster of its own: no backend
 # may crash (~20 s). test/robustness/valgrind.sh (~5 min) stays a separate command.
-run_single sqlsmith env SMITH_PORT=55433 test/robustness/sqlsmith.sh
-
-# Suites that print their own "<suite> N passed, N failed" lines: each line is counted; a failed run that
-# printed no failing line, or one that printed none at all, counts as one failure.
-run_counted_suites() {  # run_counted_suites NAME COMMAND...
-    local name=$1 log=$log_dir/$1.log status
-    shift
-    "$@" 2>&1 | tee "$log"
-    status=${PIPESTATUS[0]}
-    while read -r suite ok _ bad _; do
-        count "$suite" "$ok" "$bad"
-    done < <(grep -E '^[a-z0-9-]+ [0-9]+ passed, [0-9]+ failed$' "$log")
-    if ! grep -Eq '^[a-z0-9-]+ [0-9]+ passed, [0-9]+ failed$' "$log" ||
-       { [ "$status" -ne 0 ] && ! grep -Eq '^[a-z0-9-]+ [0-9]+ passed, [1-9][0-9]* failed$' "$log"; }; then
-        count "$name" 0 1
-    fi
-}
+timed sqlsmith run_single sqlsmith env SMITH_PORT=55433 test/robustness/sqlsmith.sh
 
 # The Go, Node.js and Python clients: each language's own tests, then one end-to-end suite over real HTTP for
 # all three services, directly and through PgBouncer, and a load test per service (clients/run-tests.sh).
-run_counted_suites clients clients/run-tests.sh
+timed clients run_counted_suites clients clients/run-tests.sh
 
 # PostgreSQL 17 and 18, built from Debian's source packages into /opt/idem-pg (skipped when built already):
 # pg_regress, isolation, pgTAP and the worker's TAP test on each, and pg_upgrade from 15 to 17.
 # IDEM_TEST_VERSIONS=0 skips the stage. Debian 15.20 writes a pg_attver column option that 17.11 rejects
 # in pg_upgrade; the upgrade test strips it from its throwaway 15 cluster (scripts/test-versions.sh).
 if [ "${IDEM_TEST_VERSIONS:-1}" = 1 ]; then
-    IDEM_UPGRADE_STRIP_ATTVER=1 run_counted_suites versions scripts/test-versions.sh 17 18
+    IDEM_UPGRADE_STRIP_ATTVER=1 timed versions run_counted_suites versions scripts/test-versions.sh 17 18
 fi
 
+echo
+echo "== wall time per stage (total $(( $(date +%s) - started ))s)"
+cat "$log_dir/times"
 echo
 echo "== summary"
 cat "$log_dir/summary"

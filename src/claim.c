@@ -43,22 +43,41 @@ enum
 	CLAIM_RESULT_COLUMNS
 };
 
-/* now() + ttl, where ttl is the argument or idempotency.ttl; ERROR 22023 unless positive. */
+/*
+ * from + span, checked against what the README's Limits promise: strictly after
+ * from (an interval such as '-1 year +365 days' compares greater than zero and
+ * still lands in the past) and at most max_days after it, so no stored timestamp
+ * gets near the end of the range that pg_dump and a restore accept. ERROR 22023
+ * otherwise; an interval past the timestamp range itself is ERROR 22008.
+ */
+TimestampTz
+claim_span_end(TimestampTz from, Datum span, int max_days, const char *what, const char *not_after_msg)
+{
+	TimestampTz end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															  TimestampTzGetDatum(from), span));
+
+	if (end <= from)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s", not_after_msg)));
+	if (end - from > (TimestampTz) max_days * USECS_PER_DAY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency %s must be at most %d %s", what, max_days, max_days == 1 ? "day" : "days")));
+	return end;
+}
+
+/* now() + ttl, where ttl is the argument or idempotency.ttl; ERROR 22023 unless within (0, 3650 days]. */
 TimestampTz
 claim_expiry(FunctionCallInfo fcinfo, int ttl_argno)
 {
-	Datum		now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	Interval   *zero = palloc0(sizeof(Interval));
 	Interval   *default_ttl = palloc0(sizeof(Interval));
 	Datum		ttl;
 
 	default_ttl->time = (int64) idem_ttl_seconds * USECS_PER_SEC;
 	ttl = PG_ARGISNULL(ttl_argno) ? IntervalPGetDatum(default_ttl) : PG_GETARG_DATUM(ttl_argno);
-	if (!DatumGetBool(DirectFunctionCall2(interval_gt, ttl, IntervalPGetDatum(zero))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency ttl must be greater than zero")));
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, now, ttl));
+	return claim_span_end(GetCurrentTransactionStartTimestamp(), ttl, IDEM_MAX_TTL_DAYS, "ttl",
+						  "idempotency ttl must be greater than zero");
 }
 
 /* Expiry counts from the transaction's start, as in 1.0; a lease runs on the clock, read now. */
@@ -307,14 +326,10 @@ claim_wait_deadline(FunctionCallInfo fcinfo, int wait_argno)
 	if (PG_ARGISNULL(wait_argno))
 		return 0;
 	wait = PG_GETARG_DATUM(wait_argno);
-	if (DatumGetBool(DirectFunctionCall2(interval_lt, wait, IntervalPGetDatum(zero))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency wait must not be negative")));
 	if (DatumGetBool(DirectFunctionCall2(interval_eq, wait, IntervalPGetDatum(zero))))
 		return 0;
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(GetCurrentTimestamp()), wait));
+	return claim_span_end(GetCurrentTimestamp(), wait, IDEM_MAX_WAIT_DAYS, "wait",
+						  "idempotency wait must not be negative");
 }
 
 /* The transactional claim, by idem_claim (never waits) and idem_claim_wait. */

@@ -8,6 +8,9 @@
 /* The extension's schema in this database, or InvalidOid when it is not installed. */
 Oid			cleanup_extension_schema(void);
 
+/* Logs the ordinary triggers on the key tables that a sweep does not fire, if any. */
+void		cleanup_report_skipped_triggers(Oid schema);
+
 #include "storage/itemptr.h"
 
 /* How far a sweep has got through the heap of the table it deletes from. */

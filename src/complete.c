@@ -30,6 +30,16 @@ enum
 
 enum
 {
+	LEASE_COMPLETE_ARG_KEY,
+	LEASE_COMPLETE_ARG_TOKEN,
+	LEASE_COMPLETE_ARG_HTTP_STATUS,
+	LEASE_COMPLETE_ARG_RESPONSE_BODY,
+	LEASE_COMPLETE_ARG_RESPONSE_HEADERS,
+	LEASE_COMPLETE_ARG_SCOPE
+};
+
+enum
+{
 	RELEASE_ARG_KEY,
 	RELEASE_ARG_SCOPE
 };
@@ -136,9 +146,11 @@ idem_lease_complete(PG_FUNCTION_ARGS)
 	LeaseChangeValues values;
 	IdemCompletion decision;
 
-	lease_holder_args(fcinfo, 0, 1, 5, &holder);
+	lease_holder_args(fcinfo, LEASE_COMPLETE_ARG_KEY, LEASE_COMPLETE_ARG_TOKEN, LEASE_COMPLETE_ARG_SCOPE,
+					  &holder);
 	memset(&values, 0, sizeof(values));
-	decision = response_from_args(fcinfo, 2, 3, 4, &values.response);
+	decision = response_from_args(fcinfo, LEASE_COMPLETE_ARG_HTTP_STATUS, LEASE_COMPLETE_ARG_RESPONSE_BODY,
+								  LEASE_COMPLETE_ARG_RESPONSE_HEADERS, &values.response);
 	if (decision == IDEM_COMPLETION_RELEASE)
 	{
 		values.until = GetCurrentTimestamp();

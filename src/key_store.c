@@ -2,7 +2,10 @@
 #include "postgres.h"
 
 #include "access/relation.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "access/xact.h"
 #include "partitioning/partdesc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -225,14 +228,31 @@ require_lease_columns(const KeyTable *table)
 				 errhint("Run ALTER EXTENSION idempotency UPDATE.")));
 }
 
+/*
+ * The next fencing number, from the extension's own sequence (1.2), found by
+ * the OID of the extension's schema. The caller needs no privilege on it: the
+ * number comes with a grant, which the key's lock makes exclusive. 0 when the
+ * database is still at 1.1 (no sequence yet).
+ */
+static int64
+next_fencing_number(Oid namespace_oid)
+{
+	Oid			sequence = get_relname_relid("idempotency_fencing_numbers", namespace_oid);
+
+	if (!OidIsValid(sequence) || get_rel_relkind(sequence) != RELKIND_SEQUENCE)
+		return 0;
+	return nextval_internal(sequence, false);
+}
+
 void
-key_store_take_lease(const KeyRef *ref, LeaseTake how, const LeaseGrant *grant)
+key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 {
 	KeyTable	table;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
 	key_spi_take_lease(&table, ref, how, grant);
+	grant->fencing_number = next_fencing_number(table.namespace_oid);
 	close_key_table(&table);
 }
 
@@ -245,6 +265,27 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
+	/*
+	 * Under REPEATABLE READ and SERIALIZABLE an UPDATE of a row changed since the
+	 * snapshot fails with 40001. Whether the token is still current is read from
+	 * the latest committed state first, so a stale holder gets 55000 there too;
+	 * 40001 remains only when the same holder changed the row in another
+	 * transaction after this one's snapshot (a heartbeat's extend, say).
+	 */
+	if (IsolationUsesXactSnapshot())
+	{
+		KeyRow		current;
+
+		key_spi_lookup(&table, ref, LOOKUP_LATEST_SNAPSHOT, &current);
+		if (!current.found || !current.http_status_null || !current.leased ||
+			current.expires_at <= GetCurrentTransactionStartTimestamp() ||
+			memcmp(&current.lease_token, token, sizeof(pg_uuid_t)) != 0)
+		{
+			close_key_table(&table);
+			*lease_until = 0;
+			return false;
+		}
+	}
 	changed = key_spi_change_lease(&table, ref, token, change, values, lease_until);
 	close_key_table(&table);
 	return changed;

@@ -85,9 +85,10 @@ typedef enum LeaseTake
 typedef struct LeaseGrant
 {
 	uint8		request_hash[IDEM_SHA256_BYTES];
-	TimestampTz expires_at;
+	TimestampTz expires_at;		/* asked for; the stored expiry once written (a takeover keeps the later) */
 	TimestampTz lease_until;
 	pg_uuid_t	token;
+	int64		fencing_number; /* drawn when written; 0 in a database still at 1.1 */
 } LeaseGrant;
 
 /* What the holder of a lease changes with its token. */
@@ -99,6 +100,8 @@ typedef enum LeaseChange
 	LEASE_RELEASE				/* the lease ends now, the recovery point stays */
 } LeaseChange;
 
+#define LEASE_CHANGES (LEASE_RELEASE + 1)
+
 typedef struct LeaseChangeValues
 {
 	TimestampTz until;			/* EXTEND, RELEASE */
@@ -109,8 +112,11 @@ typedef struct LeaseChangeValues
 	ResponseToStore response;	/* COMPLETE */
 } LeaseChangeValues;
 
-/* Writes the lease row of a granted lease claim. */
-void		key_store_take_lease(const KeyRef *ref, LeaseTake how, const LeaseGrant *grant);
+/*
+ * Writes the lease row of a granted lease claim, draws its fencing number and
+ * sets grant->expires_at to the expiry stored.
+ */
+void		key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant);
 
 /*
  * Applies a change to the key's lease if token is its current token; false
@@ -172,7 +178,7 @@ void		key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot sn
 void		key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
 						  const ResponseToStore *response);
 void		key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how,
-							   const LeaseGrant *grant);
+							   LeaseGrant *grant);
 bool		key_spi_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *token,
 								 LeaseChange change, const LeaseChangeValues *values,
 								 TimestampTz *lease_until);

@@ -24,7 +24,7 @@ typedef struct TablePlans
 	/* lease mode, only for a table with the 1.1 columns */
 	SPIPlanPtr	lease_insert;
 	SPIPlanPtr	lease_replace;
-	SPIPlanPtr	lease_change[4];	/* by LeaseChange */
+	SPIPlanPtr	lease_change[LEASE_CHANGES];	/* by LeaseChange */
 } TablePlans;
 
 static struct
@@ -108,8 +108,9 @@ static Oid	lease_param_types[LEASE_PARAMS] = {
 };
 
 /* Each holder's change: $1 scope, $2 key, $3 token, then its own values; RETURNING lease_until. */
-static const char *const lease_change_sets[4] = {
-	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at, $4 + (expires_at - lease_until))",
+static const char *const lease_change_sets[LEASE_CHANGES] = {
+	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at,"
+	" $4 OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) lease_until))",
 	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
 	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
 	" lease_until = NULL, lease_token = NULL",
@@ -119,13 +120,13 @@ static const char *const lease_change_sets[4] = {
 static void
 prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options)
 {
-	Oid			change_types[4][6] = {
+	Oid			change_types[LEASE_CHANGES][6] = {
 		[LEASE_EXTEND] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID},
 		[LEASE_CHECKPOINT] = {TEXTOID, TEXTOID, UUIDOID, TEXTOID, JSONBOID},
 		[LEASE_COMPLETE] = {TEXTOID, TEXTOID, UUIDOID, INT4OID, JSONBOID, JSONBOID},
 		[LEASE_RELEASE] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID}
 	};
-	int			change_nargs[4] = {4, 5, 6, 4};
+	int			change_nargs[LEASE_CHANGES] = {4, 5, 6, 4};
 
 	table->lease_insert = prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token)"
@@ -139,12 +140,19 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		" lease_until = $6, lease_token = $7,"
 		" recovery_point = CASE WHEN $8 THEN recovery_point END,"
 		" recovery_state = CASE WHEN $8 THEN recovery_state END"
-		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s",
+		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s RETURNING expires_at",
 		qualified, live_only), LEASE_PARAMS, lease_param_types, plan_options);
-	for (int change = 0; change < 4; change++)
+	/*
+	 * Only the key's live row can be changed: in partitioned storage an expired
+	 * row stays beside the re-claimed key's new one until the sweep, and its
+	 * token must not work there either. Expiry is judged at the transaction's
+	 * start, as a claim judges it.
+	 */
+	for (int change = 0; change < LEASE_CHANGES; change++)
 		table->lease_change[change] = prepare_kept(psprintf(
 			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
-			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL RETURNING lease_until",
+			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL"
+			" AND expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp() RETURNING lease_until",
 			qualified, lease_change_sets[change]), change_nargs[change], change_types[change]);
 }
 
@@ -354,7 +362,7 @@ key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
 }
 
 void
-key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, const LeaseGrant *grant)
+key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 {
 	Datum		values[LEASE_PARAMS];
 	TablePlans *statements;
@@ -374,10 +382,14 @@ key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, cons
 	if (how != LEASE_NEW_ROW)
 	{
 		rc = SPI_execute_plan(statements->lease_replace, values, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE)
+		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "idempotency: taking a lease failed: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 1)
 		{
+			bool		isnull;
+
+			grant->expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+																  SPI_tuptable->tupdesc, 1, &isnull));
 			SPI_finish();
 			return;
 		}

@@ -1,6 +1,8 @@
 /* sql_args.c: NULL and validity checks with the documented SQLSTATEs. */
 #include "postgres.h"
 
+#include "mb/pg_wchar.h"
+
 #include "sql_args.h"
 #include "pg_compat.h"
 
@@ -95,6 +97,18 @@ remembered_identity(const char *scope, uint32 scope_len, const char *key, uint32
 	return true;
 }
 
+static IdemStatus
+controls_in_utf8(const char *text, uint32 len)
+{
+	char	   *utf8 = pg_server_to_any(text, len, PG_UTF8);
+	/* The input itself comes back when no conversion was needed; it has no terminator. */
+	IdemStatus	status = idem_core_check_controls(utf8, utf8 == text ? len : strlen(utf8));
+
+	if (utf8 != text)
+		pfree(utf8);
+	return status;
+}
+
 void
 key_identity_from_args(text *scope, text *key, uint8 identity[IDEM_SHA256_BYTES])
 {
@@ -112,6 +126,21 @@ key_identity_from_args(text *scope, text *key, uint8 identity[IDEM_SHA256_BYTES]
 	status = idem_core_validate_scope(scope_bytes, scope_len);
 	if (status != IDEM_OK)
 		report_invalid_argument(IDEM_ARG_SCOPE, status);
+	/*
+	 * The core reads C1 controls as UTF-8 (C2 80..C2 9F); in another server
+	 * encoding they are other bytes (LATIN1: 80..9F), so the character rule is
+	 * applied again to the text converted to UTF-8. SQL_ASCII has no characters
+	 * above 7F to convert: its bytes are checked as they are.
+	 */
+	if (GetDatabaseEncoding() != PG_UTF8 && GetDatabaseEncoding() != PG_SQL_ASCII)
+	{
+		status = controls_in_utf8(key_bytes, key_len);
+		if (status != IDEM_OK)
+			report_invalid_argument(IDEM_ARG_KEY, status);
+		status = controls_in_utf8(scope_bytes, scope_len);
+		if (status != IDEM_OK)
+			report_invalid_argument(IDEM_ARG_SCOPE, status);
+	}
 	status = idem_core_key_identity(scope_bytes, scope_len, key_bytes, key_len, identity);
 	if (status != IDEM_OK)
 		report_invalid_argument(IDEM_ARG_KEY, status);

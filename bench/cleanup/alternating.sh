@@ -12,11 +12,11 @@
 # claims of each side (pooled), the median of the per-cycle ratios, the keys removed per second of
 # sweep against the keys the claims created, and the WAL per second on each side (so the windows
 # are shown to be what they claim), and the disk's own latency per side (ms per write completed,
-# from /proc/diskstats: a slow spell of the disk shows whichever side it falls on; spells.py finds
-# them). Other knobs: CLEANUP_BENCH_RATE (150 claims/s over all clients), CLEANUP_BENCH_BATCH
+# from /proc/diskstats: a slow spell of the disk shows whichever side it falls on, in raw/disk).
+# Other knobs: CLEANUP_BENCH_RATE (150 claims/s over all clients), CLEANUP_BENCH_BATCH
 # (200), CLEANUP_BENCH_PORT (5578), CLEANUP_BENCH_DIR (/tmp/cleanalt_helper; its data/ and work/
 # are deleted), CLEANUP_BENCH_OUT (bench/out/cleanup_alternating). Needs the extension installed
-# (make install); root or postgres.
+# (make install); as root.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -38,30 +38,15 @@ COMMAND="$(env | grep -o '^CLEANUP_\(BENCH\|ALT\)_[A-Z_]*=.*' | sort | tr '\n' '
 EXPIRED=$((PACE * CYCLES * WINDOW * 12 / 10 + 10000))
 LIVE=100000
 
-case "$DIR" in /tmp/?*) ;; *) echo "CLEANUP_BENCH_DIR must be under /tmp (its data/ is deleted)" >&2; exit 2 ;; esac
-OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
-WORK=$DIR/work
-RAW=$WORK/raw
-rm -rf "$WORK"
-mkdir -p "$RAW"
-CSV=$WORK/results.csv
-echo "part,measure,variant,rep,value,unit,target,pass" > "$CSV"
 source "$HERE/lib.sh"
-publish() {
-    [ -n "${DISK_PID:-}" ] && kill "$DISK_PID" 2>/dev/null
-    stop_cluster
-    [ -f "$DIR/log" ] && cp "$DIR/log" "$RAW/server.log"
-    rm -rf "$DIR/data" "$OUT/raw"
-    cp -r "$WORK"/* "$OUT"/
-}
-trap publish EXIT
+start_work
 
 start_bench_cluster
 # The disk under the cluster, sampled twice a second (/proc/diskstats: writes completed, ms spent writing), so that
 # each side's storage latency is on record: slow spells of the disk itself show on both sides alike.
 DISK=$(basename "$(df --output=source "$DIR" | tail -1)")
 ( while :; do awk -v t="$(now_epoch)" -v d="$DISK" '$3 == d { print t, $8, $11 }' /proc/diskstats; sleep 0.5; done ) > "$RAW/disk" &
-DISK_PID=$!
+BG_PIDS+=($!)
 LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 SO=$("$PGBIN/pg_config" --pkglibdir)/idempotency.so
 VERSION="installed idempotency.so md5 $(md5sum < "$SO" | cut -c1-12), repo HEAD $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown) with $( (git -C "$HERE" status --porcelain -- ../../src ../../sql 2>/dev/null || true) | wc -l) uncommitted change(s) under src/ and sql/"

@@ -1,10 +1,7 @@
 # Helpers shared by the expiry benchmarks (run.sh, alternating.sh): psql on the benchmark
 # cluster, small arithmetic, the cluster itself, and pgbench at a fixed rate with per-transaction
-# logs. The caller sets PGBIN, DIR, PORT, DB, HERE, RAW, CSV, BATCH and RATE first.
+# logs. The caller sets PGBIN, DIR, OUT, PORT, DB, HERE, BATCH and RATE first, then calls start_work. Run as root.
 
-as_postgres() {
-    if [ "$(id -un)" = postgres ]; then "$@"; else su postgres -c "$(printf '%q ' "$@")"; fi
-}
 psql_q() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DIR" -p "$PORT" -U postgres -d "$DB" "$@"; }
 val() { psql_q -Atc "$1"; }
 say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -13,10 +10,40 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR
 calc() { awk "BEGIN {printf \"%.${2:-3}f\", $1}"; }
 pass() { awk "BEGIN {print ($1) ? \"yes\" : \"NO\"}"; }
 
+# The cluster is scripts/lib/cluster.sh's, in $DIR/data with its log in $DIR/server.log.
+PG_BIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/cluster.sh"
+
+# The run's files are written under $DIR/work and copied to $OUT when the script exits (bench/out/ is shared):
+# checks $DIR, empties $DIR/work, starts results.csv, and sets the exit trap that publishes.
+start_work() {
+    case "$DIR" in /tmp/?*) ;; *) echo "CLEANUP_BENCH_DIR must be under /tmp (its data/ is deleted)" >&2; exit 2 ;; esac
+    OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+    WORK=$DIR/work
+    RAW=$WORK/raw
+    rm -rf "$WORK"
+    mkdir -p "$RAW"
+    CSV=$WORK/results.csv
+    echo "part,measure,variant,rep,value,unit,target,pass" > "$CSV"
+    trap publish EXIT
+}
+# BG_PIDS: background samplers a benchmark started, stopped here too.
+BG_PIDS=()
+publish() {
+    local pid
+    for pid in "${BG_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    stop_bench
+    [ -f "$DIR/server.log" ] && cp "$DIR/server.log" "$RAW/server.log"
+    rm -rf "$DIR/data" "$OUT/raw"
+    mkdir -p "$OUT"
+    cp -r "$WORK"/* "$OUT"/
+}
+
 PGB_PID=
-stop_cluster() {
+# Stops pgbench and the server; $DIR stays (it holds the run's results).
+stop_bench() {
     if [ -n "$PGB_PID" ] && kill -0 "$PGB_PID" 2>/dev/null; then kill "$PGB_PID"; fi
-    if [ -f "$DIR/data/postmaster.pid" ]; then as_postgres "$PGBIN/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null || true; fi
+    if [ -f "$DIR/data/postmaster.pid" ]; then cluster_ctl "$DIR" stop -m fast || true; fi
 }
 # ALTER SYSTEM and a reload: <setting> <value>.
 set_reload() {
@@ -31,26 +58,14 @@ last_sweep() { val "SELECT coalesce(last_sweep_started_at::text, '-') FROM publi
 # runs only when a benchmark starts one (cleanup_interval 1h), in batches of $BATCH. Checkpoints
 # only where a benchmark asks for them; no autovacuum writing WAL during a measurement.
 start_bench_cluster() {
-    stop_cluster
-    rm -rf "$DIR/data" "$DIR/log"
-    chown postgres "$DIR"
-    as_postgres "$PGBIN/initdb" -D "$DIR/data" -A trust -U postgres >/dev/null
-    cat >> "$DIR/data/postgresql.conf" <<EOF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$DIR'
-shared_preload_libraries = 'idempotency'
-idempotency.databases = '$DB'
-idempotency.cleanup_interval = '1h'
-idempotency.cleanup_keys_per_second = 0
-idempotency.cleanup_batch_size = $BATCH
-shared_buffers = 512MB
-checkpoint_timeout = 1h
-max_wal_size = 16GB
-autovacuum = off
-lc_messages = 'C'
-EOF
-    as_postgres "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w start >/dev/null
+    stop_bench
+    rm -rf "$DIR/data" "$DIR/server.log"
+    init_cluster "$DIR" "$PORT" "fsync = on" "listen_addresses = ''" \
+        "shared_preload_libraries = 'idempotency'" "idempotency.databases = '$DB'" \
+        "idempotency.cleanup_interval = '1h'" "idempotency.cleanup_keys_per_second = 0" \
+        "idempotency.cleanup_batch_size = $BATCH" "shared_buffers = 512MB" "checkpoint_timeout = 1h" \
+        "max_wal_size = 16GB" "autovacuum = off" "lc_messages = 'C'"
+    cluster_ctl "$DIR" start
     "$PGBIN/psql" -X -q -h "$DIR" -p "$PORT" -U postgres -d postgres -c "CREATE DATABASE $DB"
     psql_q -c "CREATE EXTENSION idempotency" -c "CREATE EXTENSION pg_walinspect"
 }

@@ -12,7 +12,7 @@
 # Part 1 measures the delete itself, unpaced (cleanup_keys_per_second = 0).
 # Other knobs: CLEANUP_BENCH_REPS (3), CLEANUP_BENCH_PGBENCH_SECONDS (20), CLEANUP_BENCH_PORT (5577),
 # CLEANUP_BENCH_DIR (/tmp/cleanbench_helper; its data/ and work/ are deleted), CLEANUP_BENCH_OUT.
-# Needs the extension installed (make install) and runs as root or postgres.
+# Needs the extension installed (make install) and runs as root.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -35,26 +35,8 @@ BATCH=${CLEANUP_BENCH_BATCH:-200}
 DB=cleanbench
 COMMAND="$(env | grep -o '^CLEANUP_BENCH_[A-Z_]*=.*' | sort | tr '\n' ' ' || true)bench/cleanup/run.sh"
 
-case "$DIR" in /tmp/?*) ;; *) echo "CLEANUP_BENCH_DIR must be under /tmp (its data/ is deleted)" >&2; exit 2 ;; esac
-OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
-# Results are written under $DIR and copied to $OUT at the end: bench/out/ is shared.
-WORK=$DIR/work
-RAW=$WORK/raw
-rm -rf "$WORK"
-mkdir -p "$RAW"
-CSV=$WORK/results.csv
-echo "part,measure,variant,rep,value,unit,target,pass" > "$CSV"
-
 source "$HERE/lib.sh"
-
-publish() {
-    stop_cluster
-    [ -f "$DIR/log" ] && cp "$DIR/log" "$RAW/server.log"
-    rm -rf "$DIR/data" "$OUT/raw"
-    mkdir -p "$OUT"
-    cp -r "$WORK"/* "$OUT"/
-}
-trap publish EXIT
+start_work
 
 # ---------- cluster ----------
 start_bench_cluster

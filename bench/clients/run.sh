@@ -7,13 +7,5 @@
 # Takes about (4 configurations x rounds x seconds + 30 s) per service. Stops everything it started.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export DEBIAN_FRONTEND=noninteractive
-missing=()
-for p in pgbouncer python3-psycopg wrk; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
-fi
+"$here/../../scripts/install-deps.sh" clients
 exec /usr/bin/python3 "$here/bench.py"

@@ -16,7 +16,7 @@
 #   LEASE_PORT=55530 LEASE_DIR=<temp dir> LEASE_KEEP=1 (leave the cluster's directory behind)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/lib/cluster.sh
+source bench/lib.sh
 
 command_line="$( (env | grep -E '^LEASE_[A-Z_]+=' | sort | sed -E "s/=(.*)/='\1'/" | tr '\n' ' ') || true)bench/lease/run.sh"
 rounds=${LEASE_ROUNDS:-5}
@@ -46,20 +46,11 @@ script_of() {
     esac
 }
 
-q() { psql -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@"; }
-qv() { q -At "$@"; }
 
 cleanup() { [ "${LEASE_KEEP:-0}" = 1 ] || stop_cluster "$dir"; }
 trap cleanup EXIT
 
-echo "== build and install"
-make -s >/dev/null && make -s install >/dev/null
-
-echo "== cluster in $dir on port $port"
-# As bench/run.sh: durable commits, no checkpoint or autovacuum during a run (a CHECKPOINT before each run).
-start_cluster "$dir" "$port" "fsync = on" "shared_preload_libraries = 'idempotency'" \
-    "shared_buffers = 1GB" "max_wal_size = 8GB" "checkpoint_timeout = 1h" "autovacuum = off"
-q -d postgres -c "CREATE DATABASE bench"
+start_throughput_cluster
 q -d bench -c "CREATE EXTENSION idempotency" -f bench/setup.sql -f bench/lease/setup.sql >/dev/null
 version=$(qv -d bench -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")
 [ "$version" = 1.1 ] || { echo "extension at $version, not 1.1"; exit 1; }

@@ -64,6 +64,8 @@ SERVICES = {
         "prepare_if_missing": ("node_modules", [["npm", "ci", "--no-audit", "--no-fund"]]),
         "argv": ["node", "service/server.js"],
         "env": {},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
     },
     "python": {
         "dir": "python",

@@ -60,6 +60,13 @@ IdemStatus idem_core_validate_scope(const char* scope, size_t len) {
     return guarded([&] { return idem::core::validate_scope({scope, len}); });
 }
 
+IdemStatus idem_core_check_controls(const char* utf8, size_t len) {
+    return guarded([&] {
+        return idem::core::find_control_character({utf8, len}) == std::string_view::npos ? IDEM_OK
+                                                                                          : IDEM_ERR_CONTROL_CHAR;
+    });
+}
+
 IdemStatus idem_core_parse_sha256_hex(const char* hex, size_t len, uint8_t out[IDEM_SHA256_BYTES]) {
     return guarded([&] {
         Sha256Digest digest{};

@@ -95,6 +95,13 @@ IdemStatus	idem_core_validate_key(const char *key, size_t len);
 /* Scopes: 0..255 bytes, same character rule as keys. */
 IdemStatus	idem_core_validate_scope(const char *scope, size_t len);
 
+/*
+ * The character rule alone, on UTF-8 text: IDEM_ERR_CONTROL_CHAR for a C0 or C1
+ * control or DEL. The PostgreSQL layer applies it to a key or scope converted to
+ * UTF-8 when the database encoding is another one.
+ */
+IdemStatus	idem_core_check_controls(const char *utf8, size_t len);
+
 /* 64 hexadecimal digits, either case, into 32 bytes. */
 IdemStatus	idem_core_parse_sha256_hex(const char *hex, size_t len,
 									   uint8_t out[IDEM_SHA256_BYTES]);

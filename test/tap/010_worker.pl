@@ -5,14 +5,13 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
-use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $HASH = 'a' x 64;
 
@@ -47,14 +46,14 @@ sub set_and_reload
 # so that each is reported for the right reason. Batches of 500: the 5000 expired keys
 # below take 10 batches, so a sweep that stopped after one batch would need 10 ticks.
 # Unpaced until the pacing section below, so the timings above it measure the schedule alone.
-my $node = idem_node('worker', "idempotency.databases = 'postgres'", 'idempotency.cleanup_interval = 1s',
+my $node = IdemNode->create('worker', "idempotency.databases = 'postgres'", 'idempotency.cleanup_interval = 1s',
 	'idempotency.cleanup_batch_size = 500', 'idempotency.cleanup_keys_per_second = 0');
 $node->safe_psql('postgres', 'CREATE DATABASE appdb');
 $node->safe_psql('postgres', 'CREATE DATABASE noext');
 $node->safe_psql('appdb', 'CREATE EXTENSION idempotency');
 
 # Fails if the launcher is not registered or has another backend_type.
-ok(defined wait_until($node, 'postgres',
+ok(defined $node->wait_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'", 10),
 	'pg_stat_activity shows one idempotency launcher');
 my $launcher = launcher_pid($node);
@@ -71,14 +70,14 @@ $node->safe_psql('appdb', qq{
 			PERFORM idem_complete('live' || i, 201, '{"ok": true}');
 		END LOOP;
 	END \$\$});
-insert_expired($node, 'appdb', 'expired', 5000);
-my $took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'expired%'", 30);
+$node->insert_expired('appdb', 'expired', 5000);
+my $took = $node->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'expired%'", 30);
 # Fails if the worker does not sweep appdb, or only every few intervals, or one batch per tick.
 ok(defined $took && $took <= 5,
 	sprintf('5000 expired keys removed within three 1s intervals (took %s s)',
 		defined $took ? sprintf('%.1f', $took) : 'forever'));
 # Fails if the sweep deletes keys that have not expired.
-is(count_keys($node, 'appdb', 'live'), '100', 'the 100 live keys stay');
+is($node->count_keys('appdb', 'live'), '100', 'the 100 live keys stay');
 # Fails if the sweeper does not count its deletes or report its sweep to idem_stats.
 is($node->safe_psql('appdb', q{
 	SELECT shared, keys_removed >= 5000, last_sweep_database IN ('postgres', 'appdb'),
@@ -94,75 +93,78 @@ ok(log_shows($node, $log_from, qr/database "missingdb" in idempotency\.databases
 	'the log says missingdb does not exist');
 # At least three more ticks: a sweep started 3 s after this point.
 my $mark = $node->safe_psql('postgres', 'SELECT now() + interval \'3 s\'');
-ok(defined wait_until($node, 'postgres', "SELECT last_sweep_started_at > '$mark' FROM idem_stats", 15),
+ok(defined $node->wait_until('postgres', "SELECT last_sweep_started_at > '$mark' FROM idem_stats", 15),
 	'the launcher keeps ticking');
 # Fail if the skip notice is repeated each tick.
-is(log_lines($node, $log_from, qr/"noext" .*skipping/), 1, 'noext: one "skipping" line over several ticks');
-is(log_lines($node, $log_from, qr/"missingdb" .*skipping/), 1, 'missingdb: one "skipping" line over several ticks');
+is($node->log_lines($log_from, qr/"noext" .*skipping/), 1, 'noext: one "skipping" line over several ticks');
+is($node->log_lines($log_from, qr/"missingdb" .*skipping/), 1, 'missingdb: one "skipping" line over several ticks');
 # Fails if a sweeper is started in missingdb (FATAL: database does not exist) or errors in noext.
-is(log_lines($node, $log_from, qr/(ERROR|FATAL):.*(noext|missingdb)/), 0,
+is($node->log_lines($log_from, qr/(ERROR|FATAL):.*(noext|missingdb)/), 0,
 	'no ERROR or FATAL lines about noext or missingdb');
 
 # Once the extension exists, noext is cleaned and that is said once.
 $node->safe_psql('noext', 'CREATE EXTENSION idempotency');
-insert_expired($node, 'noext', 'expired', 50);
+$node->insert_expired('noext', 'expired', 50);
 # Fails if the launcher never looks at a skipped database again.
-ok(defined wait_until($node, 'noext', "SELECT count(*) = 0 FROM idempotency_keys", 10),
+ok(defined $node->wait_until('noext', "SELECT count(*) = 0 FROM idempotency_keys", 10),
 	'noext: expired keys removed after CREATE EXTENSION');
 my $mark2 = $node->safe_psql('postgres', 'SELECT now() + interval \'2 s\'');
-wait_until($node, 'postgres', "SELECT last_sweep_started_at > '$mark2' FROM idem_stats", 15);
-is(log_lines($node, $log_from, qr/cleaning database "noext"/), 1, 'the log says "cleaning database "noext"" once');
-is(log_lines($node, $log_from, qr/"noext" .*skipping/), 1, 'and no new "skipping" line for noext');
+$node->wait_until('postgres', "SELECT last_sweep_started_at > '$mark2' FROM idem_stats", 15);
+is($node->log_lines($log_from, qr/cleaning database "noext"/), 1, 'the log says "cleaning database "noext"" once');
+is($node->log_lines($log_from, qr/"noext" .*skipping/), 1, 'and no new "skipping" line for noext');
 
 # ---- a failing sweep is logged, recorded, and the launcher carries on ----
 $node->safe_psql('appdb', q{
 	CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN RAISE EXCEPTION 'idem test: delete refused'; END $$;
 	CREATE TRIGGER refuse_delete BEFORE DELETE ON idempotency_keys
-		FOR EACH ROW EXECUTE FUNCTION refuse_delete()});
+		FOR EACH ROW EXECUTE FUNCTION refuse_delete();
+	-- The sweep fires no ordinary trigger (session_replication_role = replica); one its owner enables ALWAYS
+	-- fires, as the owner.
+	ALTER TABLE idempotency_keys ENABLE ALWAYS TRIGGER refuse_delete});
 my $err_from = -s $node->logfile;
-insert_expired($node, 'appdb', 'refused', 20);
-insert_expired($node, 'noext', 'after', 20);
+$node->insert_expired('appdb', 'refused', 20);
+$node->insert_expired('noext', 'after', 20);
 # Fails if a sweep's error is not copied to idem_stats.
-ok(defined wait_until($node, 'appdb', q{
+ok(defined $node->wait_until('appdb', q{
 		SELECT last_error LIKE '%delete refused%' AND last_error_database = 'appdb'
 		       AND last_error_at > now() - interval '1 minute' FROM idem_stats}, 10),
 	'idem_stats.last_error shows the failed sweep of appdb');
 # Fails if the sweeper swallows the error instead of logging it.
 ok(log_shows($node, $err_from, qr/ERROR:.*idem test: delete refused/, 5), 'the log has the ERROR');
 # noext comes after appdb in the list. Fails if a failed sweep ends the tick or the launcher.
-ok(defined wait_until($node, 'noext', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'after%'", 10),
+ok(defined $node->wait_until('noext', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'after%'", 10),
 	'databases after the failing one are still swept');
-is(count_keys($node, 'appdb', 'refused'), '20', 'the failed delete removed nothing');
+is($node->count_keys('appdb', 'refused'), '20', 'the failed delete removed nothing');
 $node->safe_psql('appdb', 'DROP TRIGGER refuse_delete ON idempotency_keys');
 # Fails if appdb is given up after an error.
-ok(defined wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'refused%'", 10),
+ok(defined $node->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'refused%'", 10),
 	'after the trigger is dropped the keys are removed');
 # Fails if the error took the launcher down (it would be restarted with a new pid).
 is(launcher_pid($node), $launcher, 'the launcher did not restart');
 
 # ---- the launcher comes back after being terminated ----
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($launcher)");
-$took = wait_until($node, 'postgres', qq{
+$took = $node->wait_until('postgres', qq{
 	SELECT count(*) = 1 FROM pg_stat_activity
 	WHERE backend_type = 'idempotency launcher' AND pid <> $launcher}, 30);
 # Fails with bgw_restart_time = BGW_NEVER_RESTART or a long one.
 ok(defined $took && $took <= 10,
 	sprintf('a new launcher within 10 s of pg_terminate_backend (took %s s)',
 		defined $took ? sprintf('%.1f', $took) : 'forever'));
-insert_expired($node, 'appdb', 'restarted', 100);
-ok(defined wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'restarted%'", 10),
+$node->insert_expired('appdb', 'restarted', 100);
+ok(defined $node->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'restarted%'", 10),
 	'the new launcher cleans');
 
 # ---- a reload changes the interval, both ways ----
 set_and_reload($node, 'idempotency.cleanup_interval', '60s');
 sleep 2;    # lets a tick that began before the reload finish
-insert_expired($node, 'appdb', 'slow', 100);
+$node->insert_expired('appdb', 'slow', 100);
 sleep 5;
 # Fails if the launcher ignores SIGHUP and keeps sweeping every second.
-is(count_keys($node, 'appdb', 'slow'), '100', 'with cleanup_interval = 60s keys stay for 5 s');
+is($node->count_keys('appdb', 'slow'), '100', 'with cleanup_interval = 60s keys stay for 5 s');
 set_and_reload($node, 'idempotency.cleanup_interval', '1s');
-$took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'slow%'", 30);
+$took = $node->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'slow%'", 30);
 # Fails if the new interval is applied only after the 60 s wait already begun.
 ok(defined $took && $took <= 3,
 	sprintf('back to 1s: the keys are removed within 3 s (took %s s)',
@@ -173,22 +175,22 @@ ok(defined $took && $took <= 3,
 # first; unpaced they all go within a second of the insert. A reload reaches the sweep
 # in progress.
 set_and_reload($node, 'idempotency.cleanup_keys_per_second', '1000');
-insert_expired($node, 'appdb', 'paced', 3000);
-$took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'paced%'", 30);
+$node->insert_expired('appdb', 'paced', 3000);
+$took = $node->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'paced%'", 30);
 # Fails if the sweeper ignores the setting and deletes at full speed.
 ok(defined $took && $took >= 2,
 	sprintf('3000 keys at 1000 keys/s: removed %s s after the insert (at least 2)',
 		defined $took ? sprintf('%.1f', $took) : 'never'));
 # A slower pace lengthens the wait of a sweep under way too: let the last one end first.
-ok(defined wait_until($node, 'postgres',
+ok(defined $node->wait_until('postgres',
 		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'idempotency cleanup'", 30),
 	'the sweep at 1000 keys/s has ended');
 set_and_reload($node, 'idempotency.cleanup_keys_per_second', '10');
-insert_expired($node, 'appdb', 'crawl', 3000);    # 300 s at this pace
-ok(defined wait_until($node, 'appdb', "SELECT count(*) < 3000 FROM idempotency_keys WHERE key LIKE 'crawl%'", 30),
+$node->insert_expired('appdb', 'crawl', 3000);    # 300 s at this pace
+ok(defined $node->wait_until('appdb', "SELECT count(*) < 3000 FROM idempotency_keys WHERE key LIKE 'crawl%'", 30),
 	'a sweep at 10 keys/s has begun');
 set_and_reload($node, 'idempotency.cleanup_keys_per_second', '0');
-$took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'crawl%'", 30);
+$took = $node->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'crawl%'", 30);
 # Fails if the sweeper reads the pace only when it starts (the rest would take 300 s).
 ok(defined $took && $took <= 10,
 	sprintf('a reload to 0 speeds up the running sweep: done in %s s',
@@ -197,8 +199,8 @@ ok(defined $took && $took <= 10,
 # A sweep held back (here by a reload to 1 key/s, 500 s per batch) goes on at its pace once
 # released, instead of deleting at full speed until it has caught up with the time it lost.
 set_and_reload($node, 'idempotency.cleanup_keys_per_second', '500');
-insert_expired($node, 'appdb', 'held', 6000);    # 12 s at this pace, one batch of 500 a second
-ok(defined wait_until($node, 'appdb', "SELECT count(*) <= 5000 FROM idempotency_keys WHERE key LIKE 'held%'", 30),
+$node->insert_expired('appdb', 'held', 6000);    # 12 s at this pace, one batch of 500 a second
+ok(defined $node->wait_until('appdb', "SELECT count(*) <= 5000 FROM idempotency_keys WHERE key LIKE 'held%'", 30),
 	'a sweep at 500 keys/s has deleted two batches');
 set_and_reload($node, 'idempotency.cleanup_keys_per_second', '1');
 sleep 2;    # a batch under way when the reload came finishes
@@ -213,7 +215,7 @@ my $left = $node->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHER
 ok($left > 0 && $left >= $held - 2000,
 	"released, the sweep goes on at 500 keys/s: $left of $held keys left 2 s later (at least "
 	  . ($held - 2000) . ')');
-ok(defined wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'held%'", 60),
+ok(defined $node->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'held%'", 60),
 	'and finishes');
 set_and_reload($node, 'idempotency.cleanup_keys_per_second', '0');
 
@@ -228,7 +230,7 @@ sub sweep_wal_bytes
 	my ($node, $prefix) = @_;
 	set_and_reload($node, 'idempotency.databases', 'postgres, noext, missingdb');
 	sleep 2.5;    # two ticks: the launcher has read the list again
-	wait_until($node, 'postgres', q{SELECT count(*) = 0 FROM pg_stat_activity
+	$node->wait_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity
 		WHERE backend_type = 'idempotency cleanup' AND datname = 'appdb'}, 10);
 	$node->safe_psql('appdb', qq{
 		INSERT INTO idempotency_keys
@@ -241,7 +243,7 @@ sub sweep_wal_bytes
 	# asynchronously, so its WAL may not be written yet when the last key is seen gone.
 	my $from = $node->safe_psql('appdb', 'SELECT pg_current_wal_insert_lsn()');
 	set_and_reload($node, 'idempotency.databases', 'postgres, appdb, noext, missingdb');
-	my $took = wait_until($node, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE '$prefix%'", 30);
+	my $took = $node->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE '$prefix%'", 30);
 	return undef unless defined $took;
 	return $node->safe_psql('appdb', "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$from')");
 }
@@ -267,9 +269,10 @@ $node->safe_psql('appdb', q{
 	CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN PERFORM pg_sleep(0.1); RETURN OLD; END $$;
 	CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_keys
-		FOR EACH ROW EXECUTE FUNCTION slow_delete()});
-insert_expired($node, 'appdb', 'sleepy', 1000);    # a 100 s sweep
-ok(defined wait_until($node, 'postgres', q{
+		FOR EACH ROW EXECUTE FUNCTION slow_delete();
+	ALTER TABLE idempotency_keys ENABLE ALWAYS TRIGGER slow_delete});
+$node->insert_expired('appdb', 'sleepy', 1000);    # a 100 s sweep
+ok(defined $node->wait_until('postgres', q{
 		SELECT count(*) = 1 FROM pg_stat_activity
 		WHERE backend_type = 'idempotency cleanup' AND wait_event = 'PgSleep'}, 10),
 	'a sweep is in progress');
@@ -279,14 +282,10 @@ my $stop_took = time - $stop_start;
 # Fails if the sweeper or the launcher ignores SIGTERM (pg_ctl would wait up to 60 s).
 ok($stopped && $stop_took < 5, sprintf('fast stop with a sweep running took %.1f s', $stop_took));
 # Fails on a crash of a worker at any point above.
-is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
+is($node->log_lines(0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
 
 # ---- without preloading: no worker, idem_cleanup() by hand, per-backend stats ----
-my $plain = PostgreSQL::Test::Cluster->new('plain');
-$plain->init;
-$plain->append_conf('postgresql.conf', "log_statement = none\n");
-$plain->start;
-$plain->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+my $plain = IdemNode->create('plain', { preload => 0 });
 is($plain->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'idempotency%'"),
 	'0', 'not preloaded: no launcher');
@@ -304,7 +303,7 @@ is($plain->safe_psql('postgres', qq{
 	SELECT count(*) FROM idem_keys_in_flight();
 	ROLLBACK}),
 	"claimed\n0", 'not preloaded: a held claim is not listed and idem_keys_in_flight() does not fail');
-insert_expired($plain, 'postgres', 'old', 37);
+$plain->insert_expired('postgres', 'old', 37);
 # Fails if idem_cleanup() misses keys, deletes live ones, or the counters claim to be shared.
 is($plain->safe_psql('postgres', q{
 	SELECT idem_cleanup();

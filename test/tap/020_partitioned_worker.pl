@@ -6,20 +6,19 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
-use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use POSIX ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $CLIENTS = 2;
 my $HASH = 'ab' x 32;
 
-my $node = idem_node('partitioned', "idempotency.databases = 'appdb'", 'idempotency.cleanup_interval = 1s',
+my $node = IdemNode->create('partitioned', "idempotency.databases = 'appdb'", 'idempotency.cleanup_interval = 1s',
 	'idempotency.ttl = 2min');
 $node->safe_psql('postgres', 'CREATE DATABASE appdb');
 $node->safe_psql('appdb', 'CREATE EXTENSION idempotency');
@@ -64,13 +63,13 @@ is($node->safe_psql('appdb', qq{
 	'far:idempotency_keys_partitioned_default,first:p1,past:idempotency_keys_partitioned_default,second:p2',
 	'the rows start in the partitions meant');
 # Fails if the sweeper skips the default partition in partitioned mode.
-ok(defined wait_until($node, 'appdb',
+ok(defined $node->wait_until('appdb',
 		"SELECT count(*) = 0 FROM idempotency_keys_partitioned WHERE key LIKE 'past%'", 5),
 	'expired rows in the default partition are deleted');
 
 # Clients claiming and completing with ttl 2min the whole time; each writes a summary.
 my $work = PostgreSQL::Test::Utils::tempdir();
-my $dsn = idem_dsn($node, dbname => 'appdb');
+my $dsn = $node->dsn(dbname => 'appdb');
 my @children;
 for my $c (1 .. $CLIENTS)
 {
@@ -167,7 +166,7 @@ is($node->safe_psql('appdb', qq{SELECT count(*) FROM idempotency_keys_partitione
 is($node->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys_partitioned WHERE key LIKE 'c%'"),
 	$claimed, 'every completed claim is stored');
 # Fails if idem_create_partition does not take over rows parked in the default partition.
-ok(defined wait_until($node, 'appdb', q{
+ok(defined $node->wait_until('appdb', q{
 		SELECT tableoid::regclass::text <> 'idempotency_keys_partitioned_default'
 		FROM idempotency_keys_partitioned WHERE key = 'far'}, 10),
 	'the parked row moved to its new partition');
@@ -177,7 +176,7 @@ is($node->safe_psql('appdb', "SELECT outcome FROM idem_claim('far', '$HASH')"), 
 is($node->safe_psql('appdb', q{
 	SELECT partitions_dropped >= 1, partitions_created >= 1, keys_removed >= 40, last_error
 	FROM idem_stats}), 't|t|t|', 'idem_stats: partitions dropped and created, keys removed, no error');
-is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
+is($node->log_lines(0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
 
 $node->stop;
 done_testing();

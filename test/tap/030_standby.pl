@@ -5,26 +5,25 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
-use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $HASH = 'a' x 64;
 
 # The primary sweeps only postgres until told otherwise, so that expired keys
 # reach the standby and stay there unless the standby removes them itself.
-my $primary = idem_node('primary', { allows_streaming => 1 }, "idempotency.databases = 'postgres'",
+my $primary = IdemNode->create('primary', { allows_streaming => 1 }, "idempotency.databases = 'postgres'",
 	'idempotency.cleanup_interval = 1s');
 $primary->safe_psql('postgres', 'CREATE DATABASE appdb');
 $primary->safe_psql('appdb', 'CREATE EXTENSION idempotency');
 $primary->backup('backup');
 
-my $standby = PostgreSQL::Test::Cluster->new('standby');
+my $standby = IdemNode->new('standby');
 $standby->init_from_backup($primary, 'backup', has_streaming => 1);
 # The standby is told to sweep appdb: it must not.
 $standby->append_conf('postgresql.conf', "idempotency.databases = 'postgres, appdb'\n");
@@ -35,9 +34,9 @@ $primary->safe_psql('appdb', qq{
 	SELECT idem_claim('live', '$HASH', interval '1 hour');
 	SELECT idem_complete('live', 201, '{"id": 7}');
 	COMMIT});
-insert_expired($primary, 'appdb', 'old', 200);
+$primary->insert_expired('appdb', 'old', 200);
 $primary->wait_for_catchup($standby);
-is(count_keys($standby, 'appdb', 'old'), '200', 'expired keys are replicated to the standby');
+is($standby->count_keys('appdb', 'old'), '200', 'expired keys are replicated to the standby');
 
 # ---- claims on the standby ----
 for my $key ('live', 'new')
@@ -76,17 +75,17 @@ is(join(',', sort keys %seen), '', 'no idempotency launcher or cleanup backend o
 is($standby->safe_psql('appdb', q{
 	SELECT last_sweep_started_at IS NULL, keys_removed, last_error IS NULL FROM idem_stats}),
 	't|0|t', 'the standby has no sweep in its stats');
-is(log_lines($standby, $log_from, qr/ERROR|FATAL/), 0,
+is($standby->log_lines($log_from, qr/ERROR|FATAL/), 0,
 	'no ERROR or FATAL in the standby log');
-is(count_keys($standby, 'appdb', 'old'), '200', 'expired keys stay on the standby while the primary keeps them');
+is($standby->count_keys('appdb', 'old'), '200', 'expired keys stay on the standby while the primary keeps them');
 
 # ---- the primary's worker removes them; the standby follows ----
 $primary->safe_psql('postgres', "ALTER SYSTEM SET idempotency.databases = 'postgres, appdb'");
 $primary->safe_psql('postgres', 'SELECT pg_reload_conf()');
-ok(defined wait_until($primary, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'old%'", 10),
+ok(defined $primary->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'old%'", 10),
 	'the primary worker removes the expired keys');
 $primary->wait_for_catchup($standby);
-is(count_keys($standby, 'appdb', 'old'), '0', 'replay removes them on the standby');
+is($standby->count_keys('appdb', 'old'), '0', 'replay removes them on the standby');
 is($standby->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key = 'live'"), '1',
 	'the live key stays on the standby');
 is($standby->safe_psql('appdb', 'SELECT keys_removed FROM idem_stats'), '0',
@@ -95,18 +94,18 @@ is($standby->safe_psql('appdb', 'SELECT keys_removed FROM idem_stats'), '0',
 # ---- once promoted, the former standby sweeps ----
 $standby->promote;
 # Fails if the launcher registered for recovery never starts after promotion.
-ok(defined wait_until($standby, 'postgres',
+ok(defined $standby->wait_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'", 10),
 	'after promotion the launcher runs');
-insert_expired($standby, 'appdb', 'promoted', 50);
-ok(defined wait_until($standby, 'appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'promoted%'", 10),
+$standby->insert_expired('appdb', 'promoted', 50);
+ok(defined $standby->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'promoted%'", 10),
 	'and removes expired keys');
 is($standby->safe_psql('appdb', "SELECT outcome FROM idem_claim('new', '$HASH')"), 'claimed',
 	'and claims work');
 
 for my $node ($primary, $standby)
 {
-	is(log_lines($node, 0, qr/terminated by signal|PANIC/), 0, $node->name . ': no process crashed');
+	is($node->log_lines(0, qr/terminated by signal|PANIC/), 0, $node->name . ': no process crashed');
 	$node->stop;
 }
 done_testing();

@@ -8,7 +8,7 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use Digest::SHA qw(sha256_hex);
 use List::Util qw(shuffle sum0);
@@ -17,7 +17,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $PAIRS       = 2;        # 4 client processes
 my $BLOCK       = 50;       # keys a pair walks in opposite order before the next block
@@ -29,7 +29,7 @@ my $CLIENT_LIMIT = 150;     # seconds; after it a client stops taking new blocks
 # fsync = off (set by Cluster) is sound here: every fault is a process crash, never an
 # OS crash, so WAL written at COMMIT survives in the page cache. synchronous_commit
 # stays on: with it off an acknowledged commit could be lost in a crash by design.
-my $node = idem_node('crash', 'restart_after_crash = on', 'max_connections = 40');
+my $node = IdemNode->create('crash', 'restart_after_crash = on', 'max_connections = 40');
 $node->safe_psql('postgres', 'CREATE TABLE ledger (key text NOT NULL, exec text NOT NULL)');
 
 my $work = PostgreSQL::Test::Utils::tempdir();
@@ -43,7 +43,7 @@ sub client
 	my ($id, $pair, $descending) = @_;
 	open my $out, '>', "$work/client$id" or die;
 	$out->autoflush(1);
-	my $dsn = idem_dsn($node, application_name => "crash_client$id");
+	my $dsn = $node->dsn(application_name => "crash_client$id");
 	my ($dbh, $executions, $in_progress, $lost_claims, $ambiguous, $errors) = (undef, 0, 0, 0, 0, 0);
 	my $started = now_s();
 
@@ -244,7 +244,7 @@ for my $id (values %clients)
 }
 
 # What the database kept.
-my $dbh = idem_connect(idem_dsn($node)) or BAIL_OUT('no connection after the run');
+my $dbh = idem_connect($node->dsn()) or BAIL_OUT('no connection after the run');
 my %stored = map { $_->[0] => $_->[1] } @{ $dbh->selectall_arrayref(
 	q{SELECT key, response_body->>'exec' FROM idempotency_keys}) };
 my %ledger;

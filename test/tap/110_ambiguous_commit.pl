@@ -1,4 +1,4 @@
-# Ambiguous commits: a proxy (test/faults/pg_fault_proxy.pl) lets the client's COMMIT
+# Ambiguous commits: a proxy (test/perl/pg_fault_proxy.pl) lets the client's COMMIT
 # reach the server and cuts the connection before the answer reaches the client. The
 # client cannot know whether it committed; it retries on a fresh connection.
 # Fails on: a retry that claims (or gets anything but the very body the cut transaction
@@ -8,31 +8,31 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use Digest::SHA qw(sha256_hex);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $CUT_2XX = 120;    # half cut_await (commit known done), half cut_drop (closed at once)
 my $CUT_5XX = 20;     # a cut 503: nothing stored, the retry must claim
 my $PASS    = 10;     # control: through the proxy without a cut, the commit is acknowledged
 
-my $node = idem_node('ambiguous');
+my $node = IdemNode->create('ambiguous');
 $node->safe_psql('postgres', 'CREATE TABLE ledger (key text NOT NULL, exec text NOT NULL)');
 
 my $work = PostgreSQL::Test::Utils::tempdir();
-my ($proxy, $proxy_port, $proxy_log) = start_proxy($node, $work);
+my ($proxy, $proxy_port, $proxy_log) = $node->start_proxy($work);
 
 sub via_proxy
 {
 	my ($mode) = @_;
-	return idem_connect(proxy_dsn($node, $proxy_port, $mode), AutoCommit => 0);
+	return idem_connect($node->proxy_dsn($proxy_port, $mode), AutoCommit => 0);
 }
-my $direct = idem_connect(idem_dsn($node), AutoCommit => 0) or BAIL_OUT('no direct connection');
+my $direct = idem_connect($node->dsn(), AutoCommit => 0) or BAIL_OUT('no direct connection');
 my $in_progress_waits = 0;
 
 # One request through the proxy: claim, execute, store; returns whether COMMIT was acknowledged.

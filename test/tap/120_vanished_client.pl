@@ -20,7 +20,7 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use Digest::SHA qw(sha256_hex);
 use IO::Handle;
@@ -29,18 +29,18 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $BOUND  = 2;    # seconds of idle_in_transaction_session_timeout
 my $TRIALS = 3;    # per way of vanishing
 
-my $node = idem_node('vanished', "idle_in_transaction_session_timeout = '${BOUND}s'");
+my $node = IdemNode->create('vanished', "idle_in_transaction_session_timeout = '${BOUND}s'");
 $node->safe_psql('postgres', 'CREATE TABLE ledger (key text NOT NULL, exec text NOT NULL)');
 
 my $work = PostgreSQL::Test::Utils::tempdir();
-my ($proxy, $proxy_port, $proxy_log) = start_proxy($node, $work);
+my ($proxy, $proxy_port, $proxy_log) = $node->start_proxy($work);
 
-my $poller = idem_connect(idem_dsn($node), AutoCommit => 0) or BAIL_OUT('no connection');
+my $poller = idem_connect($node->dsn(), AutoCommit => 0) or BAIL_OUT('no connection');
 
 # The client: claims, executes, reports its backend's pid, waits for "go", then tries
 # to finish. Reports "late acked" or "late failed".
@@ -140,8 +140,8 @@ for my $way (qw(sigstop-client silent-proxy))
 	{
 		my $key = "$way-$trial";
 		my $client = $way eq 'sigstop-client'
-		  ? start_client($key, idem_dsn($node))
-		  : start_client($key, proxy_dsn($node, $proxy_port, $key));
+		  ? start_client($key, $node->dsn())
+		  : start_client($key, $node->proxy_dsn($proxy_port, $key));
 		my $frozen = $way eq 'sigstop-client' ? $client->{pid} : proxy_child_of($key);
 		kill 'STOP', $frozen;
 		my ($secs, $in_progress, $early) = poll_until_claimed($key, $client->{idle_since}, $BOUND + 3);
@@ -171,7 +171,7 @@ for my $way (qw(sigstop-client silent-proxy))
 # killed: a closed socket frees the key at once).
 {
 	my $key = 'control-no-timeout';
-	my $client = start_client($key, idem_dsn($node), 'SET idle_in_transaction_session_timeout = 0');
+	my $client = start_client($key, $node->dsn(), 'SET idle_in_transaction_session_timeout = 0');
 	kill 'STOP', $client->{pid};
 	my ($secs, $in_progress) = poll_until_claimed($key, $client->{idle_since}, $BOUND + 1.5);
 	my $killed_at = now_s();

@@ -6,19 +6,19 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use IPC::Run ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
 my $KEYS    = 5000;
 my $CLIENTS = 16;
 my $SECONDS = 15;
 
-my $node = idem_node('pgbench', 'max_connections = 40');
+my $node = IdemNode->create('pgbench', 'max_connections = 40');
 $node->safe_psql('postgres', 'CREATE TABLE ledger (key text NOT NULL, exec text NOT NULL);
 	CREATE INDEX ON ledger (key)');
 my $work = PostgreSQL::Test::Utils::tempdir();

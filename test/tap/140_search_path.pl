@@ -8,18 +8,18 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use Digest::SHA qw(sha256_hex);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $FORGED = 50;    # keys that exist only in the shadowing tables
 
-my $node = idem_node('search_path');
+my $node = IdemNode->create('search_path');
 $node->safe_psql('postgres', q{
 	CREATE ROLE mallory;
 	CREATE SCHEMA evil AUTHORIZATION mallory;
@@ -58,7 +58,7 @@ sub forge
 
 sub hostile_session
 {
-	my $dbh = idem_connect(idem_dsn($node), AutoCommit => 1) or BAIL_OUT('no connection');
+	my $dbh = idem_connect($node->dsn(), AutoCommit => 1) or BAIL_OUT('no connection');
 	# Set before the first call, so the extension's cached plans are made under it too.
 	$dbh->do('SET search_path = pg_temp, evil, pg_catalog, public');
 	$dbh->do('CREATE TEMP TABLE idempotency_keys (LIKE public.idempotency_keys)');
@@ -80,7 +80,7 @@ sub run_mode
 	my $genuine = "$mode-genuine";
 	my $expired_genuine = "$mode-expired-genuine";
 
-	my $owner = idem_connect(idem_dsn($node)) or BAIL_OUT('no connection');
+	my $owner = idem_connect($node->dsn()) or BAIL_OUT('no connection');
 	$owner->do('SELECT public.idem_set_storage($1)', undef, $mode) if $mode eq 'partitioned';
 	for my $k ([ $genuine, '1 day' ], [ $expired_genuine, '1 millisecond' ])
 	{

@@ -11,18 +11,18 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use Digest::SHA qw(sha256_hex);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $TENANT_KEYS = 20;
 
-my $node = idem_node('privileges');
+my $node = IdemNode->create('privileges');
 $node->safe_psql('postgres', q{
 	CREATE ROLE app NOLOGIN;
 	ALTER ROLE app LOGIN;
@@ -37,7 +37,7 @@ $node->safe_psql('postgres', q{
 sub as_role
 {
 	my ($role, $tenant) = @_;
-	my $dbh = idem_connect(idem_dsn($node, user => $role), AutoCommit => 0) or BAIL_OUT("no $role connection");
+	my $dbh = idem_connect($node->dsn(user => $role), AutoCommit => 0) or BAIL_OUT("no $role connection");
 	$dbh->do('SET app.tenant = ' . $dbh->quote($tenant)) if defined $tenant;
 	$dbh->commit;
 	return $dbh;

@@ -18,7 +18,7 @@
 # (kill -9 of the proxy child carrying it), and a holder that stalls past its lease at a
 # step boundary while a rival takes the key over (its next step must get 55000). All
 # along, about one claimed key in 150 ($CUT_EVERY) has its checkpoint or completion COMMIT cut
-# after the server answered (test/faults/pg_fault_proxy.pl, cut_await). At the end every
+# after the server answered (test/perl/pg_fault_proxy.pl, cut_await). At the end every
 # client kills itself between two steps, the leases run out, and a final pass finishes
 # every key. Killed clients are respawned and redo their current block.
 #
@@ -31,7 +31,7 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use Digest::SHA qw(sha256_hex);
 use IO::Select;
@@ -42,7 +42,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep clock_gettime CLOCK_MONOTONIC);
 
-use IdemTap;
+use IdemNode;
 
 my $LEASE       = '1 s';
 my $PAIRS       = 2;       # 4 client processes
@@ -58,7 +58,7 @@ my $started_at = now_s();
 sub mono { return clock_gettime(CLOCK_MONOTONIC); }
 
 # fsync = off (Cluster's default) is sound: every fault is a process crash, never an OS crash.
-my $node = idem_node('lease', 'restart_after_crash = on', 'max_connections = 60');
+my $node = IdemNode->create('lease', 'restart_after_crash = on', 'max_connections = 60');
 $node->safe_psql('postgres',
 	'CREATE TABLE ledger (key text NOT NULL, charge_id text NOT NULL, token uuid NOT NULL, client text NOT NULL)');
 
@@ -113,19 +113,19 @@ if ($provider == 0)
 }
 close $listener;
 
-my ($proxy, $proxy_port, $proxy_log) = start_proxy($node, $work);
+my ($proxy, $proxy_port, $proxy_log) = $node->start_proxy($work);
 
 sub client_dsn
 {
 	my ($id, $app) = @_;
 	return $id % 2
-	  ? idem_dsn($node, host => '127.0.0.1', port => $proxy_port, application_name => $app,
+	  ? $node->dsn(host => '127.0.0.1', port => $proxy_port, application_name => $app,
 		sslmode => 'disable', gssencmode => 'disable')
-	  : idem_dsn($node, application_name => $app);
+	  : $node->dsn(application_name => $app);
 }
 sub cut_dsn
 {
-	return idem_dsn($node, host => '127.0.0.1', port => $proxy_port, application_name => 'cut_await',
+	return $node->dsn(host => '127.0.0.1', port => $proxy_port, application_name => 'cut_await',
 		sslmode => 'disable', gssencmode => 'disable');
 }
 
@@ -376,7 +376,7 @@ sub mon
 	$mon = undef;
 	for (1 .. 100)
 	{
-		$mon = idem_connect(idem_dsn($node, application_name => 'lease_monitor'), AutoInactiveDestroy => 1);
+		$mon = idem_connect($node->dsn(application_name => 'lease_monitor'), AutoInactiveDestroy => 1);
 		return $mon if $mon;
 		sleep 0.1;
 	}
@@ -429,7 +429,7 @@ sub client_backends
 
 # A holder stalls past its lease at a step boundary; a rival takes the key over and
 # finishes it; the stalled holder's next step must fail with 55000 and write nothing.
-my %rival_ctx = (id => 'rival', dsn => idem_dsn($node, application_name => 'lease_rival'), cut => 0);
+my %rival_ctx = (id => 'rival', dsn => $node->dsn(application_name => 'lease_rival'), cut => 0);
 open $rival_ctx{out}, '>>', "$work/rival" or die;
 $rival_ctx{out}->autoflush(1);
 my (%stale_seen, %stall_missed);
@@ -591,7 +591,7 @@ my $live_after = $dbh->selectrow_array(q{
 my %done = map { $_->[0] => 1 } @{ $dbh->selectall_arrayref('SELECT key FROM idempotency_keys WHERE http_status IS NOT NULL') };
 my %lapsed = map { $_->[0] => 1 } @{ $dbh->selectall_arrayref('SELECT key FROM idempotency_keys WHERE http_status IS NULL') };
 my @unfinished = sort grep { !$done{$_} } keys %walked;
-my %final_ctx = (id => 'final', dsn => idem_dsn($node, application_name => 'lease_final'), cut => 0);
+my %final_ctx = (id => 'final', dsn => $node->dsn(application_name => 'lease_final'), cut => 0);
 open $final_ctx{out}, '>', "$work/final" or die;
 $final_ctx{out}->autoflush(1);
 # No fault from here on: the counters of the final pass must be exact.

@@ -15,13 +15,13 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-use IdemTap;
+use IdemNode;
 
 my $HASH = 'c' x 64;
 my %N = (exp_lease => 20, exp_ckpt => 10, exp_done => 20, exp_claim => 10,
@@ -29,7 +29,7 @@ my %N = (exp_lease => 20, exp_ckpt => 10, exp_done => 20, exp_claim => 10,
 my $EXPIRED = $N{exp_lease} + $N{exp_ckpt} + $N{exp_done} + $N{exp_claim};
 
 # idempotency.ttl = 2min: 1-minute partitions need ttl + 2 partitions <= 64 partitions.
-my $node = idem_node('lease_expiry', "idempotency.databases = 'wtable, wpart'",
+my $node = IdemNode->create('lease_expiry', "idempotency.databases = 'wtable, wpart'",
 	'idempotency.cleanup_interval = 1s', 'idempotency.ttl = 2min');
 my %mode = (wtable => 'table', wpart => 'partitioned', ctable => 'table', cpart => 'partitioned');
 for my $db (sort keys %mode)
@@ -48,7 +48,7 @@ for my $db (grep { $mode{$_} eq 'partitioned' } sort keys %mode)
 	is($node->safe_psql($db, 'SELECT idem_storage_mode()'), 'partitioned', "$db: storage is partitioned");
 }
 
-my %dbh = map { $_ => idem_connect(idem_dsn($node) =~ s/dbname=postgres/dbname=$_/r) } sort keys %mode;
+my %dbh = map { $_ => idem_connect($node->dsn() =~ s/dbname=postgres/dbname=$_/r) } sort keys %mode;
 sub lease
 {
 	my ($h, $key, $lease, $ttl) = @_;

@@ -10,14 +10,14 @@ use strict;
 use warnings;
 
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
+use lib "$FindBin::RealBin/../perl";
 
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use IdemTap;
+use IdemNode;
 
-my $node = idem_node('dump');
+my $node = IdemNode->create('dump');
 
 my %modes = (plain => 'table', parted => 'partitioned');
 my $keys = 300;

@@ -1,0 +1,153 @@
+# IdemNode: a PostgreSQL::Test::Cluster node for the TAP tests of the idempotency extension (test/tap/*.pl).
+#
+#   use FindBin;
+#   use lib "$FindBin::RealBin/../perl";
+#   use IdemNode;
+#
+#   my $node = IdemNode->create('worker', "idempotency.databases = 'postgres'");
+#   my $dbh = idem_connect($node->dsn(application_name => 'client1'));
+#   ok(defined $node->wait_until('postgres', 'SELECT true', 10), 'answers');
+#
+# A node is a PostgreSQL::Test::Cluster, so every method of that class works on it (safe_psql, restart, backup,
+# init_from_backup, ...); this class adds what the extension's tests share: a node started with the library
+# preloaded and the extension created, DBI data source names, the fault proxy (pg_fault_proxy.pl beside this
+# file), waits, and the expired rows the worker sweeps. It also exports two plain functions, idem_connect and now_s.
+package IdemNode;
+
+use strict;
+use warnings;
+
+use parent 'PostgreSQL::Test::Cluster';
+
+use DBI;
+use Exporter 'import';
+use File::Basename qw(dirname);
+use POSIX ();
+use PostgreSQL::Test::Utils ();
+use Time::HiRes ();
+
+our @EXPORT = qw(idem_connect now_s);
+
+# Cluster::init runs pg_regress --config-auth; Debian keeps pg_regress under pgxs, and `make prove_installcheck`
+# as scripts/test.sh runs it does not export PG_REGRESS.
+if (!$ENV{PG_REGRESS})
+{
+	my $pgxs = `pg_config --pgxs`;
+	chomp $pgxs;
+	$pgxs =~ s{/src/makefiles/pgxs\.mk$}{};
+	$ENV{PG_REGRESS} = "$pgxs/src/test/regress/pg_regress";
+}
+
+# IdemNode->create($name, [\%options], @conf): a started node with the extension created in database postgres.
+# @conf are more postgresql.conf lines. %options go to Cluster::init ({ allows_streaming => 1 }), except
+# preload => 0, which leaves the library out of shared_preload_libraries (no worker, no shared memory).
+# log_statement = none: Cluster's default (all) makes the load tests log-bound.
+sub create
+{
+	my ($class, $name, @conf) = @_;
+	my %init = ref $conf[0] eq 'HASH' ? %{ shift @conf } : ();
+	my $preload = delete $init{preload} // 1;
+	my $node = $class->new($name);
+	$node->init(%init);
+	unshift @conf, "shared_preload_libraries = 'idempotency'" if $preload;
+	$node->append_conf('postgresql.conf', join("\n", 'log_statement = none', @conf) . "\n");
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+	return $node;
+}
+
+# DBI data source over the node's unix socket to database postgres, unless host, port or dbname say otherwise;
+# other %opt become libpq options (application_name, user, sslmode, ...).
+sub dsn
+{
+	my ($self, %opt) = @_;
+	my $host = delete $opt{host} // $self->host;
+	my $port = delete $opt{port} // $self->port;
+	my $dbname = delete $opt{dbname} // 'postgres';
+	my $dsn = "dbi:Pg:host=$host;port=$port;dbname=$dbname;connect_timeout=5";
+	$dsn .= ";$_=$opt{$_}" for sort keys %opt;
+	return $dsn;
+}
+
+# Data source through the fault proxy on 127.0.0.1:$proxy_port; the proxy's log names the connection by
+# $application_name, which also picks the fault (see pg_fault_proxy.pl). No SSL or GSS negotiation for the
+# proxy to pass.
+sub proxy_dsn
+{
+	my ($self, $proxy_port, $application_name) = @_;
+	return $self->dsn(host => '127.0.0.1', port => $proxy_port,
+		application_name => $application_name, sslmode => 'disable', gssencmode => 'disable');
+}
+
+# Starts pg_fault_proxy.pl in front of the node's unix socket; returns (pid, port, log file in $dir).
+# The proxy exits by itself when this process does.
+sub start_proxy
+{
+	my ($self, $dir) = @_;
+	my $log = "$dir/proxy.log";
+	my $pid = fork // die "fork: $!";
+	if ($pid == 0)
+	{
+		{ exec($^X, dirname(__FILE__) . '/pg_fault_proxy.pl', "$dir/port",
+			$self->host . '/.s.PGSQL.' . $self->port, $log); }
+		POSIX::_exit(1);    # only if exec failed
+	}
+	my $until = now_s() + 10;
+	Time::HiRes::sleep(0.05) until -e "$dir/port" || now_s() > $until;
+	my $port = PostgreSQL::Test::Utils::slurp_file("$dir/port");
+	chomp $port;
+	return ($pid, $port, $log);
+}
+
+# Seconds until $sql returns true in $db, or undef after $limit seconds.
+sub wait_until
+{
+	my ($self, $db, $sql, $limit) = @_;
+	my $start = now_s();
+	for (;;)
+	{
+		return now_s() - $start if $self->safe_psql($db, $sql) eq 't';
+		return undef if now_s() - $start > $limit;
+		Time::HiRes::sleep(0.1);
+	}
+}
+
+# $n expired rows with keys $prefix1 .. $prefix$n in $db, written directly: only the worker or idem_cleanup()
+# removes them.
+sub insert_expired
+{
+	my ($self, $db, $prefix, $n) = @_;
+	$self->safe_psql($db, qq{
+		INSERT INTO idempotency_keys
+		SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', '$prefix' || i,
+		       sha256(i::text::bytea), NULL, NULL
+		FROM generate_series(1, $n) i});
+}
+
+# How many keys in $db start with $prefix.
+sub count_keys
+{
+	my ($self, $db, $prefix) = @_;
+	return $self->safe_psql($db, "SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%'");
+}
+
+# How many lines of the node's log after byte $offset match $regexp.
+sub log_lines
+{
+	my ($self, $offset, $regexp) = @_;
+	return scalar grep { /$regexp/ } split /\n/, PostgreSQL::Test::Utils::slurp_file($self->logfile, $offset);
+}
+
+# A DBI connection, or undef instead of dying when the server is down (callers retry).
+sub idem_connect
+{
+	my ($dsn, %attr) = @_;
+	return eval {
+		DBI->connect($dsn, undef, undef,
+			{ AutoCommit => 1, RaiseError => 1, PrintError => 0, PrintWarn => 0, %attr });
+	};
+}
+
+sub now_s { return Time::HiRes::time(); }
+
+1;
