@@ -35,6 +35,7 @@ DB = "payments"
 DIRECT_URL = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{DB}"
 BOUNCER_URL = f"postgresql://postgres@127.0.0.1:{BOUNCER_PORT}/{DB}"
 MODES = ("direct", "pgbouncer")
+RIDES_LEASE_SECONDS = 2  # POST /rides' lease in the e2e suite (CONTRACT.md "lease-rides"), so takeovers are quick
 
 # How each language's service is started: the one table to fix when a service moves.
 #   dir      folder under clients/ (the working directory of every command)
@@ -76,7 +77,7 @@ SERVICES = {
         "argv": ["/usr/bin/python3", "-m", "payments_service"],
         "env": {"PYTHONPATH": "src"},
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     # FastAPI (Starlette, ASGI) under uvicorn, psycopg 3's async connection (idempotency_pg.asgi.PsycopgBackend)
     "python-fastapi": {
@@ -419,7 +420,8 @@ class Service:
         spec = SERVICES[self.lang]
         env = dict(os.environ)
         env.update(spec.get("env", {}))
-        env.update({"PORT": str(self.port), "DATABASE_URL": database_url(self.mode), "PAYMENTS_FAULTS": "1"})
+        env.update({"PORT": str(self.port), "DATABASE_URL": database_url(self.mode), "PAYMENTS_FAULTS": "1",
+                    "RIDES_LEASE_SECONDS": str(RIDES_LEASE_SECONDS)})
         env.update(self.extra_env)
         argv = _fmt(spec["argv"], self.stack)
         logf = open(self.logfile, "ab")

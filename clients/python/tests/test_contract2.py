@@ -27,7 +27,7 @@ def writer(then):
 
 
 @needs_db
-@pytest.mark.parametrize("combine", [True, False], ids=["one-message", "separate"])
+@pytest.mark.parametrize("combine", [True, False, "pipeline"], ids=["one-message", "separate", "pipeline"])
 def test_error_raised_after_a_write_422_is_committed_as_sent(pool, db, account, combine):
     def then(start_response):
         raise HTTPProblem(422, "declined", "Declined", "after the write")
@@ -75,7 +75,7 @@ def test_not_executed_after_a_write_undoes_it(pool, db, account):
 
 
 @needs_db
-@pytest.mark.parametrize("combine", [True, False], ids=["one-message", "separate"])
+@pytest.mark.parametrize("combine", [True, False, "pipeline"], ids=["one-message", "separate", "pipeline"])
 def test_replay_is_byte_identical(pool, db, account, combine):
     """The handler's JSON has its own spacing and key order; the first answer is sent in the stored form."""
     def then(start_response):

@@ -7,7 +7,8 @@ transaction pooling needs anyway).  With the handler's own statement that is 3 r
 ``BEGIN`` / ``INSERT`` / ``COMMIT``.  Debian's psycopg 3.1 has no C speedups and its pipeline mode measured slower
 than plain statements (bench/clients), so one message is used instead of a pipeline.
 
-``combine=False`` sends the five statements one by one (the 1.0 clients' way), for the benchmark's comparison.
+``combine=False`` sends the five statements one by one (the 1.0 clients' way), and ``combine="pipeline"`` sends
+each pair in psycopg's pipeline mode: both only for the benchmark's comparison (bench/clients/python_roundtrips.py).
 """
 
 import psycopg
@@ -58,7 +59,11 @@ def _in_transaction(conn):
 def claim(conn, params, combine=True):
     """Open the transaction and claim: returns the claim row.  Raises :class:`BadBody`."""
     try:
-        if combine:
+        if combine == "pipeline":
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                cur = conn.execute(CLAIM_SELECT, params)
+        elif combine:
             cur = psycopg.ClientCursor(conn)
             cur.execute(CLAIM_MESSAGE, params)
             cur.nextset()  # the BEGIN's result comes first
@@ -75,13 +80,17 @@ def complete(conn, params, response, replay_headers=None, combine=True):
     """Store ``response`` and commit; returns the response to send (in its stored form)."""
     stored = stored_form_of(response, replay_headers)
     p = complete_params(params, response.status, stored)
-    if combine:
+    if combine == "pipeline":
+        with conn.pipeline():
+            cur = conn.execute(COMPLETE_SELECT, p)
+            conn.execute("COMMIT")
+    elif combine:
         cur = psycopg.ClientCursor(conn)
         cur.execute(COMPLETE_MESSAGE, p)  # raises if either statement failed (then COMMIT did not run)
     else:
         cur = conn.execute(COMPLETE_SELECT, p)
     stored.read_back = cur.fetchone()[1]
-    if not combine:
+    if combine is False:
         conn.execute("COMMIT")
     return sent_form(response, stored)
 

@@ -85,7 +85,7 @@ def _send(start_response, response):
 
 
 class PaymentsApp:
-    """Routes: POST /payments (idempotent), POST /payments-unprotected, GET /healthz."""
+    """Routes: POST /payments (idempotent), POST /rides (lease mode), POST /payments-unprotected, GET /healthz."""
 
     def __init__(self, pool, faults=False):
         self.pool = pool
@@ -136,6 +136,31 @@ class PaymentsApp:
             log.exception("payments-unprotected failed")
             return problem(500, "internal-error", "Internal Server Error", "the request failed and was rolled back")
 
+    def rides(self, environ):
+        """POST /rides: lease mode (payments_service.rides)."""
+        from idempotency_pg import KeyHeaderError, parse_idempotency_key
+
+        from .rides import handle_ride
+        try:
+            account = account_scope(environ)
+            key = parse_idempotency_key(environ.get("HTTP_IDEMPOTENCY_KEY"))
+            raw = read_body(environ, MAX_BODY_BYTES)
+            body_text = parse_json_body(raw)
+            return handle_ride(self.pool, account, key, body_text, self._fault(environ))
+        except HTTPProblem as p:
+            return p.response
+        except KeyHeaderError as e:
+            return problem(400, e.slug, "Invalid Idempotency-Key", str(e))
+        except BodyTooLarge:
+            return body_too_large(MAX_BODY_BYTES)
+        except NotExecuted as e:
+            return e.response
+        except ValueError:
+            return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON")
+        except Exception:
+            log.exception("rides failed")
+            return problem(500, "internal-error", "Internal Server Error", "the ride failed; retry it")
+
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
         method = environ.get("REQUEST_METHOD", "GET").upper()
@@ -146,6 +171,10 @@ class PaymentsApp:
         if path == "/payments":
             if method == "POST":
                 return self.protected(environ, start_response)
+            return _send(start_response, _not_allowed("POST"))
+        if path == "/rides":
+            if method == "POST":
+                return _send(start_response, self.rides(environ))
             return _send(start_response, _not_allowed("POST"))
         if path == "/payments-unprotected":
             if method == "POST":
