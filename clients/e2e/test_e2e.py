@@ -128,7 +128,10 @@ def _is_sleeping(db):
 
 
 def test_parallel_clicks(service, client, db, account):
-    """Five clicks with one key: the first (held 500 ms in its handler) gets 201, the four others 409 at once."""
+    """Five clicks with one key: the first (held 2 s in its handler) gets 201, the four others 409 at once.
+
+    "At once" is judged against the hold, with a margin for a machine whose cores are busy: a 409 that waited for
+    the holder would take 2 s; each must come back within 1 s (a quiet machine answers in milliseconds)."""
     parallel_clicks(service, client, db, account)
 
 
@@ -140,9 +143,9 @@ def parallel_clicks(service, client, db, account):
         c = Client(service.base, account)
         results[i] = c.pay(key, fault=fault)
 
-    first = threading.Thread(target=click, args=(0, "sleep=500"))
+    first = threading.Thread(target=click, args=(0, "sleep=2000"))
     first.start()
-    deadline = time.time() + 0.4  # until its handler sleeps, with the key claimed
+    deadline = time.time() + 1.5  # until its handler sleeps, with the key claimed
     while time.time() < deadline and not _is_sleeping(db):
         time.sleep(0.005)
     barrier = threading.Barrier(4)
@@ -162,7 +165,7 @@ def parallel_clicks(service, client, db, account):
         r = results[i]
         assert_problem(r, 409)
         assert r.header("Retry-After") == "1", r
-        assert r.elapsed < 0.200, f"409 took {r.elapsed * 1000:.0f} ms: {r}"
+        assert r.elapsed < 1.0, f"409 took {r.elapsed * 1000:.0f} ms, the holder holds 2000 ms: {r}"
     assert sum(1 for r in results.values() if r.status == 201) == 1
     assert len(debits(db, account, key)) == 1
     again = client.pay(key)
