@@ -20,6 +20,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "citus.h"
 #include "cleanup.h"
 #include "guc.h"
 #include "key_store.h"
@@ -148,6 +149,7 @@ cleanup_sweep_start(SweepPosition *position)
 {
 	ItemPointerSet(&position->next, 0, FirstOffsetNumber);
 	position->finished = false;
+	position->citus_shard = 0;
 }
 
 /* The batch statement's parameters ($1 .. $4) and its result's columns (1 .. 3). */
@@ -235,8 +237,8 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	/* In partitioned storage only the default partition holds rows no drop will take. */
 	const char *relname = key_store_partitioned(schema)
 		? "idempotency_keys_partitioned_default" : "idempotency_keys";
-	char	   *table = qualified(schema, relname);
-	Oid			relid = get_relname_relid(relname, schema);
+	char	   *table;
+	Oid			relid;
 	Relation	relation;
 	BlockNumber blocks;
 	BlockNumber from_block = ItemPointerGetBlockNumber(&position->next);
@@ -249,6 +251,15 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	int64		removed;
 	Maintenance maintenance;
 
+	/* On Citus: the node's local shards one after another, or nothing (citus.c). */
+	if (!citus_sweep_target(schema, &relname, position))
+	{
+		position->finished = true;
+		*pages_scanned = 0;
+		return 0;
+	}
+	table = qualified(schema, relname);
+	relid = get_relname_relid(relname, schema);
 	if (!OidIsValid(relid))
 		elog(ERROR, "idempotency: table %s is missing", table);
 	/* The lock the DELETE takes anyway; rows appended after this are not expired yet. */
@@ -289,6 +300,7 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 		position->finished = to_block >= blocks;
 		*pages_scanned = to_block - from_block;
 	}
+	citus_sweep_advance(position);
 	stats_count(IDEM_COUNT_KEYS_REMOVED, removed);
 	return removed;
 }

@@ -18,6 +18,7 @@ typedef struct SweepPosition
 {
 	ItemPointerData next;		/* the first tuple the next batch may take */
 	bool		finished;		/* the last batch reached the end of the heap */
+	int			citus_shard;	/* on a Citus node: which local shard of the key table (citus.c) */
 } SweepPosition;
 
 void		cleanup_sweep_start(SweepPosition *position);

@@ -11,6 +11,7 @@
 #include "utils/timestamp.h"
 #include "utils/rel.h"
 
+#include "citus.h"
 #include "key_store.h"
 #include "key_store_internal.h"
 #include "pg_compat.h"
@@ -135,7 +136,9 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 	bool		done;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = !table.partitioned && key_direct_lookup(&table, ref, snapshot, out);
+	/* On Citus only the statements reach the shard (citus.c). */
+	done = !citus_route_key_call(table.plain, table.partitioned, ref->scope) &&
+		!table.partitioned && key_direct_lookup(&table, ref, snapshot, out);
 	if (!done)
 		key_spi_lookup(&table, ref, snapshot, out);
 	close_key_table(&table);
@@ -148,7 +151,8 @@ key_store_write(const KeyRef *ref, const KeyWrite *row)
 	bool		done;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = !table.partitioned && !row->replaces_expired_row &&
+	done = !citus_route_key_call(table.plain, table.partitioned, ref->scope) &&
+		!table.partitioned && !row->replaces_expired_row &&
 		key_direct_insert(&table, ref, row);
 	if (!done)
 		key_spi_write(&table, ref, row);
@@ -189,6 +193,7 @@ key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
+	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope);
 	key_spi_take_lease(&table, ref, how, grant);
 	grant->fencing_number = next_fencing_number(table.namespace_oid);
 	close_key_table(&table);
@@ -203,6 +208,7 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
+	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope);
 	/*
 	 * Under REPEATABLE READ and SERIALIZABLE an UPDATE of a row changed since the
 	 * snapshot fails with 40001. Whether the token is still current is read from
