@@ -84,3 +84,4 @@ SELECT (SELECT max(fencing_number) FROM grants) = last_value AS sequence_positio
 FROM idempotency_fencing_numbers;
 SELECT idem_set_storage('table') LIKE 'table:%' AS switched_back;
 DROP FUNCTION fence_walk(text);
+DROP FUNCTION sqlstate_of(text);

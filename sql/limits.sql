@@ -85,3 +85,4 @@ SELECT sqlstate_of($$SELECT idem_claim(E'tab\there', idem_hash('a'))$$);
 SELECT count(*) AS rows_written FROM idempotency_keys;
 \c :regress_db
 DROP DATABASE idem_limits_latin1;
+DROP FUNCTION sqlstate_of(text);

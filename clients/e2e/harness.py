@@ -35,6 +35,7 @@ DB = "payments"
 DIRECT_URL = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{DB}"
 BOUNCER_URL = f"postgresql://postgres@127.0.0.1:{BOUNCER_PORT}/{DB}"
 MODES = ("direct", "pgbouncer")
+RIDES_LEASE_SECONDS = 2  # POST /rides' lease in the e2e suite (CONTRACT.md "lease-rides"), so takeovers are quick
 
 # How each language's service is started: the one table to fix when a service moves.
 #   dir      folder under clients/ (the working directory of every command)
@@ -51,12 +52,14 @@ SERVICES = {
     "go": {
         "dir": "go",
         "ready": "cmd/payments",
-        # vendor/ from Debian's golang-*-dev sources (clients/go/debian-vendor.sh), then an offline build
-        "prepare_if_missing": ("vendor", [["sh", "debian-vendor.sh"]]),
-        "prepare": [["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
+        # vendor/ from Debian's golang-*-dev sources (clients/go/debian-vendor.sh, rewritten every time so a
+        # go.mod change is picked up), then an offline build
+        "prepare": [["sh", "debian-vendor.sh"], ["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
         "prepare_env": {"GOFLAGS": "-mod=vendor", "GOPROXY": "off", "GOTOOLCHAIN": "local", "GO111MODULE": "on"},
         "argv": ["{bin}/payments-go"],
         "env": {},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     "node": {
         "dir": "node",
@@ -74,9 +77,45 @@ SERVICES = {
         "argv": ["/usr/bin/python3", "-m", "payments_service"],
         "env": {"PYTHONPATH": "src"},
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
+    },
+    # FastAPI (Starlette, ASGI) under uvicorn, psycopg 3's async connection (idempotency_pg.asgi.PsycopgBackend)
+    "python-fastapi": {
+        "dir": "python",
+        "ready": "src/payments_service/asgi_main.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "psycopg"],
+        "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+    },
+    # FastAPI with a SQLAlchemy 1.4 Session on psycopg2, ORM writes (idempotency_pg.asgi.SQLAlchemyBackend)
+    "python-sqlalchemy": {
+        "dir": "python",
+        "ready": "src/payments_service/asgi_main.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "sqlalchemy"],
+        "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+    },
+    # Django 3.2 under waitress, the claim inside transaction.atomic() (idempotency_pg.django.idempotent)
+    "python-django": {
+        "dir": "python",
+        "ready": "src/payments_service/django_app.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.django_app"],
+        "env": {"PYTHONPATH": "src", "THREADS": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
                          "byte-identical-replay", "method-not-allowed", "idle-409"},
     },
 }
+# The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http).
+for _fw in ("chi", "echo", "gin"):
+    SERVICES["go-" + _fw] = dict(SERVICES["go"], env={"PAYMENTS_FRAMEWORK": _fw},
+                                 prepare=[["sh", "debian-vendor.sh"],
+                                          ["go", "build", "-o", "{bin}/payments-go-" + _fw, "./cmd/payments"]],
+                                 argv=["{bin}/payments-go-" + _fw])
 
 #: Every capability name of CONTRACT.md's "Contract 2"; a service listing another name is a typo.
 CAPABILITIES = frozenset({"framework-errors", "several-keys", "body-limit", "not-executed", "byte-identical-replay",
@@ -174,7 +213,7 @@ def stack_up(stack):
         if port_open(port):
             raise HarnessError(f"port {port} is already in use on 127.0.0.1 (a stack left running?)")
     pg = os.path.join(stack, "pg")
-    script = 'source "$1/scripts/lib/cluster.sh" && start_cluster "$2" "$3" "$4" "max_connections = 200"'
+    script = 'source "$1/scripts/lib/cluster.sh" && start_cluster "$2" "$3" "$4" "max_connections = 400"'
     r = subprocess.run(["bash", "-c", script, "_", REPO, pg, str(PG_PORT),
                         "shared_preload_libraries = 'idempotency'"], cwd=stack,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -381,7 +420,8 @@ class Service:
         spec = SERVICES[self.lang]
         env = dict(os.environ)
         env.update(spec.get("env", {}))
-        env.update({"PORT": str(self.port), "DATABASE_URL": database_url(self.mode), "PAYMENTS_FAULTS": "1"})
+        env.update({"PORT": str(self.port), "DATABASE_URL": database_url(self.mode), "PAYMENTS_FAULTS": "1",
+                    "RIDES_LEASE_SECONDS": str(RIDES_LEASE_SECONDS)})
         env.update(self.extra_env)
         argv = _fmt(spec["argv"], self.stack)
         logf = open(self.logfile, "ab")
