@@ -211,6 +211,7 @@ DECLARE
     last_upper timestamptz;
     horizon timestamptz;
     old_partition record;
+    distributed boolean := false;
 BEGIN
     IF mode IS NULL OR partition_interval IS NULL THEN
         RAISE EXCEPTION 'idem_set_storage: mode and partition_interval must not be NULL'
@@ -241,6 +242,19 @@ BEGIN
                         partition_interval, ttl_setting
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'At most 64 partitions may cover idempotency.ttl plus two partitions.';
+    END IF;
+
+    -- A distributed key table (idem_citus_distribute) has one layout: hash shards by scope.
+    IF mode OPERATOR(pg_catalog.=) 'partitioned'
+       AND EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p'
+                ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)'
+            INTO distributed USING pg_catalog.format('%s.idempotency_keys', s);
+        IF distributed THEN
+            RAISE EXCEPTION 'idem_set_storage: partitioned storage is not supported for keys distributed by Citus'
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = 'Citus shards idempotency_keys by scope; expired keys are swept shard by shard.';
+        END IF;
     END IF;
 
     EXECUTE pg_catalog.format('LOCK TABLE %s.idempotency_keys IN ACCESS EXCLUSIVE MODE', s);
@@ -313,7 +327,9 @@ REVOKE ALL ON FUNCTION @extschema@.idem_premake_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_drop_expired_partitions() FROM PUBLIC;
 
 -- Both kinds of keys in flight: transactional claims (pid of the holder) and live leases (rows read as the
--- caller, pid NULL).
+-- caller, pid NULL). On a Citus coordinator whose keys are distributed, the transactional claims held on the
+-- other nodes are listed too (holder 'transaction@host:port': the pid is that node's); live leases are rows,
+-- which Citus reads from every shard anyway. Citus is reached only through dynamic SQL once it is found.
 CREATE OR REPLACE FUNCTION @extschema@.idem_keys_in_flight(
     OUT scope text, OUT key text, OUT pid integer, OUT since timestamptz,
     OUT lease_until timestamptz, OUT holder text)
@@ -326,10 +342,35 @@ DECLARE
                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
                WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
     active text;
+    remote record;
+    cluster_wide boolean := false;
 BEGIN
     RETURN QUERY EXECUTE pg_catalog.format(
         'SELECT c.scope, c.key, c.pid, c.since, NULL::pg_catalog.timestamptz, ''transaction''::pg_catalog.text'
         ' FROM %s.idem_keys_in_flight_claims() c', s);
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        EXECUTE 'SELECT pg_catalog.citus_is_coordinator() AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition p'
+                ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)'
+            INTO cluster_wide USING pg_catalog.format('%s.idempotency_keys', s);
+    END IF;
+    IF cluster_wide THEN
+        FOR remote IN EXECUTE
+            'SELECT nodename, nodeport, success, result FROM pg_catalog.run_command_on_workers($1)'
+            USING pg_catalog.format('SELECT COALESCE(pg_catalog.json_agg(c), ''[]'')'
+                                    ' FROM %s.idem_keys_in_flight_claims() c', s)
+        LOOP
+            IF NOT remote.success THEN
+                RAISE WARNING 'idem_keys_in_flight: node %:% did not answer: %', remote.nodename, remote.nodeport,
+                              remote.result;
+                CONTINUE;
+            END IF;
+            RETURN QUERY
+                SELECT r.scope, r.key, r.pid, r.since, NULL::timestamptz,
+                       pg_catalog.format('transaction@%s:%s', remote.nodename, remote.nodeport)
+                FROM pg_catalog.json_to_recordset(remote.result::json) AS r(scope text, key text, pid integer,
+                                                                             since timestamptz);
+        END LOOP;
+    END IF;
     EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO active;
     RETURN QUERY EXECUTE pg_catalog.format(
         'SELECT k.scope::pg_catalog.text, k.key::pg_catalog.text, NULL::pg_catalog.int4, k.created_at,'

@@ -164,6 +164,9 @@ check "a second call changes nothing" 1 \
     "$(q coordinator -c "SELECT idem_citus_distribute('accounts')" 2>&1 | grep -c '9 functions delegated')"
 check_error "undistributing the keys: refused" "extension" coordinator \
     "SELECT undistribute_table('idempotency_keys')"
+check_error "partitioned storage after distributing: refused by idem_set_storage" \
+    "partitioned storage is not supported for keys distributed by Citus" coordinator \
+    "SELECT idem_set_storage('partitioned')"
 check_error "another co-location afterwards: refused" "already in Citus's metadata, not co-located with (public.)?other_tenants" \
     coordinator "CREATE TABLE other_tenants (tenant text COLLATE \"C\");
                  SELECT create_distributed_table('other_tenants', 'tenant', colocate_with => 'none');
