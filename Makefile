@@ -1,12 +1,17 @@
 # idempotency: PostgreSQL extension with a C++17 core. Build with PGXS.
 EXTENSION = idempotency
-EXTVERSION = 1.1
+EXTVERSION = 1.2
 MODULE_big = idempotency
 
-# The install script is written once (extension/idempotency.sql, version 1.0) and every later version is
-# reached through an update script, so CREATE EXTENSION and ALTER EXTENSION ... UPDATE run the same statements.
-DATA_built = $(EXTENSION)--1.0.sql
-DATA = $(wildcard extension/$(EXTENSION)--*--*.sql)
+# As pgvector keeps them: extension/idempotency.sql is always the current full script, built into
+# idempotency--$(EXTVERSION).sql; every older version is reached through one update script per step, and 1.0
+# stays installable (idempotency--1.0.sql) for the update tests. The SQL-language functions live in
+# extension/functions.sql, appended to both the install script and the newest update script, so a fresh install
+# and an updated one define them from the same text (test/tap/148_install_equals_update.pl compares them).
+# extension/citus.sql, when present, is appended the same way.
+SQL_TAIL = extension/functions.sql $(wildcard extension/citus.sql)
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql $(EXTENSION)--1.1--$(EXTVERSION).sql
+DATA = extension/$(EXTENSION)--1.0.sql extension/$(EXTENSION)--1.0--1.1.sql
 
 CORE_SRCS = $(wildcard src/core/*.cpp)
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c)) $(CORE_SRCS:.cpp=.o)
@@ -26,7 +31,7 @@ ISOLATION_OPTS = --inputdir=test/isolation --load-extension=idempotency
 # The Perl TAP tests make clusters of their own: `make prove_installcheck`, as a user other than root.
 PROVE_TESTS = test/tap/*.pl
 
-EXTRA_CLEAN = $(EXTENSION)--1.0.sql
+EXTRA_CLEAN = $(DATA_built)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -38,8 +43,11 @@ PROVE_FLAGS += -v -I test/perl
 # PGXS compiles C++ to LLVM bitcode without PG_CXXFLAGS; give it the same standard.
 COMPILE.cxx.bc += $(PG_CXXFLAGS)
 
-$(EXTENSION)--1.0.sql: extension/$(EXTENSION).sql
-	cp $< $@
+$(EXTENSION)--$(EXTVERSION).sql: extension/$(EXTENSION).sql $(SQL_TAIL)
+	cat $^ >$@
+
+$(EXTENSION)--1.1--$(EXTVERSION).sql: extension/$(EXTENSION)--1.1--$(EXTVERSION).sql $(SQL_TAIL)
+	cat $^ >$@
 
 # The core stays free of PostgreSQL headers: no -I to the server include directory.
 src/core/%.o: src/core/%.cpp
@@ -56,5 +64,5 @@ prove_installcheck:
 versioncheck:
 	@grep -q "^default_version = '$(EXTVERSION)'" $(EXTENSION).control || { echo "$(EXTENSION).control: default_version is not $(EXTVERSION)"; exit 1; }
 	@grep -q '"version": "$(EXTVERSION)"' META.json || { echo "META.json: version is not $(EXTVERSION)"; exit 1; }
-	@test -f extension/$(EXTENSION)--*--$(EXTVERSION).sql || { echo "no update script to $(EXTVERSION)"; exit 1; }
+	@test -f extension/$(EXTENSION)--1.1--$(EXTVERSION).sql || { echo "no update script to $(EXTVERSION)"; exit 1; }
 	@echo "version $(EXTVERSION): control file, META.json and update script agree"

@@ -41,7 +41,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# One stack on ports 55480-55489 at a time (pytest's own stack takes the same lock).
+# One stack on ports 55480-55529 at a time (pytest's own stack takes the same lock).
 exec 9>/tmp/idempotency-clients-e2e.lock
 flock 9
 
@@ -101,16 +101,22 @@ run_pytest_suite() {  # run_pytest_suite SUITE PYTEST-ARGS...
     local suite=$1 log=$logs/$1.log status ok bad
     shift
     echo "== $suite: pytest $*"
-    (cd "$clients/e2e" && E2E_REQUIRE_ALL=1 "$py" -m pytest -v -rfE --tb=short "$@") </dev/null 9>&- 2>&1 | tee "$log"
+    (cd "$clients/e2e" && E2E_REQUIRE_ALL=1 "$py" -m pytest -v -rfEs --tb=short "$@") </dev/null 9>&- 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
     read -r ok bad < <(parse_pytest "$log")
     if [ "$status" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
     if [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
     count "$suite" "$ok" "$bad"
+    # Skipped checks (a Contract 2 rule a service does not list yet) are neither passed nor failed: said apart.
+    skipped=$(grep -E '(passed|failed|error|skipped).* in [0-9.]+s' "$log" | grep -Eo '[0-9]+ skipped' |
+              awk '{s+=$1} END {print s+0}')
+    [ "$skipped" -gt 0 ] && skips+=("$suite: $skipped checks skipped (reasons in its log above, 'SKIPPED')")
 }
+skips=()
 run_pytest_suite e2e -m "not load" test_e2e.py
 run_pytest_suite load -m load test_load.py
 
 echo
+for line in "${skips[@]}"; do echo "$line"; done
 for line in "${summary[@]}"; do echo "$line"; done
 exit $any_failed

@@ -1,15 +1,17 @@
--- idempotency 1.0: the install script, built into idempotency--1.0.sql. Later versions are reached
--- through the update scripts beside it (idempotency--1.0--1.1.sql, ...), as for pg_cron: a fresh install
--- and an updated one run the same statements.
--- Plain CREATE everywhere (no OR REPLACE, no IF NOT EXISTS): an object of the
--- same name made by someone else makes CREATE EXTENSION fail instead of being
--- adopted. Every name is schema-qualified. The C functions name their table and
--- operators by schema inside, so none of them depends on the caller's search_path.
+-- idempotency 1.2: the install script, built into idempotency--1.2.sql together with extension/functions.sql
+-- (the SQL-language functions, shared with the update script idempotency--1.1--1.2.sql, so that a fresh install
+-- and an updated one define them from the same text). Older versions are reached through
+-- idempotency--1.0.sql and the update scripts beside it.
+-- Plain CREATE for every object here (no OR REPLACE, no IF NOT EXISTS): an object of the same name made by
+-- someone else makes CREATE EXTENSION fail instead of being adopted. Every name is schema-qualified. The C
+-- functions find their table and sequence by the OID of their own schema, so none of them depends on the
+-- caller's search_path or on the schema's name.
 
 \echo Use "CREATE EXTENSION idempotency" to load this file. \quit
 
--- One row per completed key. A claim writes no row: the key's advisory lock
--- marks it in flight until idem_complete writes the row in the same transaction.
+-- One row per completed key, or per lease (lease mode writes its row when it claims). A transactional
+-- claim writes no row: the key's advisory lock marks it in flight until idem_complete writes the row in the
+-- same transaction.
 -- No CHECK constraints: idem_complete validates status and hash before writing,
 -- and a CHECK would be re-parsed on every insert.
 CREATE TABLE @extschema@.idempotency_keys (
@@ -21,6 +23,10 @@ CREATE TABLE @extschema@.idempotency_keys (
     request_hash     bytea NOT NULL,
     response_headers jsonb,
     response_body    jsonb,
+    lease_until      timestamptz,
+    lease_token      uuid,
+    recovery_point   text,
+    recovery_state   jsonb,
     -- key first: it tells rows apart at the first column, where scope ('' for
     -- most callers) would make every index comparison look at both columns.
     CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key, scope)
@@ -33,21 +39,28 @@ COMMENT ON COLUMN @extschema@.idempotency_keys.key IS 'The Idempotency-Key sent 
 COMMENT ON COLUMN @extschema@.idempotency_keys.request_hash IS 'SHA-256 of the request payload, 32 bytes.';
 COMMENT ON COLUMN @extschema@.idempotency_keys.http_status IS 'Stored status; never 5xx.';
 COMMENT ON COLUMN @extschema@.idempotency_keys.expires_at IS 'After this the key behaves as absent.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.lease_until IS
+    'Lease mode: the lease runs until then; afterwards the next claim takes the key over. NULL for a completed key.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.lease_token IS
+    'Lease mode: fencing token of the current holder; only it may extend, checkpoint, complete or release.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.recovery_point IS
+    'Lease mode: the last step the holder recorded with idem_checkpoint; a takeover resumes there.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.recovery_state IS
+    'Lease mode: the state recorded with the recovery point (for example the external charge id).';
 
--- The same rows in date-partitioned form, used after idem_set_storage('partitioned').
--- Exactly one of the two tables is active; the other carries the CHECK (false)
--- constraint idempotency_keys_inactive, which is how the C code tells the mode
--- and which makes a write to the inactive table fail instead of getting lost.
--- A unique index cannot span partitions: the key's advisory lock keeps (scope, key) unique.
+-- The same rows in date-partitioned form. The storage mode is whether this table has range partitions
+-- beside its default one (idem_set_storage makes them all or drops them all); pg_dump writes them with their
+-- ATTACH, so a restored database comes back in the mode it was dumped in.
+-- A unique index cannot span partitions: the key's advisory lock keeps (scope, key) unique. Each partition has
+-- its own (key, scope) index, made with it (a partitioned index would collide with the dumped ones on restore).
 CREATE TABLE @extschema@.idempotency_keys_partitioned (
-    LIKE @extschema@.idempotency_keys INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS,
-    CONSTRAINT idempotency_keys_inactive CHECK (false)
+    LIKE @extschema@.idempotency_keys INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS
 ) PARTITION BY RANGE (expires_at);
-CREATE INDEX idempotency_keys_partitioned_key_scope
-    ON @extschema@.idempotency_keys_partitioned (key, scope);
 -- Rows beyond the partitions made ahead of time wait here until their partition exists.
 CREATE TABLE @extschema@.idempotency_keys_partitioned_default
     PARTITION OF @extschema@.idempotency_keys_partitioned DEFAULT;
+CREATE INDEX idempotency_keys_partitioned_default_key_scope
+    ON @extschema@.idempotency_keys_partitioned_default (key, scope);
 
 COMMENT ON TABLE @extschema@.idempotency_keys_partitioned IS
     'Stored responses when the storage mode is partitioned (see idem_set_storage); range partitions on expires_at.';
@@ -146,11 +159,15 @@ CREATE FUNCTION @extschema@.idem_stats_read(
     OUT last_error text,
     OUT last_error_database text,
     OUT last_error_at timestamptz,
-    OUT stats_reset_at timestamptz)
+    OUT stats_reset_at timestamptz,
+    OUT leases bigint,
+    OUT lease_takeovers bigint,
+    OUT checkpoints bigint,
+    OUT stale_tokens bigint,
+    OUT waits bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_stats_read'
 LANGUAGE C VOLATILE PARALLEL SAFE;
-
 CREATE VIEW @extschema@.idem_stats AS SELECT * FROM @extschema@.idem_stats_read();
 
 CREATE FUNCTION @extschema@.idem_stats_reset()
@@ -161,260 +178,124 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_cleanup() FROM PUBLIC;
 
--- ---------------------------------------------------------------------------
--- Storage modes. These functions are PL/pgSQL: they run DDL rarely, and their
--- search_path is pinned so that only pg_catalog and the names they qualify are used.
+CREATE TYPE @extschema@.idem_lease_result AS (
+    outcome          text,
+    http_status      integer,
+    response_body    jsonb,
+    response_headers jsonb,
+    expires_at       timestamptz,
+    lease_token      uuid,
+    lease_until      timestamptz,
+    recovery_point   text,
+    recovery_state   jsonb,
+    fencing_number   bigint);
 
-CREATE FUNCTION @extschema@.idem_storage_mode()
+CREATE FUNCTION @extschema@.idem_lease(
+    key text,
+    request_hash text,
+    lease interval,
+    ttl interval DEFAULT NULL,
+    scope text DEFAULT '',
+    wait interval DEFAULT NULL)
+RETURNS @extschema@.idem_lease_result
+AS 'MODULE_PATHNAME', 'idem_lease'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_lease_extend(
+    key text,
+    lease_token uuid,
+    lease interval,
+    scope text DEFAULT '')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'idem_lease_extend'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_checkpoint(
+    key text,
+    lease_token uuid,
+    recovery_point text,
+    recovery_state jsonb DEFAULT NULL,
+    scope text DEFAULT '')
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_checkpoint'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_lease_complete(
+    key text,
+    lease_token uuid,
+    http_status integer,
+    response_body jsonb DEFAULT NULL,
+    response_headers jsonb DEFAULT NULL,
+    scope text DEFAULT '')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_lease_complete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_lease_release(
+    key text,
+    lease_token uuid,
+    scope text DEFAULT '')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_lease_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- idem_claim with a bounded wait for a key in flight; a separate name keeps idem_claim's 1.0 signature
+-- (an overload with a defaulted wait would make untyped calls ambiguous).
+CREATE FUNCTION @extschema@.idem_claim_wait(
+    key text,
+    request_hash text,
+    wait interval,
+    ttl interval DEFAULT NULL,
+    scope text DEFAULT '')
+RETURNS @extschema@.idem_claim_result
+AS 'MODULE_PATHNAME', 'idem_claim_wait'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_lease(text, text, interval, interval, text, interval) IS
+    'Lease mode: claims a key for a lease in a transaction of its own, or answers replay, mismatch or in_progress.';
+COMMENT ON FUNCTION @extschema@.idem_lease_extend(text, uuid, interval, text) IS
+    'Lease mode: the holder extends its lease to now() + lease; returns the new end.';
+COMMENT ON FUNCTION @extschema@.idem_checkpoint(text, uuid, text, jsonb, text) IS
+    'Lease mode: the holder records a recovery point in the transaction of that step''s local writes.';
+COMMENT ON FUNCTION @extschema@.idem_lease_complete(text, uuid, integer, jsonb, jsonb, text) IS
+    'Lease mode: the holder stores the response; a 5xx releases the lease instead (keeping the recovery point) and returns false.';
+COMMENT ON FUNCTION @extschema@.idem_lease_release(text, uuid, text) IS
+    'Lease mode: the holder gives the lease back at once, keeping the recovery point.';
+COMMENT ON FUNCTION @extschema@.idem_claim_wait(text, text, interval, interval, text) IS
+    'idem_claim that waits at most wait for a key in flight to finish, then answers replay or in_progress.';
+
+
+-- Field-subset fingerprints (IETF draft: the fingerprint may leave out fields that differ between retries,
+-- such as a request id or a client timestamp). Each entry of exclude is a path of object keys joined by
+-- '.', removed from the payload before hashing: '{request_id}' or 'meta.sent_at'.
+CREATE FUNCTION @extschema@.idem_hash(payload jsonb, exclude text[])
 RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT CASE WHEN EXISTS (
-        SELECT FROM pg_catalog.pg_constraint
-        WHERE conrelid OPERATOR(pg_catalog.=) '@extschema@.idempotency_keys'::pg_catalog.regclass
-          AND conname OPERATOR(pg_catalog.=) 'idempotency_keys_inactive')
-    THEN 'partitioned' ELSE 'table' END
-$$;
+AS 'MODULE_PATHNAME', 'idem_hash_jsonb_exclude'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- The range partitions with their bounds, oldest first.
-CREATE FUNCTION @extschema@.idem_partitions(
-    OUT partition_name name, OUT lower_bound timestamptz, OUT upper_bound timestamptz)
+COMMENT ON FUNCTION @extschema@.idem_hash(jsonb, text[]) IS
+    'idem_hash of the payload without the fields named by exclude (paths of keys joined by ''.'').';
+
+CREATE FUNCTION @extschema@.idem_keys_in_flight_claims(
+    OUT scope text, OUT key text, OUT pid integer, OUT since timestamptz)
 RETURNS SETOF record
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT c.relname,
-           (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
-           (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
-    FROM pg_catalog.pg_inherits i
-    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-    WHERE i.inhparent OPERATOR(pg_catalog.=) '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
-      AND pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.<>) 'DEFAULT'
-    ORDER BY 2
-$$;
+AS 'MODULE_PATHNAME', 'idem_keys_in_flight_claims'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
 
--- Makes one partition [lower, upper), taking over the rows parked for it in the default partition.
--- Built aside and attached: the parent is locked only SHARE UPDATE EXCLUSIVE, but the default
--- partition, which every claim reads, ACCESS EXCLUSIVE for the (short) rest of the transaction.
-CREATE FUNCTION @extschema@.idem_create_partition(lower_bound timestamptz, upper_bound timestamptz)
-RETURNS name
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET lock_timeout = 0
-AS $$
-DECLARE
-    partition_name name := format('idempotency_keys_p%s',
-                                  to_char(lower_bound AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS'));
-BEGIN
-    -- Claims read the default partition; attaching locks it ACCESS EXCLUSIVE. Take that lock
-    -- first, waiting at most idempotency.partition_lock_timeout, so that no claim still in
-    -- flight can add a row to the range between the move and the attach.
-    PERFORM set_config('lock_timeout',
-                       coalesce(current_setting('idempotency.partition_lock_timeout', true), '100ms'), true);
-    LOCK TABLE @extschema@.idempotency_keys_partitioned_default IN ACCESS EXCLUSIVE MODE;
-    EXECUTE format('CREATE TABLE @extschema@.%I (LIKE @extschema@.idempotency_keys_partitioned'
-                   ' INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)', partition_name);
-    EXECUTE format('REVOKE ALL ON TABLE @extschema@.%I FROM PUBLIC', partition_name);
-    EXECUTE format('WITH moved AS (DELETE FROM @extschema@.idempotency_keys_partitioned_default'
-                   ' WHERE expires_at >= $1 AND expires_at < $2 RETURNING *)'
-                   ' INSERT INTO @extschema@.%I SELECT * FROM moved', partition_name)
-        USING lower_bound, upper_bound;
-    EXECUTE format('ALTER TABLE @extschema@.idempotency_keys_partitioned ATTACH PARTITION @extschema@.%I'
-                   ' FOR VALUES FROM (%L) TO (%L)', partition_name, lower_bound, upper_bound);
-    RETURN partition_name;
-END
-$$;
+COMMENT ON FUNCTION @extschema@.idem_keys_in_flight_claims() IS
+    'Transactional claims held now in this database (scope, key, holding pid, since), as the caller may see them.';
 
--- Partitions ahead of time, up to now() + idempotency.ttl + two partitions, so a claim never
--- lacks one. Returns how many it made. Waits for locks at most idempotency.partition_lock_timeout.
-CREATE FUNCTION @extschema@.idem_premake_partitions()
-RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET lock_timeout = 0
-AS $$
-DECLARE
-    width interval;
-    last_upper timestamptz;
-    horizon timestamptz;
-    created integer := 0;
-BEGIN
-    IF @extschema@.idem_storage_mode() OPERATOR(pg_catalog.<>) 'partitioned' THEN
-        RETURN 0;
-    END IF;
-    -- The newest partition is never dropped, so its width is always known.
-    SELECT upper_bound - lower_bound, upper_bound INTO width, last_upper
-    FROM @extschema@.idem_partitions() ORDER BY upper_bound DESC LIMIT 1;
-    IF width IS NULL THEN
-        RETURN 0;
-    END IF;
-    -- No claim can expire in the past: after a long pause, start again at the current partition.
-    last_upper := greatest(last_upper, date_bin(width, now(), timestamptz '2000-01-01 00:00:00+00'));
-    horizon := now() + coalesce(current_setting('idempotency.ttl', true), '1d')::interval + 2 * width;
-    WHILE last_upper < horizon LOOP
-        BEGIN
-            PERFORM @extschema@.idem_create_partition(last_upper, last_upper + width);
-        EXCEPTION WHEN lock_not_available THEN
-            -- Claims in flight hold the default partition: try again at the next sweep.
-            RAISE LOG 'idempotency: the default partition is busy; making partitions at the next sweep';
-            RETURN created;
-        END;
-        last_upper := last_upper + width;
-        created := created + 1;
-    END LOOP;
-    RETURN created;
-END
-$$;
+-- Fencing numbers (1.2): idem_lease hands each grant the next one, so the numbers of one key's holders
+-- strictly increase across takeovers, expiry and re-claims. A sequence survives restarts, and pg_dump and
+-- pg_upgrade carry its position.
+CREATE SEQUENCE @extschema@.idempotency_fencing_numbers AS bigint;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_fencing_numbers', '');
+REVOKE ALL ON SEQUENCE @extschema@.idempotency_fencing_numbers FROM PUBLIC;
+COMMENT ON SEQUENCE @extschema@.idempotency_fencing_numbers IS
+    'Fencing numbers of idem_lease grants; read only by the extension''s C code.';
 
--- Drops every partition whose rows have all expired, with DROP TABLE: no row deletes, little WAL.
--- A drop that cannot get its lock within idempotency.partition_lock_timeout is left for the next sweep,
--- so claims never queue behind it for longer than that.
-CREATE FUNCTION @extschema@.idem_drop_expired_partitions(OUT partitions_dropped integer, OUT keys_removed bigint)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET lock_timeout = 0
-AS $$
-DECLARE
-    expired record;
-    keys bigint;
-BEGIN
-    partitions_dropped := 0;
-    keys_removed := 0;
-    -- The newest partition stays even when expired: it carries the width for the next ones.
-    FOR expired IN SELECT partition_name FROM @extschema@.idem_partitions()
-                   WHERE upper_bound <= now()
-                     AND upper_bound < (SELECT max(upper_bound) FROM @extschema@.idem_partitions()) LOOP
-        BEGIN
-            PERFORM set_config('lock_timeout',
-                               coalesce(current_setting('idempotency.partition_lock_timeout', true), '100ms'),
-                               true);
-            EXECUTE format('SELECT count(*) FROM @extschema@.%I', expired.partition_name) INTO keys;
-            EXECUTE format('DROP TABLE @extschema@.%I', expired.partition_name);
-            partitions_dropped := partitions_dropped + 1;
-            keys_removed := keys_removed + keys;
-        EXCEPTION WHEN lock_not_available THEN
-            RAISE LOG 'idempotency: partition % is busy; dropping it at the next sweep', expired.partition_name;
-        END;
-    END LOOP;
-END
-$$;
-
--- Switches the storage mode, moving every live key (expired ones are dropped on the way).
--- Takes ACCESS EXCLUSIVE locks on both tables: claims arriving meanwhile wait and then use the new mode.
-CREATE FUNCTION @extschema@.idem_set_storage(mode text, partition_interval interval DEFAULT interval '1 day')
-RETURNS text
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    current_mode text;
-    moved bigint;
-    first_lower timestamptz;
-    last_upper timestamptz;
-    horizon timestamptz;
-    old_partition record;
-BEGIN
-    IF mode IS NULL OR partition_interval IS NULL THEN
-        RAISE EXCEPTION 'idem_set_storage: mode and partition_interval must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF mode NOT IN ('table', 'partitioned') THEN
-        RAISE EXCEPTION 'idem_set_storage: unknown storage mode "%"', mode
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''table'' or ''partitioned''.';
-    END IF;
-    IF partition_interval < interval '1 minute' OR extract(month FROM partition_interval) <> 0
-       OR extract(year FROM partition_interval) <> 0 THEN
-        RAISE EXCEPTION 'idem_set_storage: partition_interval must be at least 1 minute and have no months or years'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    -- The move reads with a snapshot taken after the locks are granted; a transaction snapshot
-    -- taken before them would miss keys completed while waiting, and TRUNCATE would lose them.
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'idem_set_storage must run in a READ COMMITTED transaction'
-            USING ERRCODE = 'invalid_transaction_state';
-    END IF;
-    -- Every claim reads every partition (the key does not tell which): keep them few.
-    IF mode = 'partitioned' AND
-       (coalesce(current_setting('idempotency.ttl', true), '1d')::interval + 2 * partition_interval)
-       / 64 > partition_interval THEN
-        RAISE EXCEPTION 'idem_set_storage: partition_interval % is too small for idempotency.ttl %',
-                        partition_interval, coalesce(current_setting('idempotency.ttl', true), '1d')
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'At most 64 partitions may cover idempotency.ttl plus two partitions.';
-    END IF;
-
-    LOCK TABLE @extschema@.idempotency_keys IN ACCESS EXCLUSIVE MODE;
-    LOCK TABLE @extschema@.idempotency_keys_partitioned IN ACCESS EXCLUSIVE MODE;
-    current_mode := @extschema@.idem_storage_mode();
-
-    -- Tenants separated by row level security on one table must stay separated on the other.
-    IF EXISTS (SELECT FROM pg_catalog.pg_class source, pg_catalog.pg_class target
-               WHERE source.oid OPERATOR(pg_catalog.=) (CASE WHEN mode = 'partitioned'
-                         THEN '@extschema@.idempotency_keys' ELSE '@extschema@.idempotency_keys_partitioned'
-                         END)::pg_catalog.regclass
-                 AND target.oid OPERATOR(pg_catalog.=) (CASE WHEN mode = 'partitioned'
-                         THEN '@extschema@.idempotency_keys_partitioned' ELSE '@extschema@.idempotency_keys'
-                         END)::pg_catalog.regclass
-                 AND ((source.relrowsecurity AND NOT target.relrowsecurity)
-                      OR (source.relforcerowsecurity AND NOT target.relforcerowsecurity)
-                      OR (SELECT count(*) FROM pg_catalog.pg_policy p
-                          WHERE p.polrelid OPERATOR(pg_catalog.=) source.oid)
-                         OPERATOR(pg_catalog.>)
-                         (SELECT count(*) FROM pg_catalog.pg_policy p
-                          WHERE p.polrelid OPERATOR(pg_catalog.=) target.oid))) THEN
-        RAISE EXCEPTION 'idem_set_storage: row level security on the current table is missing on the other one'
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Enable (and force) row level security and create the same policies on both '
-                         'idempotency_keys and idempotency_keys_partitioned, then switch.';
-    END IF;
-
-    IF mode = 'partitioned' THEN
-        SELECT max(upper_bound) INTO last_upper FROM @extschema@.idem_partitions();
-        IF current_mode = 'table' THEN
-            ALTER TABLE @extschema@.idempotency_keys_partitioned DROP CONSTRAINT idempotency_keys_inactive;
-        END IF;
-        -- Partitions of the new width from the current one (or after the last existing one) onwards.
-        first_lower := coalesce(last_upper, date_bin(partition_interval, now(), timestamptz '2000-01-01 00:00:00+00'));
-        horizon := now() + coalesce(current_setting('idempotency.ttl', true), '1d')::interval
-                   + 2 * partition_interval;
-        last_upper := first_lower;
-        LOOP
-            PERFORM @extschema@.idem_create_partition(last_upper, last_upper + partition_interval);
-            last_upper := last_upper + partition_interval;
-            EXIT WHEN last_upper >= horizon;
-        END LOOP;
-        IF current_mode = 'partitioned' THEN
-            RETURN format('partitioned: new partitions of %s', partition_interval);
-        END IF;
-        INSERT INTO @extschema@.idempotency_keys_partitioned
-            SELECT * FROM @extschema@.idempotency_keys WHERE expires_at > now();
-        GET DIAGNOSTICS moved = ROW_COUNT;
-        TRUNCATE @extschema@.idempotency_keys;
-        ALTER TABLE @extschema@.idempotency_keys
-            ADD CONSTRAINT idempotency_keys_inactive CHECK (false);
-        RETURN format('partitioned: %s live keys moved, partitions of %s', moved, partition_interval);
-    END IF;
-
-    IF current_mode = 'table' THEN
-        RETURN 'table: already';
-    END IF;
-    ALTER TABLE @extschema@.idempotency_keys DROP CONSTRAINT idempotency_keys_inactive;
-    INSERT INTO @extschema@.idempotency_keys
-        SELECT * FROM @extschema@.idempotency_keys_partitioned WHERE expires_at > now();
-    GET DIAGNOSTICS moved = ROW_COUNT;
-    FOR old_partition IN SELECT partition_name FROM @extschema@.idem_partitions() LOOP
-        EXECUTE format('DROP TABLE @extschema@.%I', old_partition.partition_name);
-    END LOOP;
-    TRUNCATE @extschema@.idempotency_keys_partitioned_default;
-    ALTER TABLE @extschema@.idempotency_keys_partitioned
-        ADD CONSTRAINT idempotency_keys_inactive CHECK (false);
-    RETURN format('table: %s live keys moved', moved);
-END
-$$;
-
-REVOKE ALL ON FUNCTION @extschema@.idem_set_storage(text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_create_partition(timestamptz, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_premake_partitions() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_drop_expired_partitions() FROM PUBLIC;
+-- The counters are for operators: the owner, pg_monitor, and whoever they grant both to.
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_read() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_read() TO pg_monitor;
+GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;

@@ -96,6 +96,14 @@ if [ "${IDEM_TEST_VERSIONS:-1}" = 1 ]; then
     IDEM_UPGRADE_STRIP_ATTVER=1 timed versions run_counted_suites versions scripts/test-versions.sh 17 18
 fi
 
+# PostgreSQL 17 with Citus 14.0.1 built from ../shared/vendor/citus-14.0.1.tar.gz (or $IDEM_CITUS_TARBALL; the
+# build is reused): a coordinator and two workers, the supported layout, its refusals, the semantics from every
+# node, the sweepers and a load with a worker killed (scripts/test-citus.sh). Without the tarball the summary says
+# "citus SKIPPED: ..." instead. IDEM_TEST_CITUS=0 leaves the stage out.
+if [ "${IDEM_TEST_CITUS:-1}" = 1 ]; then
+    timed citus run_counted_suites citus scripts/test-citus.sh
+fi
+
 echo
 echo "== wall time per stage (total $(( $(date +%s) - started ))s)"
 cat "$log_dir/times"

@@ -25,6 +25,7 @@
 PG_FUNCTION_INFO_V1(idem_claim);
 PG_FUNCTION_INFO_V1(idem_claim_wait);
 
+/* idem_claim(key, request_hash, ttl, scope) */
 enum
 {
 	ARG_KEY,
@@ -33,32 +34,71 @@ enum
 	ARG_SCOPE
 };
 
+/* idem_claim_wait(key, request_hash, wait, ttl, scope) */
 enum
 {
-	COL_OUTCOME,
-	COL_HTTP_STATUS,
-	COL_RESPONSE_BODY,
-	COL_RESPONSE_HEADERS,
-	COL_EXPIRES_AT,
-	CLAIM_RESULT_COLUMNS
+	WAIT_ARG_KEY,
+	WAIT_ARG_REQUEST_HASH,
+	WAIT_ARG_WAIT,
+	WAIT_ARG_TTL,
+	WAIT_ARG_SCOPE
 };
 
-/* now() + ttl, where ttl is the argument or idempotency.ttl; ERROR 22023 unless positive. */
+/* Where each of the two functions has its arguments; wait NO_ARG: idem_claim never waits. */
+#define NO_ARG (-1)
+
+typedef struct ClaimArgs
+{
+	int			key;
+	int			request_hash;
+	int			ttl;
+	int			scope;
+	int			wait;
+} ClaimArgs;
+
+static const ClaimArgs claim_args = {
+	.key = ARG_KEY, .request_hash = ARG_REQUEST_HASH, .ttl = ARG_TTL, .scope = ARG_SCOPE, .wait = NO_ARG
+};
+static const ClaimArgs claim_wait_args = {
+	.key = WAIT_ARG_KEY, .request_hash = WAIT_ARG_REQUEST_HASH, .ttl = WAIT_ARG_TTL, .scope = WAIT_ARG_SCOPE,
+	.wait = WAIT_ARG_WAIT
+};
+
+/*
+ * from + span, checked against what the README's Limits promise: strictly after
+ * from (an interval such as '-1 year +365 days' compares greater than zero and
+ * still lands in the past) and at most max_days after it, so no stored timestamp
+ * gets near the end of the range that pg_dump and a restore accept. ERROR 22023
+ * otherwise; an interval past the timestamp range itself is ERROR 22008.
+ */
+TimestampTz
+claim_span_end(TimestampTz from, Datum span, int max_days, const char *what, const char *not_after_msg)
+{
+	TimestampTz end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															  TimestampTzGetDatum(from), span));
+
+	if (end <= from)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s", not_after_msg)));
+	if (end - from > (TimestampTz) max_days * USECS_PER_DAY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency %s must be at most %d %s", what, max_days, max_days == 1 ? "day" : "days")));
+	return end;
+}
+
+/* now() + ttl, where ttl is the argument or idempotency.ttl; ERROR 22023 unless within (0, 3650 days]. */
 TimestampTz
 claim_expiry(FunctionCallInfo fcinfo, int ttl_argno)
 {
-	Datum		now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	Interval   *zero = palloc0(sizeof(Interval));
 	Interval   *default_ttl = palloc0(sizeof(Interval));
 	Datum		ttl;
 
 	default_ttl->time = (int64) idem_ttl_seconds * USECS_PER_SEC;
 	ttl = PG_ARGISNULL(ttl_argno) ? IntervalPGetDatum(default_ttl) : PG_GETARG_DATUM(ttl_argno);
-	if (!DatumGetBool(DirectFunctionCall2(interval_gt, ttl, IntervalPGetDatum(zero))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency ttl must be greater than zero")));
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, now, ttl));
+	return claim_span_end(GetCurrentTransactionStartTimestamp(), ttl, IDEM_MAX_TTL_DAYS, "ttl",
+						  "idempotency ttl must be greater than zero");
 }
 
 /* Expiry counts from the transaction's start, as in 1.0; a lease runs on the clock, read now. */
@@ -102,49 +142,59 @@ claim_result_desc(FunctionCallInfo fcinfo)
 	return desc;
 }
 
-static Datum
-claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
-			 const KeyRow *stored, TimestampTz claimed_until)
+void
+claim_outcome_columns(IdemClaimOutcome outcome, const KeyRow *stored, TimestampTz claimed_until,
+					  Datum *values, bool *nulls)
 {
-	TupleDesc	desc;
-	Datum		values[CLAIM_RESULT_COLUMNS];
-	bool		nulls[CLAIM_RESULT_COLUMNS];
-
-	desc = claim_result_desc(fcinfo);
-	memset(nulls, true, sizeof(nulls));
-	values[COL_OUTCOME] = CStringGetTextDatum(idem_core_outcome_name(outcome));
-	nulls[COL_OUTCOME] = false;
+	for (int column = 0; column < CLAIM_COLUMNS; column++)
+	{
+		values[column] = (Datum) 0;
+		nulls[column] = true;
+	}
+	values[CLAIM_COL_OUTCOME] = CStringGetTextDatum(idem_core_outcome_name(outcome));
+	nulls[CLAIM_COL_OUTCOME] = false;
 
 	switch (outcome)
 	{
 		case IDEM_OUTCOME_CLAIMED:
-			values[COL_EXPIRES_AT] = TimestampTzGetDatum(claimed_until);
-			nulls[COL_EXPIRES_AT] = false;
+			values[CLAIM_COL_EXPIRES_AT] = TimestampTzGetDatum(claimed_until);
+			nulls[CLAIM_COL_EXPIRES_AT] = false;
 			break;
 		case IDEM_OUTCOME_REPLAY:
-			values[COL_HTTP_STATUS] = Int32GetDatum(stored->http_status);
-			nulls[COL_HTTP_STATUS] = stored->http_status_null;
-			values[COL_RESPONSE_BODY] = stored->body;
-			nulls[COL_RESPONSE_BODY] = stored->body_null;
-			values[COL_RESPONSE_HEADERS] = stored->headers;
-			nulls[COL_RESPONSE_HEADERS] = stored->headers_null;
-			values[COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
-			nulls[COL_EXPIRES_AT] = false;
+			values[CLAIM_COL_HTTP_STATUS] = Int32GetDatum(stored->http_status);
+			nulls[CLAIM_COL_HTTP_STATUS] = stored->http_status_null;
+			values[CLAIM_COL_RESPONSE_BODY] = stored->body;
+			nulls[CLAIM_COL_RESPONSE_BODY] = stored->body_null;
+			values[CLAIM_COL_RESPONSE_HEADERS] = stored->headers;
+			nulls[CLAIM_COL_RESPONSE_HEADERS] = stored->headers_null;
+			values[CLAIM_COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
+			nulls[CLAIM_COL_EXPIRES_AT] = false;
 			break;
 		case IDEM_OUTCOME_MISMATCH:
-			values[COL_HTTP_STATUS] = Int32GetDatum(idem_mismatch_status);
-			nulls[COL_HTTP_STATUS] = false;
-			values[COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
-			nulls[COL_EXPIRES_AT] = false;
+			values[CLAIM_COL_HTTP_STATUS] = Int32GetDatum(idem_mismatch_status);
+			nulls[CLAIM_COL_HTTP_STATUS] = false;
+			values[CLAIM_COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
+			nulls[CLAIM_COL_EXPIRES_AT] = false;
 			break;
 		case IDEM_OUTCOME_IN_PROGRESS:
-			values[COL_HTTP_STATUS] = Int32GetDatum(409);
-			nulls[COL_HTTP_STATUS] = false;
+			values[CLAIM_COL_HTTP_STATUS] = Int32GetDatum(409);
+			nulls[CLAIM_COL_HTTP_STATUS] = false;
 			break;
 		default:
 			elog(ERROR, "idempotency: outcome %s is not an answer",
 				 idem_core_outcome_name(outcome));
 	}
+}
+
+static Datum
+claim_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome,
+			 const KeyRow *stored, TimestampTz claimed_until)
+{
+	TupleDesc	desc = claim_result_desc(fcinfo);
+	Datum		values[CLAIM_COLUMNS];
+	bool		nulls[CLAIM_COLUMNS];
+
+	claim_outcome_columns(outcome, stored, claimed_until, values, nulls);
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
@@ -307,19 +357,15 @@ claim_wait_deadline(FunctionCallInfo fcinfo, int wait_argno)
 	if (PG_ARGISNULL(wait_argno))
 		return 0;
 	wait = PG_GETARG_DATUM(wait_argno);
-	if (DatumGetBool(DirectFunctionCall2(interval_lt, wait, IntervalPGetDatum(zero))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency wait must not be negative")));
 	if (DatumGetBool(DirectFunctionCall2(interval_eq, wait, IntervalPGetDatum(zero))))
 		return 0;
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(GetCurrentTimestamp()), wait));
+	return claim_span_end(GetCurrentTimestamp(), wait, IDEM_MAX_WAIT_DAYS, "wait",
+						  "idempotency wait must not be negative");
 }
 
 /* The transactional claim, by idem_claim (never waits) and idem_claim_wait. */
 static Datum
-claim_transactional(FunctionCallInfo fcinfo, int ttl_argno, int scope_argno, int wait_argno)
+claim_transactional(FunctionCallInfo fcinfo, const ClaimArgs *args)
 {
 	KeyRef		ref;
 	text	   *request_hash_hex;
@@ -331,13 +377,13 @@ claim_transactional(FunctionCallInfo fcinfo, int ttl_argno, int scope_argno, int
 	TimestampTz wait_until;
 
 	ref.extension_function = fcinfo->flinfo->fn_oid;
-	ref.key = arg_text_required(fcinfo, ARG_KEY, "key");
-	request_hash_hex = arg_text_required(fcinfo, ARG_REQUEST_HASH, "request_hash");
-	ref.scope = arg_text_required(fcinfo, scope_argno, "scope");
+	ref.key = arg_text_required(fcinfo, args->key, "key");
+	request_hash_hex = arg_text_required(fcinfo, args->request_hash, "request_hash");
+	ref.scope = arg_text_required(fcinfo, args->scope, "scope");
 	key_identity_from_args(ref.scope, ref.key, identity);
 	claim_parse_request_hash(request_hash_hex, request_hash);
-	expires_at = claim_expiry(fcinfo, ttl_argno);
-	wait_until = wait_argno < 0 ? 0 : claim_wait_deadline(fcinfo, wait_argno);
+	expires_at = claim_expiry(fcinfo, args->ttl);
+	wait_until = args->wait == NO_ARG ? 0 : claim_wait_deadline(fcinfo, args->wait);
 	PreventCommandIfReadOnly("idem_claim()");
 	PreventCommandDuringRecovery("idem_claim()");
 
@@ -366,12 +412,11 @@ claim_parse_request_hash(text *hex, uint8 request_hash[IDEM_SHA256_BYTES])
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
-	return claim_transactional(fcinfo, ARG_TTL, ARG_SCOPE, -1);
+	return claim_transactional(fcinfo, &claim_args);
 }
 
-/* idem_claim_wait(key, request_hash, wait, ttl, scope) */
 Datum
 idem_claim_wait(PG_FUNCTION_ARGS)
 {
-	return claim_transactional(fcinfo, 3, 4, 2);
+	return claim_transactional(fcinfo, &claim_wait_args);
 }

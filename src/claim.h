@@ -24,15 +24,44 @@ void		claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 						  const uint8 request_hash[IDEM_SHA256_BYTES], TimestampTz wait_until,
 						  ClaimAttempt *out);
 
-/* now() + ttl (the argument, or idempotency.ttl when NULL); ERROR 22023 unless positive. */
+/* The longest ttl, lease and wait (README, Limits); idempotency.ttl has the same maximum. */
+#define IDEM_MAX_TTL_DAYS 3650
+#define IDEM_MAX_LEASE_DAYS 365
+#define IDEM_MAX_WAIT_DAYS 1
+
+/* from + span; ERROR 22023 with not_after_msg unless later than from, or when over max_days. */
+TimestampTz claim_span_end(TimestampTz from, Datum span, int max_days, const char *what,
+						   const char *not_after_msg);
+
+/* now() + ttl (the argument, or idempotency.ttl when NULL); ERROR 22023 unless within (0, 3650 days]. */
 TimestampTz claim_expiry(FunctionCallInfo fcinfo, int ttl_argno);
 
-/* The clock plus the wait argument; 0 when it is NULL or zero; ERROR 22023 when negative. */
+/* The clock plus the wait argument; 0 when it is NULL or zero; ERROR 22023 when negative or over a day. */
 TimestampTz claim_wait_deadline(FunctionCallInfo fcinfo, int wait_argno);
 
 /* 64 hex digits into 32 bytes; ERROR 22023 otherwise. */
 void		claim_parse_request_hash(text *hex, uint8 request_hash[IDEM_SHA256_BYTES]);
 
 IdemCounter claim_outcome_counter(IdemClaimOutcome outcome);
+
+/* The columns idem_claim's result has, and idem_lease's begins with. */
+typedef enum ClaimColumn
+{
+	CLAIM_COL_OUTCOME,
+	CLAIM_COL_HTTP_STATUS,
+	CLAIM_COL_RESPONSE_BODY,
+	CLAIM_COL_RESPONSE_HEADERS,
+	CLAIM_COL_EXPIRES_AT,
+	CLAIM_COLUMNS
+} ClaimColumn;
+
+/*
+ * The one mapping from an answer to those columns: the outcome's name, then
+ * the stored response (replay), the mismatch status, 409 (in_progress), and
+ * the expiry: claimed_until for a claim, the stored row's otherwise. ERROR
+ * for an outcome that is not an answer.
+ */
+void		claim_outcome_columns(IdemClaimOutcome outcome, const KeyRow *stored,
+								  TimestampTz claimed_until, Datum *values, bool *nulls);
 
 #endif

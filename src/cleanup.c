@@ -1,18 +1,26 @@
 /* cleanup.c: batched deletes of expired keys, partition upkeep, and idem_cleanup() for one sweep from SQL. */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "storage/bufmgr.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "citus.h"
 #include "cleanup.h"
 #include "guc.h"
 #include "key_store.h"
@@ -21,6 +29,68 @@
 
 /* How long a batch waits for a row lock before it passes locked rows by; far below deadlock_timeout. */
 #define CLEANUP_LOCK_TIMEOUT "20ms"
+
+/*
+ * Maintenance acts as the owner of the table it works on, inside a
+ * security-restricted operation with a safe search_path, as autovacuum and
+ * REFRESH MATERIALIZED VIEW do: a trigger, policy or function anyone planted
+ * then runs with no more rights than the table's owner has, and cannot change
+ * the session (SET ROLE, temporary objects) for what runs after it. Ordinary
+ * triggers do not fire at all (session_replication_role = replica, as in a
+ * logical replication apply): a role granted TRIGGER on a superuser's table must
+ * not get its function run by the superuser's sweep. Only the table's owner can
+ * make a trigger fire ALWAYS, and it then runs as that owner. Everything is
+ * restored at maintenance_end, or by the transaction's abort on an ERROR.
+ */
+typedef struct Maintenance
+{
+	Oid			saved_user;
+	int			saved_security_context;
+	int			guc_nest_level;
+} Maintenance;
+
+static void
+maintenance_begin(Oid relid, Maintenance *maintenance)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "idempotency: relation %u is gone", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	GetUserIdAndSecContext(&maintenance->saved_user, &maintenance->saved_security_context);
+	maintenance->guc_nest_level = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	SetUserIdAndSecContext(owner, maintenance->saved_security_context | SECURITY_RESTRICTED_OPERATION);
+}
+
+static void
+maintenance_end(const Maintenance *maintenance)
+{
+	AtEOXact_GUC(false, maintenance->guc_nest_level);
+	SetUserIdAndSecContext(maintenance->saved_user, maintenance->saved_security_context);
+}
+
+/*
+ * One of the extension's own functions without arguments, by the OID of its
+ * schema: nothing is looked up by a name that someone could redirect.
+ */
+static Oid
+extension_function(Oid schema, const char *name)
+{
+	Oid			function = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum(name),
+										   PointerGetDatum(buildoidvector(NULL, 0)),
+										   ObjectIdGetDatum(schema));
+
+	if (!OidIsValid(function))
+		elog(ERROR, "idempotency: function %s() is missing from the extension's schema", name);
+	return function;
+}
 
 static char *
 qualified(Oid schema, const char *name)
@@ -42,12 +112,62 @@ cleanup_extension_schema(void)
 	return DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+/*
+ * Says, once per call, which ordinary triggers on the key tables a sweep does
+ * not fire (see Maintenance): a DBA who put one there learns why it is silent,
+ * and an attempt to plant one shows in the log.
+ */
+void
+cleanup_report_skipped_triggers(Oid schema)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(schema)};
+	bool		isnull;
+	Datum		names;
+	int			rc = SPI_execute_with_args(
+		"SELECT pg_catalog.string_agg(pg_catalog.format('%I on %I', t.tgname, c.relname), ', '"
+		" ORDER BY c.relname, t.tgname)"
+		" FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid"
+		" WHERE c.relnamespace OPERATOR(pg_catalog.=) $1"
+		" AND c.relname OPERATOR(pg_catalog.~~) 'idempotency\\_keys%'"
+		" AND NOT t.tgisinternal AND t.tgenabled OPERATOR(pg_catalog.=) 'O'",
+		1, types, values, NULL, true, 1);
+
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "idempotency: reading the key tables' triggers failed: %s", SPI_result_code_string(rc));
+	names = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+		ereport(LOG,
+				(errmsg("idempotency: the sweep of database \"%s\" does not fire these triggers: %s",
+						get_database_name(MyDatabaseId), TextDatumGetCString(names)),
+				 errdetail("A sweep runs as the table's owner with session_replication_role = replica; only "
+						   "triggers its owner enables ALWAYS fire, as the owner.")));
+}
+
 void
 cleanup_sweep_start(SweepPosition *position)
 {
 	ItemPointerSet(&position->next, 0, FirstOffsetNumber);
 	position->finished = false;
+	position->citus_shard = 0;
 }
+
+/* The batch statement's parameters ($1 .. $4) and its result's columns (1 .. 3). */
+enum
+{
+	BATCH_PARAM_NOW,			/* expired: expires_at at or before it */
+	BATCH_PARAM_LIMIT,
+	BATCH_PARAM_FROM,			/* the TID range [from, to) */
+	BATCH_PARAM_TO,
+	BATCH_PARAMS
+};
+
+enum
+{
+	BATCH_COL_SELECTED = 1,
+	BATCH_COL_LAST,				/* the greatest TID taken */
+	BATCH_COL_REMOVED
+};
 
 /* Statement texts by variant: a plain DELETE, then its fallback that passes locked rows by. */
 static char *
@@ -79,9 +199,14 @@ typedef struct BatchStep
 static void
 execute_batch(void *arg)
 {
-	static Oid	types[4] = {TIMESTAMPTZOID, INT4OID, TIDOID, TIDOID};
+	static Oid	types[BATCH_PARAMS] = {
+		[BATCH_PARAM_NOW] = TIMESTAMPTZOID,
+		[BATCH_PARAM_LIMIT] = INT4OID,
+		[BATCH_PARAM_FROM] = TIDOID,
+		[BATCH_PARAM_TO] = TIDOID
+	};
 	BatchStep  *batch = arg;
-	int			rc = SPI_execute_with_args(batch->sql, 4, types, batch->values, NULL, false, 0);
+	int			rc = SPI_execute_with_args(batch->sql, BATCH_PARAMS, types, batch->values, NULL, false, 0);
 
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "idempotency: deleting expired keys failed: %s", SPI_result_code_string(rc));
@@ -112,19 +237,29 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	/* In partitioned storage only the default partition holds rows no drop will take. */
 	const char *relname = key_store_partitioned(schema)
 		? "idempotency_keys_partitioned_default" : "idempotency_keys";
-	char	   *table = qualified(schema, relname);
-	Oid			relid = get_relname_relid(relname, schema);
+	char	   *table;
+	Oid			relid;
 	Relation	relation;
 	BlockNumber blocks;
 	BlockNumber from_block = ItemPointerGetBlockNumber(&position->next);
 	BlockNumber to_block;
 	ItemPointerData from = position->next;
 	ItemPointerData to;
-	Datum		values[4];
+	Datum		values[BATCH_PARAMS];
 	bool		isnull;
 	int64		selected;
 	int64		removed;
+	Maintenance maintenance;
 
+	/* On Citus: the node's local shards one after another, or nothing (citus.c). */
+	if (!citus_sweep_target(schema, &relname, position))
+	{
+		position->finished = true;
+		*pages_scanned = 0;
+		return 0;
+	}
+	table = qualified(schema, relname);
+	relid = get_relname_relid(relname, schema);
 	if (!OidIsValid(relid))
 		elog(ERROR, "idempotency: table %s is missing", table);
 	/* The lock the DELETE takes anyway; rows appended after this are not expired yet. */
@@ -135,20 +270,25 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	/* At most batch_size pages per batch, so a table with few expired rows is paced too. */
 	to_block = from_block + Min((BlockNumber) batch_size, MaxBlockNumber - from_block);
 	ItemPointerSet(&to, to_block, FirstOffsetNumber);
-	values[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[1] = Int32GetDatum(batch_size);
-	values[2] = PointerGetDatum(&from);
-	values[3] = PointerGetDatum(&to);
+	values[BATCH_PARAM_NOW] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[BATCH_PARAM_LIMIT] = Int32GetDatum(batch_size);
+	values[BATCH_PARAM_FROM] = PointerGetDatum(&from);
+	values[BATCH_PARAM_TO] = PointerGetDatum(&to);
+	maintenance_begin(relid, &maintenance);
 	if (!run_batch(batch_statement(table, false), values, false))
 		(void) run_batch(batch_statement(table, true), values, true);
+	maintenance_end(&maintenance);
 
-	selected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	selected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, BATCH_COL_SELECTED,
+										   &isnull));
+	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, BATCH_COL_REMOVED,
+										  &isnull));
 	if (selected == batch_size)
 	{
 		/* Stopped inside the range: go on right after the last row taken. */
 		ItemPointer last = (ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
-															 SPI_tuptable->tupdesc, 2, &isnull));
+															 SPI_tuptable->tupdesc, BATCH_COL_LAST,
+															 &isnull));
 
 		ItemPointerSet(&position->next, ItemPointerGetBlockNumber(last),
 					   ItemPointerGetOffsetNumber(last) + 1);
@@ -160,26 +300,47 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 		position->finished = to_block >= blocks;
 		*pages_scanned = to_block - from_block;
 	}
+	citus_sweep_advance(position);
 	stats_count(IDEM_COUNT_KEYS_REMOVED, removed);
 	return removed;
 }
 
+/* The partitioned twin, whose owner makes and drops its partitions. */
+static Oid
+partitioned_table(Oid schema)
+{
+	Oid			relid = get_relname_relid("idempotency_keys_partitioned", schema);
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "idempotency: table idempotency_keys_partitioned is missing");
+	return relid;
+}
+
+/* The columns of idem_drop_expired_partitions()'s result row. */
+enum
+{
+	DROPPED_COL_PARTITIONS = 1,
+	DROPPED_COL_KEYS
+};
+
 int64
 cleanup_drop_expired_partitions(Oid schema)
 {
-	int			rc;
+	Maintenance maintenance;
+	Oid			function;
+	HeapTupleHeader result;
 	bool		isnull;
 	int64		partitions;
 	int64		keys;
 
 	if (!key_store_partitioned(schema))
 		return 0;
-	rc = SPI_execute(psprintf("SELECT partitions_dropped::bigint, keys_removed FROM %s()",
-							  qualified(schema, "idem_drop_expired_partitions")), false, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "idempotency: dropping expired partitions failed: %s", SPI_result_code_string(rc));
-	partitions = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	keys = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	function = extension_function(schema, "idem_drop_expired_partitions");
+	maintenance_begin(partitioned_table(schema), &maintenance);
+	result = DatumGetHeapTupleHeader(OidFunctionCall0(function));
+	maintenance_end(&maintenance);
+	partitions = DatumGetInt32(GetAttributeByNum(result, DROPPED_COL_PARTITIONS, &isnull));
+	keys = DatumGetInt64(GetAttributeByNum(result, DROPPED_COL_KEYS, &isnull));
 	stats_count(IDEM_COUNT_PARTITIONS_DROPPED, partitions);
 	stats_count(IDEM_COUNT_KEYS_REMOVED, keys);
 	return keys;
@@ -188,17 +349,16 @@ cleanup_drop_expired_partitions(Oid schema)
 int64
 cleanup_premake_partitions(Oid schema)
 {
-	int			rc;
-	bool		isnull;
+	Maintenance maintenance;
+	Oid			function;
 	int64		created;
 
 	if (!key_store_partitioned(schema))
 		return 0;
-	rc = SPI_execute(psprintf("SELECT %s()::bigint", qualified(schema, "idem_premake_partitions")),
-					 false, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "idempotency: making partitions failed: %s", SPI_result_code_string(rc));
-	created = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	function = extension_function(schema, "idem_premake_partitions");
+	maintenance_begin(partitioned_table(schema), &maintenance);
+	created = DatumGetInt32(OidFunctionCall0(function));
+	maintenance_end(&maintenance);
 	stats_count(IDEM_COUNT_PARTITIONS_CREATED, created);
 	return created;
 }

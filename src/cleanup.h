@@ -8,6 +8,9 @@
 /* The extension's schema in this database, or InvalidOid when it is not installed. */
 Oid			cleanup_extension_schema(void);
 
+/* Logs the ordinary triggers on the key tables that a sweep does not fire, if any. */
+void		cleanup_report_skipped_triggers(Oid schema);
+
 #include "storage/itemptr.h"
 
 /* How far a sweep has got through the heap of the table it deletes from. */
@@ -15,6 +18,7 @@ typedef struct SweepPosition
 {
 	ItemPointerData next;		/* the first tuple the next batch may take */
 	bool		finished;		/* the last batch reached the end of the heap */
+	int			citus_shard;	/* on a Citus node: which local shard of the key table (citus.c) */
 } SweepPosition;
 
 void		cleanup_sweep_start(SweepPosition *position);

@@ -30,6 +30,16 @@ enum
 
 enum
 {
+	LEASE_COMPLETE_ARG_KEY,
+	LEASE_COMPLETE_ARG_TOKEN,
+	LEASE_COMPLETE_ARG_HTTP_STATUS,
+	LEASE_COMPLETE_ARG_RESPONSE_BODY,
+	LEASE_COMPLETE_ARG_RESPONSE_HEADERS,
+	LEASE_COMPLETE_ARG_SCOPE
+};
+
+enum
+{
 	RELEASE_ARG_KEY,
 	RELEASE_ARG_SCOPE
 };
@@ -97,7 +107,7 @@ idem_complete(PG_FUNCTION_ARGS)
 	KeyRef		ref;
 	uint8		identity[IDEM_SHA256_BYTES];
 	TxnClaim	claim;
-	ResponseToStore response;
+	KeyWrite	row;
 	IdemCompletion decision;
 
 	ref.extension_function = fcinfo->flinfo->fn_oid;
@@ -106,7 +116,7 @@ idem_complete(PG_FUNCTION_ARGS)
 	ref.scope = arg_text_required(fcinfo, COMPLETE_ARG_SCOPE, "scope");
 	key_identity_from_args(ref.scope, ref.key, identity);
 	decision = response_from_args(fcinfo, COMPLETE_ARG_HTTP_STATUS, COMPLETE_ARG_RESPONSE_BODY,
-								  COMPLETE_ARG_RESPONSE_HEADERS, &response);
+								  COMPLETE_ARG_RESPONSE_HEADERS, &row.response);
 
 	claim = held_claim(identity, ref.key, "idem_complete");
 	if (decision == IDEM_COMPLETION_RELEASE)
@@ -117,7 +127,11 @@ idem_complete(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	}
 	PreventCommandIfReadOnly("idem_complete()");
-	key_store_write(&ref, &claim, &response);
+	/* The row the claim deferred: its request hash and expiry, and the response. */
+	memcpy(row.request_hash, claim.request_hash, IDEM_SHA256_BYTES);
+	row.expires_at = claim.expires_at;
+	row.replaces_expired_row = claim.replaces_expired_row;
+	key_store_write(&ref, &row);
 	claim.state = TXN_CLAIM_COMPLETED;
 	txn_claims_record(identity, &claim);
 	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
@@ -136,9 +150,11 @@ idem_lease_complete(PG_FUNCTION_ARGS)
 	LeaseChangeValues values;
 	IdemCompletion decision;
 
-	lease_holder_args(fcinfo, 0, 1, 5, &holder);
+	lease_holder_args(fcinfo, LEASE_COMPLETE_ARG_KEY, LEASE_COMPLETE_ARG_TOKEN, LEASE_COMPLETE_ARG_SCOPE,
+					  &holder);
 	memset(&values, 0, sizeof(values));
-	decision = response_from_args(fcinfo, 2, 3, 4, &values.response);
+	decision = response_from_args(fcinfo, LEASE_COMPLETE_ARG_HTTP_STATUS, LEASE_COMPLETE_ARG_RESPONSE_BODY,
+								  LEASE_COMPLETE_ARG_RESPONSE_HEADERS, &values.response);
 	if (decision == IDEM_COMPLETION_RELEASE)
 	{
 		values.until = GetCurrentTimestamp();

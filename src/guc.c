@@ -5,6 +5,7 @@
 
 #include "utils/guc.h"
 
+#include "claim.h"
 #include "guc.h"
 
 int			idem_ttl_seconds = 24 * 60 * 60;
@@ -54,7 +55,7 @@ settings_init(void)
 							&idem_ttl_seconds,
 							24 * 60 * 60,
 							1,
-							INT_MAX,
+							IDEM_MAX_TTL_DAYS * 24 * 60 * 60,
 							PGC_USERSET,
 							GUC_UNIT_S,
 							NULL,

@@ -1,40 +1,24 @@
 /*
- * in_flight.c: per-backend slots of the keys claimed and not yet completed,
- * and idem_keys_in_flight_claims(), which lists them as the caller may see them.
+ * in_flight.c: per-backend slots of the keys claimed and not yet completed.
+ * in_flight_list.c lists them for idem_keys_in_flight_claims().
  *
  * Writing (the claiming backend, in txn_claims.c's step) takes no lock: the
  * owner bumps its slot's change counter, copies the entry, bumps it again.
  * A reader copies a slot and retries until the counter was even and the same
  * before and after, as PgBackendStatus is read for pg_stat_activity.
- *
- * Reading applies what SELECT on the active key table would: the privilege
- * (else ERROR 42501), and, when row level security is active for the caller,
- * the table's SELECT policies on a row made of the claim's scope, key and
- * since (as created_at), every other column NULL.
  */
 #include "postgres.h"
 
-#include "access/htup_details.h"
-#include "catalog/pg_type.h"
-#include "executor/spi.h"
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
-#include "utils/acl.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
-#include "utils/rls.h"
 #include "utils/timestamp.h"
 
 #include "idem_core.h"
 #include "in_flight.h"
-#include "key_store.h"
 #include "pg_compat.h"
 #include "shmem.h"
-
-PG_FUNCTION_INFO_V1(idem_keys_in_flight_claims);
 
 typedef struct InFlightKey
 {
@@ -245,193 +229,49 @@ read_slot(InFlightSlot *slot, InFlightSlot *copy)
 	}
 }
 
-typedef struct ClaimRow
+bool
+in_flight_read_claims(InFlightClaim **claims, int *count)
 {
-	text	   *scope;			/* NULL for an unlisted claim */
-	text	   *key;
-	int			pid;
-	TimestampTz since;
-	bool		visible;
-} ClaimRow;
-
-/*
- * The query that tells which of the claims ($1 scopes, $2 keys, $3 sinces) the
- * table's policies let through for the current user, as they would a row: the
- * permissive SELECT (or ALL) policies that apply to the user ORed, the
- * restrictive ones ANDed. NULL when no permissive policy applies: nothing then.
- */
-static const char *const policy_query_sql =
-"SELECT CASE WHEN pg_catalog.bool_or(p.polpermissive) THEN pg_catalog.format("
-"  'SELECT e.n FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3)) WITH ORDINALITY AS e(scope, key, since, n)"
-"   WHERE EXISTS (SELECT FROM (SELECT %s) AS %I WHERE (%s)%s)',"
-"  (SELECT pg_catalog.string_agg("
-"       CASE a.attname WHEN 'scope' THEN 'e.scope' WHEN 'key' THEN 'e.key'"
-"                      WHEN 'created_at' THEN 'e.since' ELSE 'NULL' END"
-"       OPERATOR(pg_catalog.||) '::' OPERATOR(pg_catalog.||) pg_catalog.format_type(a.atttypid, a.atttypmod)"
-"       OPERATOR(pg_catalog.||) COALESCE((SELECT pg_catalog.format(' COLLATE %I.%I', cn.nspname, c.collname)"
-"            FROM pg_catalog.pg_collation c JOIN pg_catalog.pg_namespace cn"
-"                 ON cn.oid OPERATOR(pg_catalog.=) c.collnamespace"
-"            WHERE c.oid OPERATOR(pg_catalog.=) a.attcollation), '')"
-"       OPERATOR(pg_catalog.||) ' AS ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(a.attname),"
-"       ', ' ORDER BY a.attnum)"
-"   FROM pg_catalog.pg_attribute a"
-"   WHERE a.attrelid OPERATOR(pg_catalog.=) $1 AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped),"
-"  (SELECT c.relname FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1),"
-"  pg_catalog.string_agg('(' OPERATOR(pg_catalog.||) pg_catalog.pg_get_expr(p.polqual, p.polrelid)"
-"                        OPERATOR(pg_catalog.||) ')', ' OR ') FILTER (WHERE p.polpermissive),"
-"  COALESCE(pg_catalog.string_agg(' AND (' OPERATOR(pg_catalog.||)"
-"                        pg_catalog.pg_get_expr(p.polqual, p.polrelid) OPERATOR(pg_catalog.||) ')', '')"
-"                      FILTER (WHERE NOT p.polpermissive), ''))"
-" END"
-" FROM pg_catalog.pg_policy p"
-" WHERE p.polrelid OPERATOR(pg_catalog.=) $1 AND p.polqual IS NOT NULL"
-"   AND p.polcmd OPERATOR(pg_catalog.=) ANY ('{r,*}'::\"char\"[])"
-"   AND EXISTS (SELECT FROM pg_catalog.unnest(p.polroles) AS r(role)"
-"               WHERE CASE WHEN r.role OPERATOR(pg_catalog.=) 0 THEN true"
-"                          ELSE pg_catalog.pg_has_role(r.role, 'USAGE') END)";
-
-/* Marks the listed claims that the table's policies let the current user see. */
-static void
-apply_policies(Oid relid, ClaimRow *rows, int count)
-{
-	Datum	   *scopes = palloc(sizeof(Datum) * count);
-	Datum	   *keys = palloc(sizeof(Datum) * count);
-	Datum	   *sinces = palloc(sizeof(Datum) * count);
-	int		   *positions = palloc(sizeof(int) * count);
-	int			listed = 0;
-	Oid			policy_arg_types[1] = {OIDOID};
-	Datum		policy_args[1];
-	Oid			filter_arg_types[3] = {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID};
-	Datum		filter_args[3];
-	char	   *filter;
-	bool		isnull;
-
-	for (int i = 0; i < count; i++)
-	{
-		rows[i].visible = false;
-		if (rows[i].scope == NULL)
-			continue;
-		scopes[listed] = PointerGetDatum(rows[i].scope);
-		keys[listed] = PointerGetDatum(rows[i].key);
-		sinces[listed] = TimestampTzGetDatum(rows[i].since);
-		positions[listed++] = i;
-	}
-	if (listed == 0)
-		return;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "idempotency: SPI_connect failed");
-	policy_args[0] = ObjectIdGetDatum(relid);
-	if (SPI_execute_with_args(policy_query_sql, 1, policy_arg_types, policy_args, NULL,
-							  true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "idempotency: could not read the policies of the key table");
-	filter = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	if (filter != NULL)
-	{
-		filter_args[0] = PointerGetDatum(construct_array(scopes, listed, TEXTOID, -1, false, TYPALIGN_INT));
-		filter_args[1] = PointerGetDatum(construct_array(keys, listed, TEXTOID, -1, false, TYPALIGN_INT));
-		filter_args[2] = PointerGetDatum(construct_array(sinces, listed, TIMESTAMPTZOID, sizeof(TimestampTz),
-														 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		if (SPI_execute_with_args(filter, 3, filter_arg_types, filter_args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "idempotency: could not apply the policies of the key table");
-		for (uint64 row = 0; row < SPI_processed; row++)
-		{
-			int64		n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[row],
-														SPI_tuptable->tupdesc, 1, &isnull));
-
-			if (!isnull && n >= 1 && n <= listed)
-				rows[positions[n - 1]].visible = true;
-		}
-	}
-	SPI_finish();
-}
-
-/*
- * idem_keys_in_flight_claims(): the transactional claims held in this database
- * (scope, key, pid, since), as the caller may see them. A claim beyond the
- * IN_FLIGHT_KEYS_PER_BACKEND listed ones of its transaction is a row with NULL
- * scope and key, shown only to callers row level security does not restrict.
- */
-Datum
-idem_keys_in_flight_claims(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			namespace_oid = get_func_namespace(fcinfo->flinfo->fn_oid);
-	Oid			relid;
-	const char *relname;
-	AclResult	acl;
-	bool		restricted;
 	InFlightSlot *copy;
-	ClaimRow   *rows = NULL;
-	int			count = 0;
+	InFlightClaim *rows = NULL;
 	int			capacity = 0;
 
-	InitMaterializedSRF(fcinfo, 0);
-
-	relname = key_store_partitioned(namespace_oid) ? "idempotency_keys_partitioned" : "idempotency_keys";
-	relid = get_relname_relid(relname, namespace_oid);
-	if (!OidIsValid(relid))
-		elog(ERROR, "idempotency: table %s not found", relname);
-	acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
-	if (acl != ACLCHECK_OK)
-		aclcheck_error(acl, OBJECT_TABLE, relname);
-	/* ERROR 42501 as for a SELECT when row_security is off and policies would apply. */
-	restricted = check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED;
-
+	*claims = NULL;
+	*count = 0;
 	if (shared == NULL)
-	{
-		ereport(NOTICE,
-				(errmsg("idempotency: transactional claims are not listed"),
-				 errdetail("idempotency is not in shared_preload_libraries; only leases are seen.")));
-		return (Datum) 0;
-	}
-
+		return false;
 	copy = palloc(sizeof(InFlightSlot));
 	for (int i = 0; i < shared->slot_count; i++)
 	{
 		read_slot(&shared->slots[i], copy);
 		if (copy->pid == 0 || copy->database != MyDatabaseId)
 			continue;
-		if (count + copy->listed + copy->unlisted > capacity)
+		if (*count + copy->listed + copy->unlisted > capacity)
 		{
-			capacity = Max(2 * capacity, count + copy->listed + copy->unlisted + 16);
-			rows = rows ? repalloc(rows, sizeof(ClaimRow) * capacity)
-				: palloc(sizeof(ClaimRow) * capacity);
+			capacity = Max(2 * capacity, *count + copy->listed + copy->unlisted + 16);
+			rows = rows ? repalloc(rows, sizeof(InFlightClaim) * capacity)
+				: palloc(sizeof(InFlightClaim) * capacity);
 		}
 		for (int k = 0; k < copy->listed; k++)
 		{
-			rows[count].scope = cstring_to_text_with_len(copy->keys[k].scope, copy->keys[k].scope_len);
-			rows[count].key = cstring_to_text_with_len(copy->keys[k].key, copy->keys[k].key_len);
-			rows[count].pid = copy->pid;
-			rows[count].since = copy->keys[k].since;
-			rows[count++].visible = true;
+			InFlightClaim *row = &rows[(*count)++];
+
+			row->scope = cstring_to_text_with_len(copy->keys[k].scope, copy->keys[k].scope_len);
+			row->key = cstring_to_text_with_len(copy->keys[k].key, copy->keys[k].key_len);
+			row->pid = copy->pid;
+			row->since = copy->keys[k].since;
 		}
 		for (int k = 0; k < copy->unlisted; k++)
 		{
-			rows[count].scope = NULL;
-			rows[count].key = NULL;
-			rows[count].pid = copy->pid;
-			rows[count].since = copy->unlisted_since;
-			rows[count++].visible = true;
+			InFlightClaim *row = &rows[(*count)++];
+
+			row->scope = NULL;
+			row->key = NULL;
+			row->pid = copy->pid;
+			row->since = copy->unlisted_since;
 		}
 	}
-
-	if (restricted && count > 0)
-		apply_policies(relid, rows, count);
-
-	for (int i = 0; i < count; i++)
-	{
-		Datum		values[4];
-		bool		nulls[4] = {false, false, false, false};
-
-		if (!rows[i].visible)
-			continue;
-		nulls[0] = nulls[1] = rows[i].scope == NULL;
-		values[0] = PointerGetDatum(rows[i].scope);
-		values[1] = PointerGetDatum(rows[i].key);
-		values[2] = Int32GetDatum(rows[i].pid);
-		values[3] = TimestampTzGetDatum(rows[i].since);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	return (Datum) 0;
+	pfree(copy);
+	*claims = rows;
+	return true;
 }

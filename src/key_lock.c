@@ -1,4 +1,4 @@
-/* key_lock.c: locks on key identities: tried by claims, waited for only by a lease holder. */
+/* key_lock.c: locks on key identities: tried by claims, waited for by a lease holder or a claim with a wait. */
 #include "postgres.h"
 
 #include "miscadmin.h"

@@ -1,27 +1,20 @@
-/* key_store.c: finds the active table once per call, chooses the path, decodes rows. */
+/* key_store.c: the key store's API (key_store.h); finds the active table once per call and chooses the path. */
 #include "postgres.h"
 
 #include "access/relation.h"
-#include "catalog/pg_type.h"
+#include "catalog/pg_class.h"
+#include "commands/sequence.h"
+#include "access/xact.h"
 #include "partitioning/partdesc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/rel.h"
 
+#include "citus.h"
 #include "key_store.h"
+#include "key_store_internal.h"
 #include "pg_compat.h"
-
-const char *const key_column_names[KEY_COLUMNS] = {
-	"expires_at", "created_at", "http_status", "scope", "key", "request_hash",
-	"response_headers", "response_body",
-	"lease_until", "lease_token", "recovery_point", "recovery_state"
-};
-
-const Oid	key_column_types[KEY_COLUMNS] = {
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, JSONBOID,
-	TIMESTAMPTZOID, UUIDOID, TEXTOID, JSONBOID
-};
 
 /*
  * The OIDs of idempotency_keys and its partitioned twin in the extension's
@@ -136,57 +129,6 @@ key_store_partitioned(Oid namespace_oid)
 	return table.partitioned;
 }
 
-static Datum
-copy_varlena(Datum value, bool isnull, MemoryContext context)
-{
-	MemoryContext old;
-
-	if (isnull)
-		return (Datum) 0;
-	old = MemoryContextSwitchTo(context);
-	value = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
-	MemoryContextSwitchTo(old);
-	return value;
-}
-
-void
-key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns, KeyRow *out,
-			   MemoryContext context)
-{
-	bytea	   *hash;
-
-	memset(out, 0, sizeof(*out));
-	out->found = true;
-	out->expires_at = DatumGetTimestampTz(values[KEY_COL_EXPIRES_AT]);
-	hash = nulls[KEY_COL_REQUEST_HASH] ? NULL : DatumGetByteaPP(values[KEY_COL_REQUEST_HASH]);
-	if (hash == NULL || VARSIZE_ANY_EXHDR(hash) != IDEM_SHA256_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("idempotency: a stored request_hash is not 32 bytes")));
-	memcpy(out->request_hash, VARDATA_ANY(hash), IDEM_SHA256_BYTES);
-	out->http_status_null = nulls[KEY_COL_HTTP_STATUS];
-	out->http_status = out->http_status_null ? 0 : DatumGetInt32(values[KEY_COL_HTTP_STATUS]);
-	out->body_null = nulls[KEY_COL_RESPONSE_BODY];
-	out->body = copy_varlena(values[KEY_COL_RESPONSE_BODY], out->body_null, context);
-	out->headers_null = nulls[KEY_COL_RESPONSE_HEADERS];
-	out->headers = copy_varlena(values[KEY_COL_RESPONSE_HEADERS], out->headers_null, context);
-
-	out->recovery_point_null = out->recovery_state_null = true;
-	if (!has_lease_columns)
-		return;
-	out->leased = out->http_status_null && !nulls[KEY_COL_LEASE_UNTIL];
-	if (!nulls[KEY_COL_LEASE_UNTIL])
-		out->lease_until = DatumGetTimestampTz(values[KEY_COL_LEASE_UNTIL]);
-	if (!nulls[KEY_COL_LEASE_TOKEN])
-		out->lease_token = *DatumGetUUIDP(values[KEY_COL_LEASE_TOKEN]);
-	out->recovery_point_null = nulls[KEY_COL_RECOVERY_POINT];
-	out->recovery_point = copy_varlena(values[KEY_COL_RECOVERY_POINT], out->recovery_point_null,
-									   context);
-	out->recovery_state_null = nulls[KEY_COL_RECOVERY_STATE];
-	out->recovery_state = copy_varlena(values[KEY_COL_RECOVERY_STATE], out->recovery_state_null,
-									   context);
-}
-
 void
 key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 {
@@ -194,23 +136,26 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 	bool		done;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = !table.partitioned && key_direct_lookup(&table, ref, snapshot, out);
+	/* On Citus only the statements reach the shard (citus.c). */
+	done = !citus_route_key_call(table.plain, table.partitioned, ref->scope) &&
+		!table.partitioned && key_direct_lookup(&table, ref, snapshot, out);
 	if (!done)
 		key_spi_lookup(&table, ref, snapshot, out);
 	close_key_table(&table);
 }
 
 void
-key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore *response)
+key_store_write(const KeyRef *ref, const KeyWrite *row)
 {
 	KeyTable	table;
 	bool		done;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = !table.partitioned && !claim->replaces_expired_row &&
-		key_direct_insert(&table, ref, claim, response);
+	done = !citus_route_key_call(table.plain, table.partitioned, ref->scope) &&
+		!table.partitioned && !row->replaces_expired_row &&
+		key_direct_insert(&table, ref, row);
 	if (!done)
-		key_spi_write(&table, ref, claim, response);
+		key_spi_write(&table, ref, row);
 	close_key_table(&table);
 }
 
@@ -225,14 +170,32 @@ require_lease_columns(const KeyTable *table)
 				 errhint("Run ALTER EXTENSION idempotency UPDATE.")));
 }
 
+/*
+ * The next fencing number, from the extension's own sequence (1.2), found by
+ * the OID of the extension's schema. The caller needs no privilege on it: the
+ * number comes with a grant, which the key's lock makes exclusive. 0 when the
+ * database is still at 1.1 (no sequence yet).
+ */
+static int64
+next_fencing_number(Oid namespace_oid)
+{
+	Oid			sequence = get_relname_relid("idempotency_fencing_numbers", namespace_oid);
+
+	if (!OidIsValid(sequence) || get_rel_relkind(sequence) != RELKIND_SEQUENCE)
+		return 0;
+	return nextval_internal(sequence, false);
+}
+
 void
-key_store_take_lease(const KeyRef *ref, LeaseTake how, const LeaseGrant *grant)
+key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 {
 	KeyTable	table;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
+	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope);
 	key_spi_take_lease(&table, ref, how, grant);
+	grant->fencing_number = next_fencing_number(table.namespace_oid);
 	close_key_table(&table);
 }
 
@@ -245,6 +208,28 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
+	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope);
+	/*
+	 * Under REPEATABLE READ and SERIALIZABLE an UPDATE of a row changed since the
+	 * snapshot fails with 40001. Whether the token is still current is read from
+	 * the latest committed state first, so a stale holder gets 55000 there too;
+	 * 40001 remains only when the same holder changed the row in another
+	 * transaction after this one's snapshot (a heartbeat's extend, say).
+	 */
+	if (IsolationUsesXactSnapshot())
+	{
+		KeyRow		current;
+
+		key_spi_lookup(&table, ref, LOOKUP_LATEST_SNAPSHOT, &current);
+		if (!current.found || !current.http_status_null || !current.leased ||
+			current.expires_at <= GetCurrentTransactionStartTimestamp() ||
+			memcmp(&current.lease_token, token, sizeof(pg_uuid_t)) != 0)
+		{
+			close_key_table(&table);
+			*lease_until = 0;
+			return false;
+		}
+	}
 	changed = key_spi_change_lease(&table, ref, token, change, values, lease_until);
 	close_key_table(&table);
 	return changed;

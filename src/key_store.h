@@ -1,11 +1,12 @@
 /*
  * key_store.h: the key store, the one place that reads and writes key rows.
  *
- * key_store.c finds the active table (idempotency_keys, or its partitioned twin
- * after idem_set_storage) once per call and chooses the path: the direct path
- * (key_store_direct.c: one index probe, one heap insert) where it behaves exactly
- * like SQL, else prepared statements (key_store_spi.c). Both decode rows with
- * the one decoder in key_store.c.
+ * This is its API. key_store.c finds the active table (idempotency_keys, or its
+ * partitioned twin after idem_set_storage) once per call and chooses the path:
+ * the direct path (key_store_direct.c: one index probe, one heap insert) where
+ * it behaves exactly like SQL, else prepared statements (key_store_spi.c). Both
+ * decode rows with the one decoder in key_store_row.c; what they share is in
+ * key_store_internal.h, which nothing outside the key store includes.
  *
  * Every statement names the table by its schema (the schema of the calling
  * function, which is the extension's) and every operator by pg_catalog, so no
@@ -16,10 +17,10 @@
 #define IDEM_KEY_STORE_H
 
 #include "fmgr.h"
-#include "utils/relcache.h"
+#include "datatype/timestamp.h"
 #include "utils/uuid.h"
 
-#include "txn_claims.h"
+#include "idem_core.h"
 
 typedef enum LookupSnapshot
 {
@@ -71,8 +72,18 @@ void		key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out);
 /* True when the storage mode is partitioned (idempotency_keys_partitioned has range partitions). */
 bool		key_store_partitioned(Oid namespace_oid);
 
+/* The row of a completed transactional claim, as key_store_write stores it. */
+typedef struct KeyWrite
+{
+	uint8		request_hash[IDEM_SHA256_BYTES];
+	TimestampTz expires_at;
+	/* an expired row of the key exists and must be replaced, not inserted beside */
+	bool		replaces_expired_row;
+	ResponseToStore response;
+} KeyWrite;
+
 /* Writes the one row of a completed transactional claim. */
-void		key_store_write(const KeyRef *ref, const TxnClaim *claim, const ResponseToStore *response);
+void		key_store_write(const KeyRef *ref, const KeyWrite *row);
 
 /* Lease mode (1.1): how a lease claim writes its row. */
 typedef enum LeaseTake
@@ -85,9 +96,10 @@ typedef enum LeaseTake
 typedef struct LeaseGrant
 {
 	uint8		request_hash[IDEM_SHA256_BYTES];
-	TimestampTz expires_at;
+	TimestampTz expires_at;		/* asked for; the stored expiry once written (a takeover keeps the later) */
 	TimestampTz lease_until;
 	pg_uuid_t	token;
+	int64		fencing_number; /* drawn when written; 0 in a database still at 1.1 */
 } LeaseGrant;
 
 /* What the holder of a lease changes with its token. */
@@ -99,6 +111,8 @@ typedef enum LeaseChange
 	LEASE_RELEASE				/* the lease ends now, the recovery point stays */
 } LeaseChange;
 
+#define LEASE_CHANGES (LEASE_RELEASE + 1)
+
 typedef struct LeaseChangeValues
 {
 	TimestampTz until;			/* EXTEND, RELEASE */
@@ -109,8 +123,11 @@ typedef struct LeaseChangeValues
 	ResponseToStore response;	/* COMPLETE */
 } LeaseChangeValues;
 
-/* Writes the lease row of a granted lease claim. */
-void		key_store_take_lease(const KeyRef *ref, LeaseTake how, const LeaseGrant *grant);
+/*
+ * Writes the lease row of a granted lease claim, draws its fencing number and
+ * sets grant->expires_at to the expiry stored.
+ */
+void		key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant);
 
 /*
  * Applies a change to the key's lease if token is its current token; false
@@ -119,62 +136,5 @@ void		key_store_take_lease(const KeyRef *ref, LeaseTake how, const LeaseGrant *g
  */
 bool		key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange change,
 								   const LeaseChangeValues *values, TimestampTz *lease_until);
-
-/* ---------- between the key store's own files ---------- */
-
-/* The columns of a key row, in the order the decoder takes them. */
-typedef enum KeyColumn
-{
-	KEY_COL_EXPIRES_AT,
-	KEY_COL_CREATED_AT,
-	KEY_COL_HTTP_STATUS,
-	KEY_COL_SCOPE,
-	KEY_COL_KEY,
-	KEY_COL_REQUEST_HASH,
-	KEY_COL_RESPONSE_HEADERS,
-	KEY_COL_RESPONSE_BODY,
-	/* added by the 1.1 update; a table still at 1.0 lacks them */
-	KEY_COL_LEASE_UNTIL,
-	KEY_COL_LEASE_TOKEN,
-	KEY_COL_RECOVERY_POINT,
-	KEY_COL_RECOVERY_STATE,
-	KEY_COLUMNS
-} KeyColumn;
-
-#define KEY_COLUMNS_1_0 KEY_COL_LEASE_UNTIL
-
-extern const char *const key_column_names[KEY_COLUMNS];
-extern const Oid key_column_types[KEY_COLUMNS];
-
-/* The active table of one call, found once. */
-typedef struct KeyTable
-{
-	Oid			namespace_oid;
-	Relation	plain;			/* idempotency_keys, open with AccessShareLock */
-	bool		partitioned;	/* the rows live in idempotency_keys_partitioned */
-	Oid			partitioned_oid;	/* idempotency_keys_partitioned, InvalidOid if missing */
-	bool		has_lease_columns;	/* the table is at 1.1 or later */
-} KeyTable;
-
-/* Fills out from one row's values in KeyColumn order (created_at, scope and key unused). */
-void		key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns,
-						   KeyRow *out, MemoryContext context);
-
-/* The direct path; false when it does not apply to this table and nothing was done. */
-bool		key_direct_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
-							  KeyRow *out);
-bool		key_direct_insert(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
-							  const ResponseToStore *response);
-
-/* The prepared statements. */
-void		key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
-						   KeyRow *out);
-void		key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
-						  const ResponseToStore *response);
-void		key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how,
-							   const LeaseGrant *grant);
-bool		key_spi_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *token,
-								 LeaseChange change, const LeaseChangeValues *values,
-								 TimestampTz *lease_until);
 
 #endif

@@ -35,7 +35,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "key_store.h"
+#include "key_store_internal.h"
 #include "pg_compat.h"
 
 /*
@@ -242,8 +242,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 
 /* The key row's heap tuple: fast_path_applies made sure no column but the key columns exists. */
 static HeapTuple
-form_key_row(TupleDesc desc, const KeyRef *ref, const TxnClaim *claim,
-			 const ResponseToStore *response)
+form_key_row(TupleDesc desc, const KeyRef *ref, const KeyWrite *row)
 {
 	Datum	   *values = palloc0(desc->natts * sizeof(Datum));
 	bool	   *nulls = palloc(desc->natts * sizeof(bool));
@@ -251,18 +250,18 @@ form_key_row(TupleDesc desc, const KeyRef *ref, const TxnClaim *claim,
 
 	memset(nulls, true, desc->natts * sizeof(bool));
 	SET_VARSIZE(hash, VARHDRSZ + IDEM_SHA256_BYTES);
-	memcpy(VARDATA(hash), claim->request_hash, IDEM_SHA256_BYTES);
+	memcpy(VARDATA(hash), row->request_hash, IDEM_SHA256_BYTES);
 
 #define SET_COLUMN(column, value, isnull) \
 	(values[shape.attnums[column] - 1] = (value), nulls[shape.attnums[column] - 1] = (isnull))
-	SET_COLUMN(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(claim->expires_at), false);
+	SET_COLUMN(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(row->expires_at), false);
 	SET_COLUMN(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
-	SET_COLUMN(KEY_COL_HTTP_STATUS, Int32GetDatum(response->http_status), false);
+	SET_COLUMN(KEY_COL_HTTP_STATUS, Int32GetDatum(row->response.http_status), false);
 	SET_COLUMN(KEY_COL_SCOPE, PointerGetDatum(ref->scope), false);
 	SET_COLUMN(KEY_COL_KEY, PointerGetDatum(ref->key), false);
 	SET_COLUMN(KEY_COL_REQUEST_HASH, PointerGetDatum(hash), false);
-	SET_COLUMN(KEY_COL_RESPONSE_HEADERS, response->headers, response->headers_null);
-	SET_COLUMN(KEY_COL_RESPONSE_BODY, response->body, response->body_null);
+	SET_COLUMN(KEY_COL_RESPONSE_HEADERS, row->response.headers, row->response.headers_null);
+	SET_COLUMN(KEY_COL_RESPONSE_BODY, row->response.body, row->response.body_null);
 #undef SET_COLUMN
 	return heap_form_tuple(desc, values, nulls);
 }
@@ -323,18 +322,17 @@ insert_with_executor(Relation table, HeapTuple row)
 }
 
 bool
-key_direct_insert(const KeyTable *key_table, const KeyRef *ref, const TxnClaim *claim,
-				  const ResponseToStore *response)
+key_direct_insert(const KeyTable *key_table, const KeyRef *ref, const KeyWrite *row)
 {
 	Relation	table = key_table->plain;
-	HeapTuple	row;
+	HeapTuple	tuple;
 
 	if (!fast_path_applies(key_table, true))
 		return false;
 	LockRelationOid(RelationGetRelid(table), RowExclusiveLock);
 	require_privilege(table, ACL_INSERT);
-	row = form_key_row(RelationGetDescr(table), ref, claim, response);
-	if (!insert_with_primary_key_only(table, ref, row))
-		insert_with_executor(table, row);
+	tuple = form_key_row(RelationGetDescr(table), ref, row);
+	if (!insert_with_primary_key_only(table, ref, tuple))
+		insert_with_executor(table, tuple);
 	return true;
 }

@@ -13,7 +13,7 @@
 #include "utils/timestamp.h"
 #include "utils/snapmgr.h"
 
-#include "key_store.h"
+#include "key_store_internal.h"
 
 /* The statements against one of the two tables. */
 typedef struct TablePlans
@@ -24,7 +24,7 @@ typedef struct TablePlans
 	/* lease mode, only for a table with the 1.1 columns */
 	SPIPlanPtr	lease_insert;
 	SPIPlanPtr	lease_replace;
-	SPIPlanPtr	lease_change[4];	/* by LeaseChange */
+	SPIPlanPtr	lease_change[LEASE_CHANGES];	/* by LeaseChange */
 } TablePlans;
 
 static struct
@@ -37,17 +37,38 @@ static struct
 	TablePlans	partitioned_pruned; /* the same, planned per call: see plans_for() */
 } plans;
 
-/* Parameters of insert and replace, in this order. */
-#define WRITE_PARAMS 8
+/* Parameters of the lookup: $1 scope, $2 key, and in partitioned storage $3, live rows' lower bound. */
+enum
+{
+	LOOKUP_PARAM_SCOPE,
+	LOOKUP_PARAM_KEY,
+	LOOKUP_PARAM_LIVE_AFTER,
+	LOOKUP_PARAMS
+};
+
+/* Parameters of insert and replace, in this order ($1 .. $8). */
+enum
+{
+	WRITE_PARAM_EXPIRES_AT,
+	WRITE_PARAM_CREATED_AT,		/* also "now" for the expiry test */
+	WRITE_PARAM_HTTP_STATUS,
+	WRITE_PARAM_SCOPE,
+	WRITE_PARAM_KEY,
+	WRITE_PARAM_REQUEST_HASH,
+	WRITE_PARAM_RESPONSE_HEADERS,
+	WRITE_PARAM_RESPONSE_BODY,
+	WRITE_PARAMS
+};
+
 static Oid	write_param_types[WRITE_PARAMS] = {
-	TIMESTAMPTZOID,				/* $1 expires_at */
-	TIMESTAMPTZOID,				/* $2 created_at, also "now" for the expiry test */
-	INT4OID,					/* $3 http_status */
-	TEXTOID,					/* $4 scope */
-	TEXTOID,					/* $5 key */
-	BYTEAOID,					/* $6 request_hash */
-	JSONBOID,					/* $7 response_headers */
-	JSONBOID					/* $8 response_body */
+	[WRITE_PARAM_EXPIRES_AT] = TIMESTAMPTZOID,
+	[WRITE_PARAM_CREATED_AT] = TIMESTAMPTZOID,
+	[WRITE_PARAM_HTTP_STATUS] = INT4OID,
+	[WRITE_PARAM_SCOPE] = TEXTOID,
+	[WRITE_PARAM_KEY] = TEXTOID,
+	[WRITE_PARAM_REQUEST_HASH] = BYTEAOID,
+	[WRITE_PARAM_RESPONSE_HEADERS] = JSONBOID,
+	[WRITE_PARAM_RESPONSE_BODY] = JSONBOID
 };
 
 /*
@@ -94,22 +115,58 @@ forget_table_plans(TablePlans *table)
 	memset(table, 0, sizeof(*table));
 }
 
-/* Parameters of lease_insert and lease_replace, in this order. */
-#define LEASE_PARAMS 8
-static Oid	lease_param_types[LEASE_PARAMS] = {
-	TIMESTAMPTZOID,				/* $1 expires_at */
-	TIMESTAMPTZOID,				/* $2 created_at, also "now" */
-	TEXTOID,					/* $3 scope */
-	TEXTOID,					/* $4 key */
-	BYTEAOID,					/* $5 request_hash */
-	TIMESTAMPTZOID,				/* $6 lease_until */
-	UUIDOID,					/* $7 lease_token */
-	BOOLOID						/* $8 take over: keep expiry and recovery point */
+/* Parameters of lease_insert and lease_replace, in this order ($1 .. $8); the insert takes the first seven. */
+enum
+{
+	LEASE_PARAM_EXPIRES_AT,
+	LEASE_PARAM_CREATED_AT,		/* also "now" */
+	LEASE_PARAM_SCOPE,
+	LEASE_PARAM_KEY,
+	LEASE_PARAM_REQUEST_HASH,
+	LEASE_PARAM_LEASE_UNTIL,
+	LEASE_PARAM_LEASE_TOKEN,
+	LEASE_PARAM_TAKE_OVER,		/* keep expiry and recovery point */
+	LEASE_PARAMS
 };
 
-/* Each holder's change: $1 scope, $2 key, $3 token, then its own values; RETURNING lease_until. */
-static const char *const lease_change_sets[4] = {
-	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at, $4 + (expires_at - lease_until))",
+static Oid	lease_param_types[LEASE_PARAMS] = {
+	[LEASE_PARAM_EXPIRES_AT] = TIMESTAMPTZOID,
+	[LEASE_PARAM_CREATED_AT] = TIMESTAMPTZOID,
+	[LEASE_PARAM_SCOPE] = TEXTOID,
+	[LEASE_PARAM_KEY] = TEXTOID,
+	[LEASE_PARAM_REQUEST_HASH] = BYTEAOID,
+	[LEASE_PARAM_LEASE_UNTIL] = TIMESTAMPTZOID,
+	[LEASE_PARAM_LEASE_TOKEN] = UUIDOID,
+	[LEASE_PARAM_TAKE_OVER] = BOOLOID
+};
+
+/*
+ * Parameters of each holder's change: $1 scope, $2 key, $3 token, then its own
+ * values from $4 on; RETURNING lease_until.
+ */
+enum
+{
+	CHANGE_PARAM_SCOPE,
+	CHANGE_PARAM_KEY,
+	CHANGE_PARAM_TOKEN,
+	CHANGE_PARAM_OWN					/* the first of the change's own values */
+};
+
+/* The change's own values: $4 and on. */
+enum
+{
+	CHANGE_PARAM_UNTIL = CHANGE_PARAM_OWN,	/* EXTEND, RELEASE */
+	CHANGE_PARAM_RECOVERY_POINT = CHANGE_PARAM_OWN, /* CHECKPOINT */
+	CHANGE_PARAM_RECOVERY_STATE,
+	CHANGE_PARAM_HTTP_STATUS = CHANGE_PARAM_OWN,	/* COMPLETE */
+	CHANGE_PARAM_RESPONSE_BODY,
+	CHANGE_PARAM_RESPONSE_HEADERS,
+	CHANGE_PARAMS_MAX
+};
+
+static const char *const lease_change_sets[LEASE_CHANGES] = {
+	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at,"
+	" $4 OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) lease_until))",
 	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
 	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
 	" lease_until = NULL, lease_token = NULL",
@@ -119,17 +176,28 @@ static const char *const lease_change_sets[4] = {
 static void
 prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options)
 {
-	Oid			change_types[4][6] = {
-		[LEASE_EXTEND] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID},
-		[LEASE_CHECKPOINT] = {TEXTOID, TEXTOID, UUIDOID, TEXTOID, JSONBOID},
-		[LEASE_COMPLETE] = {TEXTOID, TEXTOID, UUIDOID, INT4OID, JSONBOID, JSONBOID},
-		[LEASE_RELEASE] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID}
+	/* Every change's first parameters name the key and the holder. */
+#define HOLDER_PARAM_TYPES \
+		[CHANGE_PARAM_SCOPE] = TEXTOID, [CHANGE_PARAM_KEY] = TEXTOID, [CHANGE_PARAM_TOKEN] = UUIDOID
+	Oid			change_types[LEASE_CHANGES][CHANGE_PARAMS_MAX] = {
+		[LEASE_EXTEND] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_UNTIL] = TIMESTAMPTZOID},
+		[LEASE_CHECKPOINT] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_RECOVERY_POINT] = TEXTOID,
+		[CHANGE_PARAM_RECOVERY_STATE] = JSONBOID},
+		[LEASE_COMPLETE] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_HTTP_STATUS] = INT4OID,
+		[CHANGE_PARAM_RESPONSE_BODY] = JSONBOID, [CHANGE_PARAM_RESPONSE_HEADERS] = JSONBOID},
+		[LEASE_RELEASE] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_UNTIL] = TIMESTAMPTZOID}
 	};
-	int			change_nargs[4] = {4, 5, 6, 4};
+#undef HOLDER_PARAM_TYPES
+	int			change_nargs[LEASE_CHANGES] = {
+		[LEASE_EXTEND] = CHANGE_PARAM_UNTIL + 1,
+		[LEASE_CHECKPOINT] = CHANGE_PARAM_RECOVERY_STATE + 1,
+		[LEASE_COMPLETE] = CHANGE_PARAM_RESPONSE_HEADERS + 1,
+		[LEASE_RELEASE] = CHANGE_PARAM_UNTIL + 1
+	};
 
 	table->lease_insert = prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAMS - 1, lease_param_types);
+		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAM_TAKE_OVER, lease_param_types);
 	/* An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. */
 	table->lease_replace = prepare_plan(psprintf(
 		"UPDATE %s SET"
@@ -139,12 +207,19 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		" lease_until = $6, lease_token = $7,"
 		" recovery_point = CASE WHEN $8 THEN recovery_point END,"
 		" recovery_state = CASE WHEN $8 THEN recovery_state END"
-		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s",
+		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s RETURNING expires_at",
 		qualified, live_only), LEASE_PARAMS, lease_param_types, plan_options);
-	for (int change = 0; change < 4; change++)
+	/*
+	 * Only the key's live row can be changed: in partitioned storage an expired
+	 * row stays beside the re-claimed key's new one until the sweep, and its
+	 * token must not work there either. Expiry is judged at the transaction's
+	 * start, as a claim judges it.
+	 */
+	for (int change = 0; change < LEASE_CHANGES; change++)
 		table->lease_change[change] = prepare_kept(psprintf(
 			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
-			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL RETURNING lease_until",
+			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL"
+			" AND expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp() RETURNING lease_until",
 			qualified, lease_change_sets[change]), change_nargs[change], change_types[change]);
 }
 
@@ -166,7 +241,11 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 					bool custom_plan, bool has_lease_columns)
 {
 	const char *qualified = psprintf("%s.%s", schema, relname);
-	Oid			lookup_types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Oid			lookup_types[LOOKUP_PARAMS] = {
+		[LOOKUP_PARAM_SCOPE] = TEXTOID,
+		[LOOKUP_PARAM_KEY] = TEXTOID,
+		[LOOKUP_PARAM_LIVE_AFTER] = TIMESTAMPTZOID
+	};
 	const char *live_only = partitioned ? " AND expires_at OPERATOR(pg_catalog.>) $2" : "";
 	int			plan_options = !partitioned ? 0
 		: custom_plan ? CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN;
@@ -180,7 +259,7 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		"SELECT %s FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2%s",
 		columns.data, qualified, partitioned
 		? " AND expires_at OPERATOR(pg_catalog.>) $3 ORDER BY expires_at DESC LIMIT 1" : ""),
-		partitioned ? 3 : 2, lookup_types, plan_options);
+		partitioned ? LOOKUP_PARAMS : LOOKUP_PARAM_LIVE_AFTER, lookup_types, plan_options);
 	table->insert = prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
 		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -274,8 +353,11 @@ key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	/* $3 bounds the partitioned lookup to live rows; the table's lookup takes two. */
-	Datum		params[3] = {PointerGetDatum(ref->scope), PointerGetDatum(ref->key),
-	TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())};
+	Datum		params[LOOKUP_PARAMS] = {
+		[LOOKUP_PARAM_SCOPE] = PointerGetDatum(ref->scope),
+		[LOOKUP_PARAM_KEY] = PointerGetDatum(ref->key),
+		[LOOKUP_PARAM_LIVE_AFTER] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())
+	};
 	Datum		values[KEY_COLUMNS];
 	bool		nulls[KEY_COLUMNS];
 	TablePlans *statements;
@@ -311,8 +393,7 @@ hash_as_bytea(const uint8 hash[IDEM_SHA256_BYTES])
 }
 
 void
-key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
-			  const ResponseToStore *response)
+key_spi_write(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
 {
 	Datum		values[WRITE_PARAMS];
 	char		nulls[WRITE_PARAMS];
@@ -320,20 +401,20 @@ key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
 	int			rc;
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = TimestampTzGetDatum(claim->expires_at);
-	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[2] = Int32GetDatum(response->http_status);
-	values[3] = PointerGetDatum(ref->scope);
-	values[4] = PointerGetDatum(ref->key);
-	values[5] = PointerGetDatum(hash_as_bytea(claim->request_hash));
-	values[6] = response->headers;
-	nulls[6] = response->headers_null ? 'n' : ' ';
-	values[7] = response->body;
-	nulls[7] = response->body_null ? 'n' : ' ';
+	values[WRITE_PARAM_EXPIRES_AT] = TimestampTzGetDatum(row->expires_at);
+	values[WRITE_PARAM_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[WRITE_PARAM_HTTP_STATUS] = Int32GetDatum(row->response.http_status);
+	values[WRITE_PARAM_SCOPE] = PointerGetDatum(ref->scope);
+	values[WRITE_PARAM_KEY] = PointerGetDatum(ref->key);
+	values[WRITE_PARAM_REQUEST_HASH] = PointerGetDatum(hash_as_bytea(row->request_hash));
+	values[WRITE_PARAM_RESPONSE_HEADERS] = row->response.headers;
+	nulls[WRITE_PARAM_RESPONSE_HEADERS] = row->response.headers_null ? 'n' : ' ';
+	values[WRITE_PARAM_RESPONSE_BODY] = row->response.body;
+	nulls[WRITE_PARAM_RESPONSE_BODY] = row->response.body_null ? 'n' : ' ';
 
 	SPI_connect();
 	statements = plans_for(table);
-	if (claim->replaces_expired_row)
+	if (row->replaces_expired_row)
 	{
 		rc = SPI_execute_plan(statements->replace, values, nulls, false, 0);
 		if (rc != SPI_OK_UPDATE)
@@ -354,30 +435,34 @@ key_spi_write(const KeyTable *table, const KeyRef *ref, const TxnClaim *claim,
 }
 
 void
-key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, const LeaseGrant *grant)
+key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 {
 	Datum		values[LEASE_PARAMS];
 	TablePlans *statements;
 	int			rc;
 
-	values[0] = TimestampTzGetDatum(grant->expires_at);
-	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[2] = PointerGetDatum(ref->scope);
-	values[3] = PointerGetDatum(ref->key);
-	values[4] = PointerGetDatum(hash_as_bytea(grant->request_hash));
-	values[5] = TimestampTzGetDatum(grant->lease_until);
-	values[6] = UUIDPGetDatum(&grant->token);
-	values[7] = BoolGetDatum(how == LEASE_TAKE_OVER);
+	values[LEASE_PARAM_EXPIRES_AT] = TimestampTzGetDatum(grant->expires_at);
+	values[LEASE_PARAM_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[LEASE_PARAM_SCOPE] = PointerGetDatum(ref->scope);
+	values[LEASE_PARAM_KEY] = PointerGetDatum(ref->key);
+	values[LEASE_PARAM_REQUEST_HASH] = PointerGetDatum(hash_as_bytea(grant->request_hash));
+	values[LEASE_PARAM_LEASE_UNTIL] = TimestampTzGetDatum(grant->lease_until);
+	values[LEASE_PARAM_LEASE_TOKEN] = UUIDPGetDatum(&grant->token);
+	values[LEASE_PARAM_TAKE_OVER] = BoolGetDatum(how == LEASE_TAKE_OVER);
 
 	SPI_connect();
 	statements = plans_for(table);
 	if (how != LEASE_NEW_ROW)
 	{
 		rc = SPI_execute_plan(statements->lease_replace, values, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE)
+		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "idempotency: taking a lease failed: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 1)
 		{
+			bool		isnull;
+
+			grant->expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+																  SPI_tuptable->tupdesc, 1, &isnull));
 			SPI_finish();
 			return;
 		}
@@ -393,35 +478,35 @@ bool
 key_spi_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *token,
 					 LeaseChange change, const LeaseChangeValues *changes, TimestampTz *lease_until)
 {
-	Datum		values[6];
-	char		nulls[6];
+	Datum		values[CHANGE_PARAMS_MAX];
+	char		nulls[CHANGE_PARAMS_MAX];
 	TablePlans *statements;
 	bool		changed;
 	bool		isnull;
 	int			rc;
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = PointerGetDatum(ref->scope);
-	values[1] = PointerGetDatum(ref->key);
-	values[2] = UUIDPGetDatum(token);
+	values[CHANGE_PARAM_SCOPE] = PointerGetDatum(ref->scope);
+	values[CHANGE_PARAM_KEY] = PointerGetDatum(ref->key);
+	values[CHANGE_PARAM_TOKEN] = UUIDPGetDatum(token);
 	switch (change)
 	{
 		case LEASE_EXTEND:
 		case LEASE_RELEASE:
-			values[3] = TimestampTzGetDatum(changes->until);
+			values[CHANGE_PARAM_UNTIL] = TimestampTzGetDatum(changes->until);
 			break;
 		case LEASE_CHECKPOINT:
-			values[3] = changes->recovery_point;
-			nulls[3] = changes->recovery_point_null ? 'n' : ' ';
-			values[4] = changes->recovery_state;
-			nulls[4] = changes->recovery_state_null ? 'n' : ' ';
+			values[CHANGE_PARAM_RECOVERY_POINT] = changes->recovery_point;
+			nulls[CHANGE_PARAM_RECOVERY_POINT] = changes->recovery_point_null ? 'n' : ' ';
+			values[CHANGE_PARAM_RECOVERY_STATE] = changes->recovery_state;
+			nulls[CHANGE_PARAM_RECOVERY_STATE] = changes->recovery_state_null ? 'n' : ' ';
 			break;
 		case LEASE_COMPLETE:
-			values[3] = Int32GetDatum(changes->response.http_status);
-			values[4] = changes->response.body;
-			nulls[4] = changes->response.body_null ? 'n' : ' ';
-			values[5] = changes->response.headers;
-			nulls[5] = changes->response.headers_null ? 'n' : ' ';
+			values[CHANGE_PARAM_HTTP_STATUS] = Int32GetDatum(changes->response.http_status);
+			values[CHANGE_PARAM_RESPONSE_BODY] = changes->response.body;
+			nulls[CHANGE_PARAM_RESPONSE_BODY] = changes->response.body_null ? 'n' : ' ';
+			values[CHANGE_PARAM_RESPONSE_HEADERS] = changes->response.headers;
+			nulls[CHANGE_PARAM_RESPONSE_HEADERS] = changes->response.headers_null ? 'n' : ' ';
 			break;
 	}
 

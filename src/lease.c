@@ -12,6 +12,7 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "funcapi.h"
@@ -41,35 +42,52 @@ enum
 	LEASE_ARG_WAIT
 };
 
+/* The holder's functions: idem_lease_extend, idem_checkpoint, idem_lease_release. */
 enum
 {
-	COL_OUTCOME,
-	COL_HTTP_STATUS,
-	COL_RESPONSE_BODY,
-	COL_RESPONSE_HEADERS,
-	COL_EXPIRES_AT,
-	COL_LEASE_TOKEN,
+	EXTEND_ARG_KEY,
+	EXTEND_ARG_TOKEN,
+	EXTEND_ARG_LEASE,
+	EXTEND_ARG_SCOPE
+};
+
+enum
+{
+	CHECKPOINT_ARG_KEY,
+	CHECKPOINT_ARG_TOKEN,
+	CHECKPOINT_ARG_RECOVERY_POINT,
+	CHECKPOINT_ARG_RECOVERY_STATE,
+	CHECKPOINT_ARG_SCOPE
+};
+
+enum
+{
+	LEASE_RELEASE_ARG_KEY,
+	LEASE_RELEASE_ARG_TOKEN,
+	LEASE_RELEASE_ARG_SCOPE
+};
+
+/* A recovery point names a step, as a key names a request: at most as long. */
+#define MAX_RECOVERY_POINT_BYTES 255
+
+/* idem_lease's result: idem_claim's columns (claim.h), then the lease's. */
+enum
+{
+	COL_LEASE_TOKEN = CLAIM_COLUMNS,
 	COL_LEASE_UNTIL,
 	COL_RECOVERY_POINT,
 	COL_RECOVERY_STATE,
+	COL_FENCING_NUMBER,			/* 1.2; a 1.1 database's result type ends before it */
 	LEASE_RESULT_COLUMNS
 };
 
-/* The clock plus the lease argument; ERROR 22004 when NULL, 22023 unless positive. */
+/* The clock plus the lease argument; ERROR 22004 when NULL, 22023 unless within (0, 365 days]. */
 static TimestampTz
 lease_end(FunctionCallInfo fcinfo, int argno)
 {
-	Interval   *zero = palloc0(sizeof(Interval));
-	Datum		lease;
-
 	arg_require_not_null(fcinfo, argno, "lease");
-	lease = PG_GETARG_DATUM(argno);
-	if (!DatumGetBool(DirectFunctionCall2(interval_gt, lease, IntervalPGetDatum(zero))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency lease must be greater than zero")));
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(GetCurrentTimestamp()), lease));
+	return claim_span_end(GetCurrentTimestamp(), PG_GETARG_DATUM(argno), IDEM_MAX_LEASE_DAYS, "lease",
+						  "idempotency lease must be greater than zero");
 }
 
 /* lease_until + ttl (the argument, or idempotency.ttl); ERROR 22023 unless the ttl is positive. */
@@ -117,39 +135,30 @@ lease_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome, const KeyRow *ro
 		elog(ERROR, "idempotency: idem_lease must return a row");
 	desc = BlessTupleDesc(desc);
 	memset(nulls, true, sizeof(nulls));
-	set_column(values, nulls, COL_OUTCOME, CStringGetTextDatum(idem_core_outcome_name(outcome)), false);
+	claim_outcome_columns(outcome, row, expires_at, values, nulls);
 	switch (outcome)
 	{
 		case IDEM_OUTCOME_CLAIMED:
 			token = palloc(sizeof(pg_uuid_t));
 			*token = grant->token;
-			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(expires_at), false);
 			set_column(values, nulls, COL_LEASE_TOKEN, UUIDPGetDatum(token), false);
 			set_column(values, nulls, COL_LEASE_UNTIL, TimestampTzGetDatum(grant->lease_until), false);
 			/* A takeover resumes from the recovery point the last holder recorded. */
 			set_column(values, nulls, COL_RECOVERY_POINT, row->recovery_point, row->recovery_point_null);
 			set_column(values, nulls, COL_RECOVERY_STATE, row->recovery_state, row->recovery_state_null);
-			break;
-		case IDEM_OUTCOME_REPLAY:
-			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(row->http_status),
-					   row->http_status_null);
-			set_column(values, nulls, COL_RESPONSE_BODY, row->body, row->body_null);
-			set_column(values, nulls, COL_RESPONSE_HEADERS, row->headers, row->headers_null);
-			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(row->expires_at), false);
-			break;
-		case IDEM_OUTCOME_MISMATCH:
-			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(idem_mismatch_status), false);
-			set_column(values, nulls, COL_EXPIRES_AT, TimestampTzGetDatum(row->expires_at), false);
+			set_column(values, nulls, COL_FENCING_NUMBER, Int64GetDatum(grant->fencing_number),
+					   grant->fencing_number == 0);
 			break;
 		case IDEM_OUTCOME_IN_PROGRESS:
-			set_column(values, nulls, COL_HTTP_STATUS, Int32GetDatum(409), false);
 			/* The lease's end, for Retry-After; NULL when a transaction holds the key. */
 			set_column(values, nulls, COL_LEASE_UNTIL, TimestampTzGetDatum(row->lease_until),
 					   !(row->found && row->leased));
 			break;
 		default:
-			elog(ERROR, "idempotency: outcome %s is not an answer", idem_core_outcome_name(outcome));
+			/* replay and mismatch: idem_claim's columns only */
+			break;
 	}
+	Assert(desc->natts <= LEASE_RESULT_COLUMNS);
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
@@ -170,20 +179,24 @@ idem_lease(PG_FUNCTION_ARGS)
 	key_identity_from_args(ref.scope, ref.key, identity);
 	claim_parse_request_hash(arg_text_required(fcinfo, LEASE_ARG_REQUEST_HASH, "request_hash"),
 							 grant.request_hash);
-	grant.lease_until = lease_end(fcinfo, LEASE_ARG_LEASE);
-	/*
-	 * The key outlives its lease by the ttl, so a lease that runs out can still
-	 * be taken over with its recovery point (expiry counted from the claim would
-	 * let a long lease end with the key, and its recovery point with it).
-	 */
-	grant.expires_at = lease_expiry(fcinfo, grant.lease_until);
+	/* Every argument is checked before anything is done; the lease itself is timed after any wait. */
+	(void) lease_expiry(fcinfo, lease_end(fcinfo, LEASE_ARG_LEASE));
 	wait_until = claim_wait_deadline(fcinfo, LEASE_ARG_WAIT);
 	PreventCommandIfReadOnly("idem_lease()");
 	PreventCommandDuringRecovery("idem_lease()");
+	grant.fencing_number = 0;
 
 	claim_attempt(&ref, identity, grant.request_hash, wait_until, &attempt);
 	if (attempt.outcome == IDEM_OUTCOME_CLAIMED)
 	{
+		/* A lease runs its full length from the grant, however long the claim waited for the key. */
+		grant.lease_until = lease_end(fcinfo, LEASE_ARG_LEASE);
+		/*
+		 * The key outlives its lease by the ttl, so a lease that runs out can still
+		 * be taken over with its recovery point (expiry counted from the claim would
+		 * let a long lease end with the key, and its recovery point with it).
+		 */
+		grant.expires_at = lease_expiry(fcinfo, grant.lease_until);
 		grant.token = new_token();
 		if (!attempt.row.found)
 			how = LEASE_NEW_ROW;
@@ -200,6 +213,7 @@ idem_lease(PG_FUNCTION_ARGS)
 		if (how != LEASE_TAKE_OVER)
 			attempt.row.recovery_point_null = attempt.row.recovery_state_null = true;
 	}
+	/* A takeover keeps the later of the two expiries: grant.expires_at is what was stored. */
 	return lease_result(fcinfo, attempt.outcome, &attempt.row, grant.expires_at, &grant);
 }
 
@@ -248,9 +262,9 @@ idem_lease_extend(PG_FUNCTION_ARGS)
 	LeaseHolder holder;
 	LeaseChangeValues values;
 
-	lease_holder_args(fcinfo, 0, 1, 3, &holder);
+	lease_holder_args(fcinfo, EXTEND_ARG_KEY, EXTEND_ARG_TOKEN, EXTEND_ARG_SCOPE, &holder);
 	memset(&values, 0, sizeof(values));
-	values.until = lease_end(fcinfo, 2);
+	values.until = lease_end(fcinfo, EXTEND_ARG_LEASE);
 	PG_RETURN_TIMESTAMPTZ(lease_holder_change(&holder, LEASE_EXTEND, &values, "idem_lease_extend"));
 }
 
@@ -261,15 +275,28 @@ idem_checkpoint(PG_FUNCTION_ARGS)
 	LeaseHolder holder;
 	LeaseChangeValues values;
 
-	lease_holder_args(fcinfo, 0, 1, 4, &holder);
+	lease_holder_args(fcinfo, CHECKPOINT_ARG_KEY, CHECKPOINT_ARG_TOKEN, CHECKPOINT_ARG_SCOPE, &holder);
 	memset(&values, 0, sizeof(values));
-	values.recovery_point = PointerGetDatum(arg_text_required(fcinfo, 2, "recovery_point"));
+	values.recovery_point = PointerGetDatum(arg_text_required(fcinfo, CHECKPOINT_ARG_RECOVERY_POINT,
+															  "recovery_point"));
 	if (VARSIZE_ANY_EXHDR(DatumGetPointer(values.recovery_point)) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idempotency recovery_point must not be empty")));
-	values.recovery_state_null = PG_ARGISNULL(3);
-	values.recovery_state = values.recovery_state_null ? (Datum) 0 : PG_GETARG_DATUM(3);
+	if (VARSIZE_ANY_EXHDR(DatumGetPointer(values.recovery_point)) > MAX_RECOVERY_POINT_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("idempotency recovery_point is longer than %d bytes", MAX_RECOVERY_POINT_BYTES)));
+	values.recovery_state_null = PG_ARGISNULL(CHECKPOINT_ARG_RECOVERY_STATE);
+	values.recovery_state = values.recovery_state_null ? (Datum) 0
+		: PG_GETARG_DATUM(CHECKPOINT_ARG_RECOVERY_STATE);
+	/* The state is kept like a response body, under the same limit. */
+	if (!values.recovery_state_null &&
+		toast_raw_datum_size(values.recovery_state) > (Size) idem_max_response_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("idempotency recovery_state of %zu bytes exceeds idempotency.max_response_bytes (%d)",
+						toast_raw_datum_size(values.recovery_state), idem_max_response_bytes)));
 	lease_holder_change(&holder, LEASE_CHECKPOINT, &values, "idem_checkpoint");
 	stats_count(IDEM_COUNT_CHECKPOINTS, 1);
 	PG_RETURN_VOID();
@@ -282,7 +309,7 @@ idem_lease_release(PG_FUNCTION_ARGS)
 	LeaseHolder holder;
 	LeaseChangeValues values;
 
-	lease_holder_args(fcinfo, 0, 1, 2, &holder);
+	lease_holder_args(fcinfo, LEASE_RELEASE_ARG_KEY, LEASE_RELEASE_ARG_TOKEN, LEASE_RELEASE_ARG_SCOPE, &holder);
 	memset(&values, 0, sizeof(values));
 	values.until = GetCurrentTimestamp();
 	lease_holder_change(&holder, LEASE_RELEASE, &values, "idem_lease_release");

@@ -1,42 +1,46 @@
 /* sql_args.c: NULL and validity checks with the documented SQLSTATEs. */
 #include "postgres.h"
 
+#include "mb/pg_wchar.h"
+
 #include "sql_args.h"
 #include "pg_compat.h"
 
-#define REJECT(message) \
-	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg(message)))
+/* The names the messages give the arguments, as the SQL functions name them. */
+static const char *const argument_names[] = {
+	[IDEM_ARG_KEY] = "key",
+	[IDEM_ARG_SCOPE] = "scope",
+	[IDEM_ARG_REQUEST_HASH] = "request_hash",
+	[IDEM_ARG_HTTP_STATUS] = "http_status"
+};
 
-void
-report_invalid_argument(IdemArgument argument, IdemStatus status)
+/* Whether the core's status says what is wrong with that argument. */
+static bool
+rejects_argument(IdemArgument argument, IdemStatus status)
 {
 	switch (argument)
 	{
 		case IDEM_ARG_KEY:
-			if (status == IDEM_ERR_EMPTY)
-				REJECT("idempotency key must not be empty");
-			if (status == IDEM_ERR_TOO_LONG)
-				REJECT("idempotency key is longer than 255 bytes");
-			if (status == IDEM_ERR_CONTROL_CHAR)
-				REJECT("idempotency key contains a control character");
-			break;
+			return status == IDEM_ERR_EMPTY || status == IDEM_ERR_TOO_LONG ||
+				status == IDEM_ERR_CONTROL_CHAR;
 		case IDEM_ARG_SCOPE:
-			if (status == IDEM_ERR_TOO_LONG)
-				REJECT("idempotency scope is longer than 255 bytes");
-			if (status == IDEM_ERR_CONTROL_CHAR)
-				REJECT("idempotency scope contains a control character");
-			break;
+			return status == IDEM_ERR_TOO_LONG || status == IDEM_ERR_CONTROL_CHAR;
 		case IDEM_ARG_REQUEST_HASH:
-			if (status == IDEM_ERR_HEX_LENGTH)
-				REJECT("idempotency request_hash must be 64 hexadecimal digits");
-			if (status == IDEM_ERR_HEX_DIGIT)
-				REJECT("idempotency request_hash contains a character that is not a hexadecimal digit");
-			break;
+			return status == IDEM_ERR_HEX_LENGTH || status == IDEM_ERR_HEX_DIGIT;
 		case IDEM_ARG_HTTP_STATUS:
-			if (status == IDEM_ERR_STATUS_RANGE)
-				REJECT("idempotency http_status must be between 100 and 599");
-			break;
+			return status == IDEM_ERR_STATUS_RANGE;
 	}
+	return false;
+}
+
+/* The text of each status lives once, in the core (idem_core_status_message). */
+void
+report_invalid_argument(IdemArgument argument, IdemStatus status)
+{
+	if (rejects_argument(argument, status))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency %s %s", argument_names[argument], idem_core_status_message(status))));
 	report_core_failure(status);
 }
 
@@ -46,10 +50,10 @@ report_core_failure(IdemStatus status)
 	if (status == IDEM_ERR_CRYPTO)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("idempotency: OpenSSL could not compute SHA-256")));
+				 errmsg("idempotency: %s", idem_core_status_message(IDEM_ERR_CRYPTO))));
 	ereport(ERROR,
 			(errcode(ERRCODE_INTERNAL_ERROR),
-			 errmsg("idempotency: internal error in the idempotency core (status %d)", (int) status)));
+			 errmsg("idempotency: %s (status %d)", idem_core_status_message(IDEM_ERR_INTERNAL), (int) status)));
 }
 
 void
@@ -95,6 +99,18 @@ remembered_identity(const char *scope, uint32 scope_len, const char *key, uint32
 	return true;
 }
 
+static IdemStatus
+controls_in_utf8(const char *text, uint32 len)
+{
+	char	   *utf8 = pg_server_to_any(text, len, PG_UTF8);
+	/* The input itself comes back when no conversion was needed; it has no terminator. */
+	IdemStatus	status = idem_core_check_controls(utf8, utf8 == text ? len : strlen(utf8));
+
+	if (utf8 != text)
+		pfree(utf8);
+	return status;
+}
+
 void
 key_identity_from_args(text *scope, text *key, uint8 identity[IDEM_SHA256_BYTES])
 {
@@ -112,6 +128,21 @@ key_identity_from_args(text *scope, text *key, uint8 identity[IDEM_SHA256_BYTES]
 	status = idem_core_validate_scope(scope_bytes, scope_len);
 	if (status != IDEM_OK)
 		report_invalid_argument(IDEM_ARG_SCOPE, status);
+	/*
+	 * The core reads C1 controls as UTF-8 (C2 80..C2 9F); in another server
+	 * encoding they are other bytes (LATIN1: 80..9F), so the character rule is
+	 * applied again to the text converted to UTF-8. SQL_ASCII has no characters
+	 * above 7F to convert: its bytes are checked as they are.
+	 */
+	if (GetDatabaseEncoding() != PG_UTF8 && GetDatabaseEncoding() != PG_SQL_ASCII)
+	{
+		status = controls_in_utf8(key_bytes, key_len);
+		if (status != IDEM_OK)
+			report_invalid_argument(IDEM_ARG_KEY, status);
+		status = controls_in_utf8(scope_bytes, scope_len);
+		if (status != IDEM_OK)
+			report_invalid_argument(IDEM_ARG_SCOPE, status);
+	}
 	status = idem_core_key_identity(scope_bytes, scope_len, key_bytes, key_len, identity);
 	if (status != IDEM_OK)
 		report_invalid_argument(IDEM_ARG_KEY, status);

@@ -18,6 +18,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
@@ -145,6 +146,79 @@ sweep_step(SweepStep step, SweepPosition *position, int64 *pages_scanned)
 	return count;
 }
 
+/*
+ * A partition step that fails (a name taken, a lock, anything) is logged, kept
+ * for idem_stats, and skipped: the deletes come next either way, so expiry never
+ * stops behind partition upkeep. Its transaction is rolled back; 0 is its count.
+ */
+static int64
+sweep_partition_step(SweepStep step, const char *database)
+{
+	MemoryContext context = CurrentMemoryContext;
+	int64		count = 0;
+
+	PG_TRY();
+	{
+		count = sweep_step(step, NULL, NULL);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(context);
+		error = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		stats_record_error(database, error->message);
+		ereport(LOG,
+				(errmsg("idempotency: %s in database \"%s\" failed, going on with the deletes: %s",
+						step == STEP_PREMAKE_PARTITIONS ? "making partitions" : "dropping expired partitions",
+						database, error->message)));
+		FreeErrorData(error);
+	}
+	PG_END_TRY();
+	return Max(count, 0);
+}
+
+/*
+ * Whether someone waits to drop or rename this database: DROP DATABASE and
+ * ALTER DATABASE ... RENAME hold its object lock in ACCESS EXCLUSIVE mode while
+ * they wait (5 s at most) for the other sessions to leave. The sweeper then
+ * leaves, between two batches, as autovacuum's workers are made to.
+ */
+static bool
+database_wanted_exclusively(void)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, MyDatabaseId, 0);
+	if (LockAcquire(&tag, AccessShareLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, AccessShareLock, true);
+	return false;
+}
+
+/* Whether the extension is installed in this database, in a transaction of its own; logs skipped triggers. */
+static bool
+extension_installed(void)
+{
+	Oid			schema;
+	bool		installed;
+
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	schema = cleanup_extension_schema();
+	installed = OidIsValid(schema);
+	if (installed)
+		cleanup_report_skipped_triggers(schema);
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	return installed;
+}
+
 /* The sweeper's own settings; again after a reload, which may change them. */
 static void
 apply_sweeper_settings(void)
@@ -162,9 +236,13 @@ apply_sweeper_settings(void)
  * time if that is later: a sweep that fell behind (a slow batch, a reload that
  * paused it) goes on at the pace instead of catching up in a burst, which would
  * come just when the machine is busy. Sleeps on the latch, so a shutdown is not
- * delayed; a reload recomputes the batch's time at the new pace.
+ * delayed; a reload recomputes the batch's time at the new pace. False when the
+ * sweep must end now because its database is being dropped or renamed.
  */
-static void
+/* How often a waiting sweeper looks for a DROP or RENAME of its database. */
+#define YIELD_CHECK_MS 100
+
+static bool
 pace_sweep(TimestampTz *batch_deadline, TimestampTz batch_started_at, int64 work)
 {
 	TimestampTz from = Max(*batch_deadline, batch_started_at);
@@ -179,17 +257,19 @@ pace_sweep(TimestampTz *batch_deadline, TimestampTz batch_started_at, int64 work
 			ProcessConfigFile(PGC_SIGHUP);
 			apply_sweeper_settings();
 		}
+		if (database_wanted_exclusively())
+			return false;
 		if (idem_cleanup_keys_per_second <= 0)
 		{
 			*batch_deadline = 0;
-			return;
+			return true;
 		}
 		*batch_deadline = from + (TimestampTz) ((double) work * USECS_PER_SEC / idem_cleanup_keys_per_second);
 		wait_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), *batch_deadline);
 		if (wait_ms <= 0)
-			return;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
-						 PG_WAIT_EXTENSION);
+			return true;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(wait_ms, YIELD_CHECK_MS), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -225,14 +305,20 @@ idem_sweeper_main(Datum arg)
 
 	PG_TRY();
 	{
-		if (sweep_step(STEP_PREMAKE_PARTITIONS, NULL, NULL) < 0)
+		bool		yielded = database_wanted_exclusively();
+
+		if (!yielded && !extension_installed())
 		{
 			report_to_launcher(SWEEP_NO_EXTENSION);
 			proc_exit(0);
 		}
-		removed = sweep_step(STEP_DROP_PARTITIONS, NULL, NULL);
+		if (!yielded)
+		{
+			(void) sweep_partition_step(STEP_PREMAKE_PARTITIONS, database);
+			removed = sweep_partition_step(STEP_DROP_PARTITIONS, database);
+		}
 		cleanup_sweep_start(&position);
-		while (!position.finished)
+		while (!yielded && !position.finished)
 		{
 			int64		pages = 0;
 			TimestampTz batch_started_at = GetCurrentTimestamp();
@@ -242,8 +328,12 @@ idem_sweeper_main(Datum arg)
 				break;
 			removed += batch;
 			if (!position.finished)
-				pace_sweep(&batch_deadline, batch_started_at, Max(batch, pages));
+				yielded = !pace_sweep(&batch_deadline, batch_started_at, Max(batch, pages));
 		}
+		if (yielded)
+			ereport(LOG,
+					(errmsg("idempotency: database \"%s\" is being dropped or renamed; its sweep stops here",
+							database)));
 	}
 	PG_CATCH();
 	{
@@ -420,7 +510,6 @@ idem_launcher_main(Datum arg)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	/* No database: the launcher reads only the shared catalog pg_database. */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);

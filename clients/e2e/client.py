@@ -97,3 +97,37 @@ class Client:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def raw_exchange(port, head, body=b"", timeout=20.0):
+    """Send one request (``head``: the request line and header lines, without the blank line) with ``body``, the
+    body from a thread of its own, and read the answer meanwhile: a server may answer (e.g. 413) and close before
+    the whole body is sent.  Returns (Response, whether the whole body was sent)."""
+    import socket
+    import threading
+
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sent = {"all": False}
+
+    def send_body():
+        try:
+            view = memoryview(body)
+            for i in range(0, len(view), 65536):
+                s.sendall(view[i:i + 65536])
+            sent["all"] = True
+        except OSError:
+            pass  # the server answered and closed first
+
+    try:
+        s.sendall(head.encode("latin-1") + b"\r\n")
+        t = threading.Thread(target=send_body, daemon=True)
+        t0 = time.monotonic()
+        t.start()
+        r = http.client.HTTPResponse(s, method="POST")
+        r.begin()
+        data = r.read()
+        elapsed = time.monotonic() - t0
+        t.join(timeout=timeout)
+        return Response(r.status, r.headers, data, elapsed), sent["all"]
+    finally:
+        s.close()

@@ -5,7 +5,8 @@ A stack is a throwaway PostgreSQL 15 cluster (scripts/lib/cluster.sh) with the d
 Both listen on loopback only, on ports 55480-55489:
 
     55480  PostgreSQL            55481  PgBouncer
-    55482..55487  the services: go, node, python, each once direct and once through PgBouncer
+    55482..55529  the services of SERVICES, each once direct and once through PgBouncer (two ports each, in
+                  the table's order; a port found taken is swapped for a spare one of that range)
 
 Used by conftest.py (pytest), clients/run-tests.sh and bench/clients/ through its command line:
 
@@ -30,16 +31,11 @@ REPO = os.path.dirname(CLIENTS)
 
 PG_PORT = 55480
 BOUNCER_PORT = 55481
-SERVICE_PORTS = {  # (lang, mode) -> port
-    ("go", "direct"): 55482, ("go", "pgbouncer"): 55483,
-    ("node", "direct"): 55484, ("node", "pgbouncer"): 55485,
-    ("python", "direct"): 55486, ("python", "pgbouncer"): 55487,
-}
 DB = "payments"
 DIRECT_URL = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{DB}"
 BOUNCER_URL = f"postgresql://postgres@127.0.0.1:{BOUNCER_PORT}/{DB}"
 MODES = ("direct", "pgbouncer")
-LANGS = ("go", "node", "python")
+RIDES_LEASE_SECONDS = 2  # POST /rides' lease in the e2e suite (CONTRACT.md "lease-rides"), so takeovers are quick
 
 # How each language's service is started: the one table to fix when a service moves.
 #   dir      folder under clients/ (the working directory of every command)
@@ -48,16 +44,22 @@ LANGS = ("go", "node", "python")
 #   prepare  commands run once per harness run before the first start; {bin} is a scratch folder of the stack
 #   prepare_env  environment added for the prepare commands
 #   argv     the service's command line; env: added to PORT, DATABASE_URL, PAYMENTS_FAULTS=1
+#   capabilities  the CONTRACT.md "Contract 2" rules the service implements; the e2e check of a rule not listed
+#            is skipped (reported as skipped, never passed) for that service
+# A name is a language or "<language>-<framework>" (one service per framework adapter); its ports follow from
+# its place in the table.
 SERVICES = {
     "go": {
         "dir": "go",
         "ready": "cmd/payments",
-        # vendor/ from Debian's golang-*-dev sources (clients/go/debian-vendor.sh), then an offline build
-        "prepare_if_missing": ("vendor", [["sh", "debian-vendor.sh"]]),
-        "prepare": [["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
+        # vendor/ from Debian's golang-*-dev sources (clients/go/debian-vendor.sh, rewritten every time so a
+        # go.mod change is picked up), then an offline build
+        "prepare": [["sh", "debian-vendor.sh"], ["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
         "prepare_env": {"GOFLAGS": "-mod=vendor", "GOPROXY": "off", "GOTOOLCHAIN": "local", "GO111MODULE": "on"},
         "argv": ["{bin}/payments-go"],
         "env": {},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     "node": {
         "dir": "node",
@@ -65,6 +67,8 @@ SERVICES = {
         "prepare_if_missing": ("node_modules", [["npm", "ci", "--no-audit", "--no-fund"]]),
         "argv": ["node", "service/server.js"],
         "env": {},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
     },
     "python": {
         "dir": "python",
@@ -72,18 +76,73 @@ SERVICES = {
         "prepare": [],
         "argv": ["/usr/bin/python3", "-m", "payments_service"],
         "env": {"PYTHONPATH": "src"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
+    },
+    # FastAPI (Starlette, ASGI) under uvicorn, psycopg 3's async connection (idempotency_pg.asgi.PsycopgBackend)
+    "python-fastapi": {
+        "dir": "python",
+        "ready": "src/payments_service/asgi_main.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "psycopg"],
+        "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+    },
+    # FastAPI with a SQLAlchemy 1.4 Session on psycopg2, ORM writes (idempotency_pg.asgi.SQLAlchemyBackend)
+    "python-sqlalchemy": {
+        "dir": "python",
+        "ready": "src/payments_service/asgi_main.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "sqlalchemy"],
+        "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+    },
+    # Django 3.2 under waitress, the claim inside transaction.atomic() (idempotency_pg.django.idempotent)
+    "python-django": {
+        "dir": "python",
+        "ready": "src/payments_service/django_app.py",
+        "prepare": [],
+        "argv": ["/usr/bin/python3", "-m", "payments_service.django_app"],
+        "env": {"PYTHONPATH": "src", "THREADS": "10"},
+        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
+                         "byte-identical-replay", "method-not-allowed", "idle-409"},
     },
 }
+# The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http).
+for _fw in ("chi", "echo", "gin"):
+    SERVICES["go-" + _fw] = dict(SERVICES["go"], env={"PAYMENTS_FRAMEWORK": _fw},
+                                 prepare=[["sh", "debian-vendor.sh"],
+                                          ["go", "build", "-o", "{bin}/payments-go-" + _fw, "./cmd/payments"]],
+                                 argv=["{bin}/payments-go-" + _fw])
+
+#: Every capability name of CONTRACT.md's "Contract 2"; a service listing another name is a typo.
+CAPABILITIES = frozenset({"framework-errors", "several-keys", "body-limit", "not-executed", "byte-identical-replay",
+                          "method-not-allowed", "idle-409", "lease-rides"})
 
 # Only to develop the harness itself: E2E_REF_SERVICE=/path/to/service.py adds a language "ref" served by
-# `/usr/bin/python3 <that file>` (with E2E_LANGS=ref), on ports 55488/55489.
+# `/usr/bin/python3 <that file>` (with E2E_LANGS=ref).
 if os.environ.get("E2E_REF_SERVICE"):
     _ref = os.path.abspath(os.environ["E2E_REF_SERVICE"])
     SERVICES["ref"] = {"dir": _ref and os.path.relpath(os.path.dirname(_ref), CLIENTS), "ready": os.path.basename(_ref),
-                       "prepare": [], "argv": ["/usr/bin/python3", _ref], "env": {}}
-    SERVICE_PORTS[("ref", "direct")] = 55488
-    SERVICE_PORTS[("ref", "pgbouncer")] = 55489
-    LANGS = LANGS + ("ref",)
+                       "prepare": [], "argv": ["/usr/bin/python3", _ref], "env": {},
+                       "capabilities": set(os.environ.get("E2E_REF_CAPABILITIES", "").split(",")) - {""}}
+
+LANGS = tuple(SERVICES)
+FIRST_SERVICE_PORT, LAST_SERVICE_PORT = 55482, 55529
+SERVICE_PORTS = {(name, mode): FIRST_SERVICE_PORT + 2 * i + j
+                 for i, name in enumerate(SERVICES) for j, mode in enumerate(MODES)}
+if max(SERVICE_PORTS.values()) > LAST_SERVICE_PORT:
+    raise SystemExit(f"harness.py: {len(SERVICES)} services need more ports than 55482-{LAST_SERVICE_PORT}")
+for _name, _spec in SERVICES.items():
+    _unknown = set(_spec.get("capabilities", ())) - CAPABILITIES
+    if _unknown:
+        raise SystemExit(f"harness.py: service {_name} lists unknown capabilities {sorted(_unknown)}")
+
+
+def capabilities(lang):
+    return frozenset(SERVICES[lang].get("capabilities", ()))
 
 
 class HarnessError(Exception):
@@ -112,7 +171,7 @@ def port_open(port, host="127.0.0.1"):
 
 def port_bindable(port, host="127.0.0.1"):
     """A server that does not set SO_REUSEADDR can listen here: nothing listens, and no socket of an outgoing
-    connection (the ephemeral range covers 55480-55489) holds the port, not even in TIME_WAIT."""
+    connection (the ephemeral range covers these ports) holds the port, not even in TIME_WAIT."""
     import socket
     with socket.socket() as s:
         try:
@@ -122,7 +181,7 @@ def port_bindable(port, host="127.0.0.1"):
             return False
 
 
-SPARE_PORTS = range(55482, 55490)
+SPARE_PORTS = range(FIRST_SERVICE_PORT, LAST_SERVICE_PORT + 1)
 _ports_in_use = set()  # ports of the services this process runs
 
 
@@ -130,7 +189,7 @@ def pick_port(preferred):
     for p in [preferred] + [p for p in SPARE_PORTS if p != preferred]:
         if p not in _ports_in_use and port_bindable(p):
             return p
-    raise HarnessError(f"no free port in 55482-55489 (in use here: {sorted(_ports_in_use)})")
+    raise HarnessError(f"no free port in {FIRST_SERVICE_PORT}-{LAST_SERVICE_PORT} (in use here: {sorted(_ports_in_use)})")
 
 
 def run(cmd, **kw):
@@ -154,7 +213,7 @@ def stack_up(stack):
         if port_open(port):
             raise HarnessError(f"port {port} is already in use on 127.0.0.1 (a stack left running?)")
     pg = os.path.join(stack, "pg")
-    script = 'source "$1/scripts/lib/cluster.sh" && start_cluster "$2" "$3" "$4" "max_connections = 200"'
+    script = 'source "$1/scripts/lib/cluster.sh" && start_cluster "$2" "$3" "$4" "max_connections = 400"'
     r = subprocess.run(["bash", "-c", script, "_", REPO, pg, str(PG_PORT),
                         "shared_preload_libraries = 'idempotency'"], cwd=stack,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -361,7 +420,8 @@ class Service:
         spec = SERVICES[self.lang]
         env = dict(os.environ)
         env.update(spec.get("env", {}))
-        env.update({"PORT": str(self.port), "DATABASE_URL": database_url(self.mode), "PAYMENTS_FAULTS": "1"})
+        env.update({"PORT": str(self.port), "DATABASE_URL": database_url(self.mode), "PAYMENTS_FAULTS": "1",
+                    "RIDES_LEASE_SECONDS": str(RIDES_LEASE_SECONDS)})
         env.update(self.extra_env)
         argv = _fmt(spec["argv"], self.stack)
         logf = open(self.logfile, "ab")

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 import harness
-from client import Client, body_of, new_key
+from client import Client, body_of, new_key, raw_exchange
 from conftest import get_service, selected_langs
 
 PARAMS = [(l, m) for l in selected_langs() for m in harness.MODES]
@@ -26,7 +26,7 @@ def service(request, stack, _service_registry):
 @pytest.fixture(scope="session")
 def account(service):
     """One account (the idempotency scope) per service and mode and run, so runs never share keys."""
-    return f"e2e_{service.lang}_{service.mode}_{uuid.uuid4().hex[:8]}"
+    return f"e2e_{service.lang}_{service.mode}_{uuid.uuid4().hex[:8]}".replace("-", "_")  # [a-z0-9_]{1,64}
 
 
 @pytest.fixture
@@ -34,6 +34,13 @@ def client(service, account):
     c = Client(service.base, account)
     yield c
     c.close()
+
+
+def need(service, capability):
+    """Skip (reported as skipped, never passed) a Contract 2 check the service does not advertise yet."""
+    if capability not in harness.capabilities(service.lang):
+        pytest.skip(f"{service.lang} does not list capability '{capability}' in SERVICES (clients/e2e/harness.py): "
+                    f"CONTRACT.md rule not checked")
 
 
 def debits(db, account, key):
@@ -121,7 +128,14 @@ def _is_sleeping(db):
 
 
 def test_parallel_clicks(service, client, db, account):
-    """Five clicks with one key: the first (held 500 ms in its handler) gets 201, the four others 409 at once."""
+    """Five clicks with one key: the first (held 2 s in its handler) gets 201, the four others 409 at once.
+
+    "At once" is judged against the hold, with a margin for a machine whose cores are busy: a 409 that waited for
+    the holder would take 2 s; each must come back within 1 s (a quiet machine answers in milliseconds)."""
+    parallel_clicks(service, client, db, account)
+
+
+def parallel_clicks(service, client, db, account):
     key = new_key()
     results = {}
 
@@ -129,9 +143,9 @@ def test_parallel_clicks(service, client, db, account):
         c = Client(service.base, account)
         results[i] = c.pay(key, fault=fault)
 
-    first = threading.Thread(target=click, args=(0, "sleep=500"))
+    first = threading.Thread(target=click, args=(0, "sleep=2000"))
     first.start()
-    deadline = time.time() + 0.4  # until its handler sleeps, with the key claimed
+    deadline = time.time() + 1.5  # until its handler sleeps, with the key claimed
     while time.time() < deadline and not _is_sleeping(db):
         time.sleep(0.005)
     barrier = threading.Barrier(4)
@@ -151,7 +165,7 @@ def test_parallel_clicks(service, client, db, account):
         r = results[i]
         assert_problem(r, 409)
         assert r.header("Retry-After") == "1", r
-        assert r.elapsed < 0.200, f"409 took {r.elapsed * 1000:.0f} ms: {r}"
+        assert r.elapsed < 1.0, f"409 took {r.elapsed * 1000:.0f} ms, the holder holds 2000 ms: {r}"
     assert sum(1 for r in results.values() if r.status == 201) == 1
     assert len(debits(db, account, key)) == 1
     again = client.pay(key)
@@ -277,11 +291,17 @@ def test_not_json_is_400_and_key_not_consumed(client, db, account):
     assert_created(client.pay(key), account, replayed=False)
 
 
-@pytest.mark.parametrize("body", [{"amount_cents": 0, "currency": "EUR"}, {"amount_cents": -5, "currency": "EUR"},
-                                  {"amount_cents": 100, "currency": "eur"}, {"amount_cents": "100", "currency": "EUR"},
-                                  {"amount_cents": 1.5, "currency": "EUR"}, {"currency": "EUR"}],
-                         ids=["zero", "negative", "lowercase-currency", "string-amount", "fraction", "no-amount"])
-def test_invalid_body_is_422_and_stored(client, db, account, body):
+INVALID_BODIES = {"zero": {"amount_cents": 0, "currency": "EUR"}, "negative": {"amount_cents": -5, "currency": "EUR"},
+                  "lowercase-currency": {"amount_cents": 100, "currency": "eur"},
+                  "string-amount": {"amount_cents": "100", "currency": "EUR"},
+                  "fraction": {"amount_cents": 1.5, "currency": "EUR"}, "no-amount": {"currency": "EUR"}}
+
+
+@pytest.mark.parametrize("body", list(INVALID_BODIES.values()), ids=list(INVALID_BODIES))
+def test_invalid_body_is_422_and_stored(service, client, db, account, body):
+    """The 1.0 contract, for a service that does not answer validation "not executed" yet."""
+    if "not-executed" in harness.capabilities(service.lang):
+        pytest.skip("superseded by the not-executed rule (test_invalid_body_is_not_executed)")
     key = new_key()
     raw = json.dumps(body).encode()
     r = client.pay(key, body=raw)
@@ -310,6 +330,273 @@ def test_unprotected_endpoint(client, db, account):
     row = db.execute("SELECT account, amount_cents FROM ledger WHERE id = %s", (b["payment_id"],)).fetchone()
     assert row == (acct, -100)
 
+
+# --------------------------------------------------------------------------- Contract 2 (issue 25)
+
+def test_framework_error_after_write_422_is_stored_as_sent(service, client, db, account):
+    need(service, "framework-errors")
+    key = new_key()
+    r = client.pay(key, fault="throw-422")
+    assert r.status == 422, f"the handler raised its framework's 422 after the insert: {r}"
+    assert len(debits(db, account, key)) == 1, "a 4xx is committed with what was sent"
+    assert stored(db, account, key) == [(422,)]
+    again = client.pay(key)
+    assert again.status == 422 and again.replayed and again.body == r.body, (r, again)
+
+
+def test_framework_error_after_write_502_rolls_back(service, client, db, account):
+    need(service, "framework-errors")
+    key = new_key()
+    r = client.pay(key, fault="throw-502")
+    assert r.status == 502, f"the handler raised its framework's 502 after the insert: {r}"
+    assert debits(db, account, key) == [], "the debit of a 5xx answer was committed"
+    assert stored(db, account, key) == []
+    assert_created(client.pay(key), account, replayed=False)
+
+
+SEVERAL_KEYS = {"comma": "{a},{b}", "comma-space": "{a}, {b}", "quoted": '"{a}", "{b}"', "two-lines": None}
+
+
+@pytest.mark.parametrize("form", list(SEVERAL_KEYS), ids=list(SEVERAL_KEYS))
+def test_several_keys_are_400(service, client, db, account, form):
+    need(service, "several-keys")
+    a, b = new_key("a"), new_key("b")
+    if SEVERAL_KEYS[form] is None:  # two header lines, which HTTP joins with a comma
+        head = (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {account}\r\n"
+                f"Idempotency-Key: {a}\r\nIdempotency-Key: {b}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body_of())}\r\nConnection: close\r\n")
+        r, _ = raw_exchange(service.port, head, body_of())
+    else:
+        r = client.pay(SEVERAL_KEYS[form].format(a=a, b=b))
+    assert_problem(r, 400, "idempotency-key-invalid")
+    assert debits(db, account, a) == [] and debits(db, account, b) == []
+    assert_created(client.pay(a), account, replayed=False)  # neither key was consumed
+
+
+def test_comma_inside_a_quoted_key_is_one_key(service, client, db, account):
+    need(service, "several-keys")
+    raw = new_key() + ",x"
+    b1 = assert_created(client.pay(f'"{raw}"'), account)
+    assert assert_created(client.pay(f'"{raw}"'), account, replayed=True) == b1
+    assert len(debits(db, account, raw)) == 1
+
+
+LIMIT = 1048576
+
+
+def _post_raw(service, account, key, body):
+    head = (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {account}\r\n"
+            f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: close\r\n")
+    return raw_exchange(service.port, head, body)[0]
+
+
+def _padded(size):
+    """A valid payment body of exactly ``size`` bytes (JSON padded with spaces)."""
+    core = body_of()
+    return core[:-1] + b" " * (size - len(core)) + b"}"
+
+
+def test_body_of_10_mb_is_413_and_key_not_consumed(service, client, db, account):
+    need(service, "body-limit")
+    key = new_key()
+    r = _post_raw(service, account, key, _padded(10 * 1024 * 1024))
+    assert_problem(r, 413, "request-too-large")
+    assert debits(db, account, key) == [] and stored(db, account, key) == []
+    assert_created(client.pay(key), account, replayed=False)
+
+
+def test_body_limit_is_1_mib_exactly(service, client, db, account):
+    need(service, "body-limit")
+    key = new_key()
+    assert_problem(_post_raw(service, account, key, _padded(LIMIT + 1)), 413, "request-too-large")
+    assert debits(db, account, key) == []
+    assert_created(_post_raw(service, account, key, _padded(LIMIT)), account)
+    assert len(debits(db, account, key)) == 1
+
+
+@pytest.mark.parametrize("body", list(INVALID_BODIES.values()), ids=list(INVALID_BODIES))
+def test_invalid_body_is_not_executed(service, client, db, account, body):
+    """Validation before any write: answered 422, not stored, the key released for the corrected retry."""
+    need(service, "not-executed")
+    key = new_key()
+    raw = json.dumps(body).encode()
+    r = client.pay(key, body=raw)
+    assert_problem(r, 422, "invalid-payment")
+    assert not r.replayed
+    assert stored(db, account, key) == [], "a not-executed answer was stored"
+    again = client.pay(key, body=raw)
+    assert_problem(again, 422, "invalid-payment")
+    assert not again.replayed, f"a not-executed answer was replayed: {again}"
+    fixed = client.pay(key, body=body_of(100, "EUR"))
+    assert_created(fixed, account, replayed=False)
+    assert len(debits(db, account, key)) == 1
+    assert stored(db, account, key) == [(201,)]
+
+
+def test_replay_is_byte_identical(service, client, db, account):
+    need(service, "byte-identical-replay")
+    key = new_key()
+    first = client.pay(key, body=b'{"currency":"EUR","amount_cents":4321}')
+    assert first.status == 201, first
+    for _ in range(2):
+        again = client.pay(key, body=b'{"amount_cents": 4321, "currency": "EUR"}')
+        assert again.status == 201 and again.replayed, again
+        assert again.body == first.body, f"replay not byte-identical:\n{first.body!r}\n{again.body!r}"
+        for h in ("Content-Type", "Location"):
+            assert again.header(h) == first.header(h), (h, first, again)
+
+
+@pytest.mark.parametrize("method,path,allow", [("GET", "/payments", "POST"), ("PUT", "/payments", "POST"),
+                                               ("DELETE", "/payments", "POST"),
+                                               ("GET", "/payments-unprotected", "POST"),
+                                               ("POST", "/healthz", "GET, HEAD")])
+def test_wrong_method_is_405_with_allow(service, method, path, allow, account):
+    need(service, "method-not-allowed")
+    r = Client(service.base, account).request(method, path, headers={"Authorization": f"Bearer {account}"})
+    assert_problem(r, 405)
+    got = {m.strip().upper() for m in (r.header("Allow") or "").split(",") if m.strip()}
+    assert got == {m.strip() for m in allow.split(",")}, r
+
+
+def test_unknown_path_is_404(service, account):
+    need(service, "method-not-allowed")
+    assert_problem(Client(service.base, account).request("GET", "/no-such-path"), 404)
+
+
+IDLE_SECONDS = float(os.environ.get("E2E_IDLE_SECONDS", "12"))
+
+
+def test_409_at_once_after_an_idle_spell(service, client, db, account):
+    need(service, "idle-409")
+    time.sleep(IDLE_SECONDS)  # longer than node-postgres' default 10 s idle timeout
+    parallel_clicks(service, client, db, account)
+
+
+# --------------------------------------------------------------------------- lease mode: POST /rides
+
+def ride(service, account, key, fault=None, amount=2000, timeout=15.0):
+    """POST /rides on the service's current port (a crash test restarts it, maybe on another port)."""
+    return Client(service.base, account, timeout=timeout).pay(key, amount=amount, fault=fault, path="/rides")
+
+
+def rides_of(db, account, key):
+    return db.execute("SELECT id, charge_id, receipt_sent FROM rides WHERE account = %s AND idempotency_key = %s",
+                      (account, key)).fetchall()
+
+
+def charges_of(db, account, key):
+    return db.execute("SELECT charge_id FROM provider_charges WHERE account = %s AND idempotency_key = %s",
+                      (account, key)).fetchall()
+
+
+def assert_ride(r, account, replayed=False):
+    assert r.status == 201, r
+    b = r.json
+    assert b["account"] == account and b["amount_cents"] == 2000 and b["charge_id"].startswith("ch_"), r
+    assert r.header("Location") == f"/rides/{b['ride_id']}", r
+    assert r.replayed == replayed, r
+    return b
+
+
+def test_ride_runs_through_and_replays_byte_identical(service, client, db, account):
+    need(service, "lease-rides")
+    key = new_key()
+    first = ride(service, account, key)
+    b = assert_ride(first, account)
+    again = ride(service, account, key)
+    assert_ride(again, account, replayed=True)
+    assert again.body == first.body
+    assert rides_of(db, account, key) == [(b["ride_id"], b["charge_id"], True)]
+    assert charges_of(db, account, key) == [(b["charge_id"],)]
+
+
+def test_ride_invalid_body_is_not_executed(service, client, db, account):
+    need(service, "lease-rides")
+    key = new_key()
+    assert_problem(ride(service, account, key, amount=0), 422, "invalid-payment")
+    assert charges_of(db, account, key) == []
+    assert_ride(ride(service, account, key), account)
+
+
+def _crash_and_resume(service, client, db, account, fault):
+    key = new_key()
+    try:
+        r = ride(service, account, key, fault=fault, timeout=10)
+        raise AssertionError(f"the service answered instead of crashing: {r}")
+    except (ConnectionError, OSError, http_client_errors()):
+        pass
+    deadline = time.time() + 10
+    while service.proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert service.proc.poll() is not None, "the service did not exit on " + fault
+    service.stop()
+    service.start()
+    time.sleep(harness.RIDES_LEASE_SECONDS + 0.5)  # the dead holder's lease runs out
+    return key
+
+
+def http_client_errors():
+    import http.client
+    return http.client.HTTPException
+
+
+def test_ride_crash_after_charge_resumes_with_the_same_charge(service, client, db, account):
+    need(service, "lease-rides")
+    key = _crash_and_resume(service, client, db, account, "crash-after-charge")
+    (charge,) = charges_of(db, account, key)
+    assert rides_of(db, account, key) == []
+    b = assert_ride(ride(service, account, key), account)
+    assert b["charge_id"] == charge[0], "the retry charged again instead of getting the provider's first charge"
+    assert charges_of(db, account, key) == [charge] and len(rides_of(db, account, key)) == 1
+
+
+def test_ride_crash_after_checkpoint_resumes_at_the_receipt(service, client, db, account):
+    need(service, "lease-rides")
+    key = _crash_and_resume(service, client, db, account, "crash-after-checkpoint")
+    [(ride_id, charge_id, sent)] = rides_of(db, account, key)
+    assert not sent
+    b = assert_ride(ride(service, account, key), account)
+    assert (b["ride_id"], b["charge_id"]) == (ride_id, charge_id), "the retry did not resume after the checkpoint"
+    assert rides_of(db, account, key) == [(ride_id, charge_id, True)] and len(charges_of(db, account, key)) == 1
+
+
+def test_ride_stalled_holder_is_fenced_off(service, client, db, account):
+    """The holder stalls past its lease (heartbeat stopped); a retry takes over and completes; the stalled holder
+    then gets 55000 at its next step and answers 409, writing nothing."""
+    need(service, "lease-rides")
+    key = new_key()
+    stall_ms = int(harness.RIDES_LEASE_SECONDS * 1000 * 2.5)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", ride(service, account, key, fault=f"stall={stall_ms}",
+                                                                  timeout=stall_ms / 1000 + 15)))
+    t.start()
+    deadline = time.time() + 10
+    while not charges_of(db, account, key) and time.time() < deadline:
+        time.sleep(0.05)
+    assert charges_of(db, account, key), "the stalled holder never reached its provider call"
+    early = ride(service, account, key)
+    assert_problem(early, 409)  # the lease is live: in progress
+    time.sleep(harness.RIDES_LEASE_SECONDS + 0.5)
+    took_over = ride(service, account, key)
+    b = assert_ride(took_over, account)
+    t.join(timeout=stall_ms / 1000 + 20)
+    assert_problem(out["r"], 409)
+    assert rides_of(db, account, key) == [(b["ride_id"], b["charge_id"], True)]
+    assert len(charges_of(db, account, key)) == 1
+    assert_ride(ride(service, account, key), account, replayed=True)
+
+
+def test_ride_provider_503_is_not_stored(service, client, db, account):
+    need(service, "lease-rides")
+    key = new_key()
+    assert_problem(ride(service, account, key, fault="provider-503"), 503)
+    assert rides_of(db, account, key) == []
+    assert all(status is None for (status,) in stored(db, account, key)), "a 503 was stored"
+    assert_ride(ride(service, account, key), account)
+
+
+# --------------------------------------------------------------------------- last
 
 def test_zz_ledger_has_one_debit_per_key(service, db, account):
     """After all of the above: no key of this service's account was debited twice."""

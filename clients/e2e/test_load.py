@@ -55,7 +55,7 @@ def _parallel(n, fn):
 @pytest.mark.load
 def test_load_through_pgbouncer(bounced, db, capsys):
     svc = bounced
-    account = f"load_{svc.lang}_{uuid.uuid4().hex[:8]}"
+    account = f"load_{svc.lang}_{uuid.uuid4().hex[:8]}".replace("-", "_")  # [a-z0-9_]{1,64}
     hot = [new_key("hot") for _ in range(HOT_KEYS)]
     lock = threading.Lock()
     seen = collections.defaultdict(list)  # key -> [(status, replayed, fault)]

@@ -16,22 +16,43 @@ reqs=$(awk '
     inblock && NF >= 2  { print $1, $2; next }
     /^require[ \t]+[^(]/ { print $2, $3 }' go.mod)
 
+# Debian installs some major-version modules without their /vN suffix (github.com/labstack/echo holds module
+# github.com/labstack/echo/v4). srcdir gives the Debian folder of a module path; a scratch GOPATH entry links the
+# /vN paths to those folders so that the GOPATH-mode lookups below find them.
+srcdir() {
+    if [ -d "$GOCODE/$1" ]; then echo "$GOCODE/$1"; return; fi
+    base=${1%/v[0-9]*}
+    if [ "$base" != "$1" ] && [ -f "$GOCODE/$base/go.mod" ] &&
+        [ "$(awk '$1 == "module" { print $2; exit }' "$GOCODE/$base/go.mod")" = "$1" ]; then
+        echo "$GOCODE/$base"; return
+    fi
+    return 1
+}
+shim=$(mktemp -d)
+trap 'rm -rf "$shim"' EXIT
+for mod in $(echo "$reqs" | awk '{print $1}'); do
+    [ -d "$GOCODE/$mod" ] && continue
+    dir=$(srcdir "$mod") || continue
+    mkdir -p "$shim/src/$(dirname "$mod")"
+    ln -s "$dir" "$shim/src/$mod"
+done
+
 # External packages our code imports (tests included), found in GOPATH mode so no module lookup happens.
 roots=$(GO111MODULE=off GOPATH=/nonexistent go list -e \
         -f '{{join .Imports "\n"}}{{"\n"}}{{join .TestImports "\n"}}{{"\n"}}{{join .XTestImports "\n"}}' ./... |
     grep '\.' | grep -v "^$self" | sort -u)
 # Every non-standard package those need, from the Debian tree.
-pkgs=$(GO111MODULE=off GOPATH="${GOCODE%/src}" go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $roots | sort -u)
+pkgs=$(GO111MODULE=off GOPATH="$shim:${GOCODE%/src}" go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $roots | sort -u)
 
 rm -rf vendor
 mkdir vendor
 : >vendor/modules.txt
 echo "$reqs" | while read -r mod ver; do
     [ -n "$mod" ] || continue
-    [ -f "$GOCODE/$mod/go.mod" ] || [ -d "$GOCODE/$mod" ] || { echo "debian-vendor.sh: $mod not in $GOCODE" >&2; exit 1; }
+    dir=$(srcdir "$mod") || { echo "debian-vendor.sh: $mod not in $GOCODE" >&2; exit 1; }
     mkdir -p "vendor/$(dirname "$mod")"
-    ln -s "$GOCODE/$mod" "vendor/$mod"
-    gover=$(awk '$1 == "go" { print $2; exit }' "$GOCODE/$mod/go.mod" 2>/dev/null || true)
+    ln -s "$dir" "vendor/$mod"
+    gover=$(awk '$1 == "go" { print $2; exit }' "$dir/go.mod" 2>/dev/null || true)
     echo "# $mod $ver" >>vendor/modules.txt
     if [ -n "$gover" ]; then echo "## explicit; go $gover" >>vendor/modules.txt; else echo "## explicit" >>vendor/modules.txt; fi
     # The packages of this module: those under its path that no longer (more specific) required module owns.

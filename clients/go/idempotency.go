@@ -23,6 +23,7 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -60,18 +61,24 @@ type Options struct {
 	ReplayHeaders []string
 	// TxOptions of the transaction (isolation level); the zero value is the server default (READ COMMITTED).
 	TxOptions pgx.TxOptions
-	// MaxBodyBytes limits the request body; 0 means 1 MiB. A bigger body is answered 413.
+	// MaxBodyBytes limits the request body; 0 means 1 MiB (1048576 bytes). A bigger body is answered 413
+	// problem+json request-too-large before any claim (a Content-Length over it without reading the body).
 	MaxBodyBytes int64
 	// ProblemBase prefixes problem types; "" means DefaultProblemBase.
 	ProblemBase string
 	// Logger for database and handler errors; nil means log.Default().
 	Logger *log.Logger
+	// NoPipeline sends BEGIN, idem_claim, idem_complete and COMMIT as four round trips instead of two batches (BEGIN
+	// with the claim, the completion with COMMIT). Only a *pgxpool.Pool or a *pgx.Conn is pipelined; any other DB
+	// runs unpipelined anyway. The handler then gets pgx's own Tx (needed for LargeObjects).
+	NoPipeline bool
 }
 
 // Guard applies the idempotency protocol to handlers.
 type Guard struct {
-	db   DB
-	opts Options
+	db    DB
+	sqlDB *sql.DB
+	opts  Options
 }
 
 // New returns a Guard that begins its transactions on db.
@@ -125,12 +132,14 @@ type ctxKey int
 const (
 	txKey ctxKey = iota
 	stateKey
+	sqlKey
 )
 
 type requestState struct {
-	key, scope string
-	attempt    int
-	err        error
+	key, scope  string
+	attempt     int
+	err         error
+	notExecuted bool
 }
 
 // Tx is the transaction of a guarded request (nil outside one).
@@ -174,6 +183,38 @@ func Fail(ctx context.Context, err error) bool {
 	return ok
 }
 
+// HTTPError is an error a handler returns (or passes to Fail) to answer with a status, the net/http counterpart of
+// a framework's HTTP error (echo.NewHTTPError, gin's AbortWithError): the middleware answers it as problem+json
+// in place of anything the handler wrote, and treats that answer like any other: a status below 500 is stored
+// and committed with the handler's writes, a 5xx rolls back.
+type HTTPError struct {
+	Status int
+	Title  string // "" means the status text
+	Detail string
+	Err    error // the cause, for errors.Is/As and the log
+}
+
+func (e *HTTPError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("HTTP %d: %v", e.Status, e.Err)
+	}
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Detail)
+}
+
+func (e *HTTPError) Unwrap() error { return e.Err }
+
+// NotExecuted marks the guarded request as not executed: the handler refused it before doing anything (a body
+// that fails validation, say) and answers with a 4xx that is sent but not stored. The transaction rolls back,
+// which also frees the key, so the client can correct the request and send it again with the same key (as Stripe
+// does for a request that fails validation). It reports whether ctx belongs to a guarded request.
+func NotExecuted(ctx context.Context) bool {
+	s, ok := ctx.Value(stateKey).(*requestState)
+	if ok {
+		s.notExecuted = true
+	}
+	return ok
+}
+
 // IsRetryable reports whether err carries SQLSTATE 40001 (serialization_failure) or 40P01 (deadlock_detected).
 func IsRetryable(err error) bool {
 	var pg *pgconn.PgError
@@ -198,8 +239,12 @@ const (
 FROM idem_claim($1::text,
                 idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb)),
                 $5::interval, $6::text) AS c`
-	completeSQL = `SELECT idem_complete($1::text, $2::int, $3::jsonb, $4::jsonb, $5::text)`
+	completeSQL = `SELECT idem_complete($1::text, $2::int, $3::jsonb, $4::jsonb, $5::text), $3::jsonb::text`
 )
+
+// Guards reports whether requests with this method go through the protocol (Options.Methods); framework
+// adapters pass the others straight to the handler.
+func (g *Guard) Guards(method string) bool { return g.guarded(method) }
 
 func (g *Guard) guarded(method string) bool {
 	for _, m := range g.opts.Methods {
@@ -235,14 +280,18 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 		g.problem(http.StatusBadRequest, ke.Slug(), title, ke.Reason).Write(w)
 		return
 	}
+	if r.ContentLength > g.opts.MaxBodyBytes {
+		// Refused unread: the server closes the connection rather than drain a body this size.
+		g.tooLarge().Write(w)
+		return
+	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
 	if err != nil {
 		g.problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body", err.Error()).Write(w)
 		return
 	}
 	if int64(len(raw)) > g.opts.MaxBodyBytes {
-		g.problem(http.StatusRequestEntityTooLarge, "request-body-too-large", "Request body too large",
-			fmt.Sprintf("the request body is over %d bytes", g.opts.MaxBodyBytes)).Write(w)
+		g.tooLarge().Write(w)
 		return
 	}
 	if !ValidRequestBody(raw) {
@@ -273,6 +322,10 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 			p.Write(w)
 		case errors.Is(err, errBadBody):
 			g.badBody().Write(w)
+		case errors.Is(err, errNoResponse):
+			g.opts.Logger.Printf("%v", err)
+			g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+				"the handler sent no response; the request was rolled back").Write(w)
 		case errors.As(err, &pe):
 			if pe.Value == http.ErrAbortHandler {
 				panic(pe.Value) // the handler asked net/http to abort the connection
@@ -291,6 +344,11 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 		}
 		return
 	}
+}
+
+func (g *Guard) tooLarge() *Response {
+	return g.problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
+		fmt.Sprintf("the request body is over %d bytes (Options.MaxBodyBytes)", g.opts.MaxBodyBytes))
 }
 
 func (g *Guard) badBody() *Response {
@@ -317,18 +375,20 @@ func rollback(tx pgx.Tx) {
 	_ = tx.Rollback(ctx)
 }
 
+// errNoResponse: the handler returned without writing a status. What the client would get depends on code that
+// runs after the middleware (a framework's error handler, net/http's implicit 200), so nothing is committed.
+var errNoResponse = errors.New("idempotency: the handler returned without writing a response; rolled back")
+
 // attempt runs one transaction. It returns the response to send, or the error that rolled it back.
 func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandlerFunc) (*Response, error) {
 	ctx := r.Context()
-	tx, err := g.db.BeginTx(ctx, g.opts.TxOptions)
+	s, err := g.newSession(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rollback(tx) // after a COMMIT this does nothing
+	defer s.close() // rolls back unless finish committed
 
-	var c ClaimRow
-	err = tx.QueryRow(ctx, claimSQL, in.key, in.method, in.path, string(in.body), g.ttl(), in.scope).
-		Scan(&c.Outcome, &c.HTTPStatus, &c.ResponseBody, &c.ResponseHeaders)
+	c, err := s.claim(ctx, []any{in.key, in.method, in.path, string(in.body), g.ttl(), in.scope})
 	if err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && badBodyCodes[pg.Code] {
@@ -337,32 +397,55 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		return nil, err
 	}
 	if early, err := ClaimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
-		return early, err // replay, mismatch, in_progress: the deferred ROLLBACK ends the transaction
+		return early, err // replay, mismatch, in_progress: close rolls the transaction back
 	}
 
+	tx := s.tx()
 	state := &requestState{key: in.key, scope: in.scope, attempt: attempt}
 	hctx := context.WithValue(context.WithValue(ctx, txKey, tx), stateKey, state)
+	if q := s.querier(); q != nil {
+		hctx = context.WithValue(hctx, sqlKey, q)
+	}
 	hr := r.Clone(hctx)
 	hr.Body = io.NopCloser(bytes.NewReader(in.body))
 	hr.ContentLength = int64(len(in.body))
 	rec := NewRecorder()
-	if err := CallHandler(h, rec, hr, tx); err != nil {
+	err = CallHandler(h, rec, hr, tx)
+	if err == nil {
+		err = state.err
+	}
+	var he *HTTPError
+	if errors.As(err, &he) && !IsRetryable(err) {
+		// The handler's answer is the error's status: rendered here, so that what is stored is what is sent.
+		title := he.Title
+		if title == "" {
+			title = http.StatusText(he.Status)
+		}
+		rec = NewRecorder()
+		g.problem(he.Status, "http-"+strconv.Itoa(he.Status), title, he.Detail).Write(rec)
+		if he.Status >= 500 {
+			g.opts.Logger.Printf("idempotency: %v (rolled back)", err)
+		}
+	} else if err != nil {
 		return nil, err
 	}
-	if state.err != nil {
-		return nil, state.err
+	if !rec.Written() {
+		return nil, errNoResponse
 	}
 	resp := rec.Response()
-	if resp.Status >= 500 {
-		return resp, nil // not cached: the deferred ROLLBACK undoes the handler's writes and frees the key
+	if resp.Status >= 500 || state.notExecuted {
+		// Not stored: close rolls back the handler's writes and the claim, so the key is free for a retry.
+		return resp, nil
 	}
 	body, headers := StoredForm(resp, g.opts.ReplayHeaders)
-	var stored bool
-	if err := tx.QueryRow(ctx, completeSQL, in.key, resp.Status, body, headers, in.scope).Scan(&stored); err != nil {
+	done, err := s.finish(ctx, []any{in.key, resp.Status, body, headers, in.scope})
+	if err != nil {
 		return nil, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
+	if done.canon != nil && body != nil && *body == string(resp.Body) {
+		// A JSON body is stored as jsonb, which normalises white space and key order: the first answer is sent in
+		// the stored form too, so that a replay is byte for byte the response the client first got.
+		resp.Body = []byte(*done.canon)
 	}
 	return resp, nil
 }
@@ -384,6 +467,9 @@ type Recorder struct {
 	body   bytes.Buffer
 }
 
+// Written reports whether the handler wrote a status or a body.
+func (rec *Recorder) Written() bool { return rec.status != 0 }
+
 // NewRecorder returns an empty Recorder.
 func NewRecorder() *Recorder { return &Recorder{header: http.Header{}} }
 
@@ -401,6 +487,10 @@ func (rec *Recorder) Write(b []byte) (int, error) {
 	}
 	return rec.body.Write(b)
 }
+
+// Flush does nothing: the response is buffered until the transaction commits (it exists so that handlers and
+// frameworks that flush, such as echo's Response.Flush, work unchanged).
+func (rec *Recorder) Flush() {}
 
 // Response is the recorded response (status 200 when the handler set none).
 func (rec *Recorder) Response() *Response {

@@ -43,7 +43,7 @@ func ParseKey(values []string) (string, error) {
 		return "", &KeyError{Missing: true, Reason: "the Idempotency-Key header is required"}
 	}
 	if len(values) > 1 {
-		return "", invalid("the Idempotency-Key header must be sent once")
+		return "", invalid("several Idempotency-Keys: the header must be sent once, with one key")
 	}
 	v := strings.Trim(values[0], " \t")
 	if v == "" {
@@ -87,6 +87,9 @@ func parseSFString(v string) (string, *KeyError) {
 			i++
 		case c == '"':
 			if i+1 != len(v) {
+				if rest := strings.TrimLeft(v[i+1:], " \t"); rest != "" && rest[0] == ',' {
+					return "", invalid("several Idempotency-Keys (a comma-separated list): send one key")
+				}
 				return "", invalid("the Idempotency-Key has characters after its closing quote")
 			}
 			return b.String(), nil
@@ -109,7 +112,13 @@ func parseBare(v string) (string, *KeyError) {
 			return "", invalid("the Idempotency-Key contains a control character")
 		case c == '"':
 			return "", invalid("the Idempotency-Key has a quote inside a bare key")
+		case c == ',':
+			// HTTP joins two header lines of a field with a comma: "k1,k2" is two keys.
+			return "", invalid("several Idempotency-Keys (a comma-separated list): send one key")
 		case c == ' ' || c == '\t':
+			if strings.Contains(v[i:], ",") {
+				return "", invalid("several Idempotency-Keys (a comma-separated list): send one key")
+			}
 			return "", invalid("a bare Idempotency-Key must not contain white space (quote it)")
 		case c > 0x7e:
 			return "", invalid("a bare Idempotency-Key must be visible ASCII")

@@ -13,6 +13,7 @@ func TestParseKey(t *testing.T) {
 		key     string
 		missing bool // error, idempotency-key-missing
 		invalid bool // error, idempotency-key-invalid
+		several bool // the detail says several keys
 	}{
 		{name: "absent", values: nil, missing: true},
 		{name: "bare", values: []string{"abc"}, key: "abc"},
@@ -25,7 +26,12 @@ func TestParseKey(t *testing.T) {
 		{name: "both escapes", values: []string{`"\\\""`}, key: `\"`},
 		{name: "surrounding OWS", values: []string{" \t\"abc\"\t "}, key: "abc"},
 		{name: "bare with OWS", values: []string{"  abc "}, key: "abc"},
-		{name: "bare punctuation", values: []string{"a:b/c=d+e,f"}, key: "a:b/c=d+e,f"},
+		{name: "bare punctuation", values: []string{"a:b/c=d+e;f"}, key: "a:b/c=d+e;f"},
+		{name: "comma inside a quoted key", values: []string{`"a,b"`}, key: "a,b"},
+		{name: "two keys joined", values: []string{"k1,k2"}, invalid: true, several: true},
+		{name: "two keys joined with space", values: []string{"k1, k2"}, invalid: true, several: true},
+		{name: "two quoted keys", values: []string{`"k1" , "k2"`}, invalid: true, several: true},
+		{name: "two header lines", values: []string{"k1", "k2"}, invalid: true, several: true},
 		{name: "max length", values: []string{long}, key: long},
 		{name: "max length quoted", values: []string{`"` + long + `"`}, key: long},
 		{name: "empty", values: []string{""}, invalid: true},
@@ -36,7 +42,7 @@ func TestParseKey(t *testing.T) {
 		{name: "unterminated", values: []string{`"abc`}, invalid: true},
 		{name: "trailing after quote", values: []string{`"abc"x`}, invalid: true},
 		{name: "parameters", values: []string{`"abc";a=1`}, invalid: true},
-		{name: "list of strings", values: []string{`"a", "b"`}, invalid: true},
+		{name: "list of strings", values: []string{`"a", "b"`}, invalid: true, several: true},
 		{name: "bad escape", values: []string{`"a\nb"`}, invalid: true},
 		{name: "escape at end", values: []string{`"abc\`}, invalid: true},
 		{name: "control in quoted", values: []string{"\"a\x01b\""}, invalid: true},
@@ -49,7 +55,7 @@ func TestParseKey(t *testing.T) {
 		{name: "non-ASCII bare", values: []string{"caf\u00e9"}, invalid: true},
 		{name: "non-ASCII quoted", values: []string{"\"caf\u00e9\""}, invalid: true},
 		{name: "C1 control", values: []string{"a\u0085b"}, invalid: true},
-		{name: "sent twice", values: []string{"a", "b"}, invalid: true},
+		{name: "sent twice", values: []string{"a", "b"}, invalid: true, several: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -68,6 +74,9 @@ func TestParseKey(t *testing.T) {
 				}
 				if ke.Slug() != want {
 					t.Fatalf("slug %q, want %q", ke.Slug(), want)
+				}
+				if tc.several != strings.Contains(ke.Reason, "several") {
+					t.Fatalf("ParseKey(%q): reason %q; several keys: %v", tc.values, ke.Reason, tc.several)
 				}
 				return
 			}

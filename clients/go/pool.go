@@ -7,12 +7,17 @@ import (
 	"github.com/jackc/pgx/v4/pgxpool"
 )
 
+// DefaultPoolSize is the pool's size when the URL has no pool_max_conns.
+const DefaultPoolSize = 8
+
 // ParsePoolConfig parses a libpq URI or key=value string into a pgxpool configuration that works through PgBouncer
 // in transaction pooling mode (1.18 and older keep no prepared statements across transactions):
 //
 //   - the simple query protocol (PreferSimpleProtocol), so no named server-side prepared statement is created;
 //     pgx interpolates the parameters client-side, with standard_conforming_strings on;
-//   - no statement cache.
+//   - no statement cache;
+//   - DefaultPoolSize connections (pool_max_conns), all kept open (pool_min_conns = pool_max_conns), unless the
+//     URL sets them.
 //
 // A connection string that says prefer_simple_protocol=false (for a direct connection to PostgreSQL) keeps pgx's
 // default, the extended protocol with a statement cache. Nothing here sets session state.
@@ -24,6 +29,15 @@ func ParsePoolConfig(connString string) (*pgxpool.Config, error) {
 	if !strings.Contains(connString, "prefer_simple_protocol") {
 		cfg.ConnConfig.PreferSimpleProtocol = true
 		cfg.ConnConfig.BuildStatementCache = nil
+	}
+	// A claimed request holds a connection for its whole transaction, and a duplicate must get its 409 at once:
+	// opening a connection (a new backend) on demand can take longer than the answer itself on a busy server.
+	// So unless the URL says otherwise the pool is DefaultPoolSize connections, all kept open.
+	if !strings.Contains(connString, "pool_max_conns") {
+		cfg.MaxConns = DefaultPoolSize
+	}
+	if !strings.Contains(connString, "pool_min_conns") {
+		cfg.MinConns = cfg.MaxConns
 	}
 	return cfg, nil
 }

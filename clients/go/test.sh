@@ -11,7 +11,7 @@
 set -eu
 cd "$(dirname "$0")"
 
-PACKAGES="golang-go golang-github-jackc-pgx-v4-dev curl"
+PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-labstack-echo-dev golang-github-gin-gonic-gin-dev golang-github-go-chi-chi-dev curl postgresql-client"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -43,12 +43,14 @@ go test -count=1 -v ./... || status=1
 if [ -n "${IDEM_TEST_DATABASE_URL:-}" ]; then
     echo "=== smoke test of bin/payments"
     port=${SMOKE_PORT:-55459}
+    base=http://127.0.0.1:$port
     log=$(mktemp)
-    PORT=$port DATABASE_URL=$IDEM_TEST_DATABASE_URL PAYMENTS_FAULTS=1 bin/payments >"$log" 2>&1 &
-    pid=$!
-    trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-    smoke() {
-        base=http://127.0.0.1:$port
+    pid=
+    trap '[ -z "$pid" ] || kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
+    start() {  # the service with faults on and a 1-s lease for POST /rides; waits for /healthz
+        PORT=$port DATABASE_URL=$IDEM_TEST_DATABASE_URL PAYMENTS_FAULTS=1 RIDES_LEASE_SECONDS=1 \
+            bin/payments >>"$log" 2>&1 &
+        pid=$!
         i=0
         until curl -fsS "$base/healthz" >/dev/null 2>&1; do
             i=$((i + 1))
@@ -56,17 +58,42 @@ if [ -n "${IDEM_TEST_DATABASE_URL:-}" ]; then
             kill -0 $pid 2>/dev/null || { echo "bin/payments exited"; cat "$log"; return 1; }
             sleep 0.1
         done
+    }
+    post() {  # post PATH KEY [curl args]: prints the status line and headers
+        path=$1 k=$2
+        shift 2
+        curl -sS -o /dev/null -D - -X POST "$base$path" -H "Authorization: Bearer $acct" \
+            -H "Idempotency-Key: $k" -H 'Content-Type: application/json' "$@" \
+            -d '{"amount_cents": 10000, "currency": "USD"}'
+    }
+    counts() {  # provider charges, rides, receipts of $acct
+        psql "$IDEM_TEST_DATABASE_URL" -Atc "SELECT (SELECT count(*) FROM provider_charges WHERE account = '$acct'),
+            (SELECT count(*) FROM rides WHERE account = '$acct'), (SELECT count(*) FROM receipts WHERE account = '$acct')" |
+            tr '|' ' '
+    }
+    smoke() {
+        start || return 1
         key="smoke-$(date +%s%N)"
         acct="smoke_$(date +%s%N)"
-        post() {
-            curl -sS -o /dev/null -D - -X POST "$base/payments" -H "Authorization: Bearer $acct" \
-                -H "Idempotency-Key: $key" -H 'Content-Type: application/json' "$@" \
-                -d '{"amount_cents": 10000, "currency": "USD"}'
-        }
-        post -H 'X-Fault: 503' | head -1 | grep -q ' 503' || { echo "fault 503 not answered 503"; return 1; }
-        post | head -1 | grep -q ' 201' || { echo "first POST not 201"; return 1; }
-        post | grep -qi '^idempotent-replayed: true' || { echo "retry not replayed"; return 1; }
+        post /payments "$key" -H 'X-Fault: 503' | head -1 | grep -q ' 503' || { echo "fault 503 not answered 503"; return 1; }
+        post /payments "$key" | head -1 | grep -q ' 201' || { echo "first POST not 201"; return 1; }
+        post /payments "$key" | grep -qi '^idempotent-replayed: true' || { echo "retry not replayed"; return 1; }
         echo "smoke test: 503 not cached, 201, replay: ok"
+        # A killed service (lease mode): the process exits after the provider call, or after the first step's
+        # checkpoint; restarted, the retry takes the lease over once it ran out and resumes: one charge, one ride,
+        # one receipt per key.
+        for fault in crash-after-charge crash-after-checkpoint; do
+            key="ride-$(date +%s%N)"
+            post /rides "$key" -H "X-Fault: $fault" >/dev/null 2>&1
+            wait $pid
+            code=$?
+            [ $code -eq 70 ] || { echo "$fault: the service exited $code, not 70"; cat "$log"; return 1; }
+            start || return 1
+            sleep 1.5 # the dead holder's 1-s lease runs out
+            post /rides "$key" | head -1 | grep -q ' 201' || { echo "$fault: the retry was not 201"; cat "$log"; return 1; }
+        done
+        [ "$(counts)" = "2 2 2" ] || { echo "after two crashes: charges, rides, receipts = $(counts), want 2 2 2"; return 1; }
+        echo "smoke test: killed after the charge / after the checkpoint, resumed by the retry, charged once: ok"
     }
     smoke || status=1
     kill $pid 2>/dev/null || true

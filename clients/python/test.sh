@@ -6,7 +6,10 @@ set -eu
 cd "$(dirname "$0")"
 
 PY=/usr/bin/python3
-PACKAGES="python3-psycopg python3-psycopg-pool python3-pytest python3-waitress"
+# The library needs psycopg (+ pool); its adapters and the sample services: Starlette/FastAPI + uvicorn + httpx
+# (tests), SQLAlchemy and Django on psycopg2.
+PACKAGES="python3-psycopg python3-psycopg-pool python3-pytest python3-waitress python3-starlette python3-fastapi
+    python3-uvicorn python3-httpx python3-anyio python3-sqlalchemy python3-psycopg2 python3-django python3-build"
 
 missing=""
 for p in $PACKAGES; do

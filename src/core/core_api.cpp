@@ -1,33 +1,23 @@
-// The C facade over the core: the single place where C++ exceptions stop.
+// The C facade over the core: the single place where C++ exceptions stop. Every function is noexcept, as
+// idem_core.h declares it; those that can throw inside run their body through guarded() (errors.hpp).
 #include <cstring>
-#include <exception>
-#include <new>
-#include <stdexcept>
 
+#include "errors.hpp"
 #include "hex.hpp"
 #include "idem_core.h"
 #include "outcome.hpp"
 #include "sha256.hpp"
 #include "text_rules.hpp"
 
+#ifdef PG_VERSION_NUM
+#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
+#endif
+
+using idem::core::guarded;
 using idem::core::Sha256;
 using idem::core::Sha256Digest;
 
 namespace {
-
-// Runs body and turns any exception into a status; nothing escapes into C.
-template <typename Body>
-IdemStatus guarded(Body&& body) noexcept {
-    try {
-        return body();
-    } catch (const std::bad_alloc&) {
-        return IDEM_ERR_INTERNAL;
-    } catch (const std::runtime_error&) {
-        return IDEM_ERR_CRYPTO;
-    } catch (...) {
-        return IDEM_ERR_INTERNAL;
-    }
-}
 
 void copy_digest(const Sha256Digest& digest, uint8_t out[IDEM_SHA256_BYTES]) {
     std::memcpy(out, digest.data(), digest.size());
@@ -37,7 +27,9 @@ void copy_digest(const Sha256Digest& digest, uint8_t out[IDEM_SHA256_BYTES]) {
 
 extern "C" {
 
-const char* idem_core_status_message(IdemStatus status) {
+// The one text of each status: the SQL layer reports an argument's as "idempotency <argument> <text>"
+// and a failure as "idempotency: <text>" (src/sql_args.c); the regression tests' expected output holds them.
+const char* idem_core_status_message(IdemStatus status) noexcept {
     switch (status) {
         case IDEM_OK: return "ok";
         case IDEM_ERR_EMPTY: return "must not be empty";
@@ -52,15 +44,23 @@ const char* idem_core_status_message(IdemStatus status) {
     return "unknown status";
 }
 
-IdemStatus idem_core_validate_key(const char* key, size_t len) {
+IdemStatus idem_core_validate_key(const char* key, size_t len) noexcept {
     return guarded([&] { return idem::core::validate_key({key, len}); });
 }
 
-IdemStatus idem_core_validate_scope(const char* scope, size_t len) {
+IdemStatus idem_core_validate_scope(const char* scope, size_t len) noexcept {
     return guarded([&] { return idem::core::validate_scope({scope, len}); });
 }
 
-IdemStatus idem_core_parse_sha256_hex(const char* hex, size_t len, uint8_t out[IDEM_SHA256_BYTES]) {
+IdemStatus idem_core_check_controls(const char* utf8, size_t len) noexcept {
+    return guarded([&] {
+        return idem::core::find_control_character({utf8, len}) == std::string_view::npos ? IDEM_OK
+                                                                                          : IDEM_ERR_CONTROL_CHAR;
+    });
+}
+
+IdemStatus idem_core_parse_sha256_hex(const char* hex, size_t len,
+                                      uint8_t out[IDEM_SHA256_BYTES]) noexcept {
     return guarded([&] {
         Sha256Digest digest{};
         const IdemStatus status = idem::core::parse_sha256_hex({hex, len}, digest);
@@ -70,13 +70,14 @@ IdemStatus idem_core_parse_sha256_hex(const char* hex, size_t len, uint8_t out[I
     });
 }
 
-void idem_core_sha256_to_hex(const uint8_t digest[IDEM_SHA256_BYTES], char out[IDEM_SHA256_HEX_CHARS]) {
+void idem_core_sha256_to_hex(const uint8_t digest[IDEM_SHA256_BYTES],
+                             char out[IDEM_SHA256_HEX_CHARS]) noexcept {
     Sha256Digest copy{};
     std::memcpy(copy.data(), digest, copy.size());
     idem::core::sha256_to_hex(copy, out);
 }
 
-IdemStatus idem_core_sha256(const void* data, size_t len, uint8_t out[IDEM_SHA256_BYTES]) {
+IdemStatus idem_core_sha256(const void* data, size_t len, uint8_t out[IDEM_SHA256_BYTES]) noexcept {
     return guarded([&] {
         copy_digest(idem::core::sha256(data, len), out);
         return IDEM_OK;
@@ -84,7 +85,7 @@ IdemStatus idem_core_sha256(const void* data, size_t len, uint8_t out[IDEM_SHA25
 }
 
 IdemStatus idem_core_key_identity(const char* scope, size_t scope_len, const char* key, size_t key_len,
-                                  uint8_t out[IDEM_SHA256_BYTES]) {
+                                  uint8_t out[IDEM_SHA256_BYTES]) noexcept {
     return guarded([&] {
         // Length prefixes keep ("a","bc") and ("ab","c") apart.
         const uint32_t lengths[2] = {static_cast<uint32_t>(scope_len), static_cast<uint32_t>(key_len)};
@@ -98,23 +99,23 @@ IdemStatus idem_core_key_identity(const char* scope, size_t scope_len, const cha
     });
 }
 
-uint64_t idem_core_lock_tag(const uint8_t identity[IDEM_SHA256_BYTES]) {
+uint64_t idem_core_lock_tag(const uint8_t identity[IDEM_SHA256_BYTES]) noexcept {
     uint64_t tag = 0;
     for (int i = 0; i < 8; ++i)
         tag = (tag << 8) | identity[i];
     return tag;
 }
 
-IdemClaimOutcome idem_core_decide_claim(const IdemClaimFacts* facts) {
+IdemClaimOutcome idem_core_decide_claim(const IdemClaimFacts* facts) noexcept {
     return idem::core::decide_claim(*facts);
 }
 
 IdemCompletion idem_core_decide_completion(int32_t http_status, uint64_t response_bytes,
-                                           uint64_t max_response_bytes) {
+                                           uint64_t max_response_bytes) noexcept {
     return idem::core::decide_completion(http_status, response_bytes, max_response_bytes);
 }
 
-const char* idem_core_outcome_name(IdemClaimOutcome outcome) {
+const char* idem_core_outcome_name(IdemClaimOutcome outcome) noexcept {
     switch (outcome) {
         case IDEM_OUTCOME_CLAIMED: return "claimed";
         case IDEM_OUTCOME_REPLAY: return "replay";

@@ -2,10 +2,13 @@
  * idem_core.h: the C interface of the idempotency core.
  *
  * This header is the one error boundary between the C++17 core and the
- * PostgreSQL layer. Every function here is implemented in C++ but declared
- * noexcept in effect: each catches every exception and reports it as a status
- * code. No PostgreSQL header is included on either side of it, and the core
- * never calls into PostgreSQL, so no ERROR can longjmp over a C++ frame.
+ * PostgreSQL layer. Every function here is implemented in C++ and declared
+ * noexcept (IDEM_CORE_NOEXCEPT, empty for C): each catches every exception and
+ * reports it as a status code, and an exception that got past would end the
+ * process at the boundary rather than unwind through C frames. No PostgreSQL
+ * header is included on either side of it (every core file refuses them), and
+ * the core never calls into PostgreSQL, so no ERROR can longjmp over a C++
+ * frame.
  */
 #ifndef IDEM_CORE_H
 #define IDEM_CORE_H
@@ -14,8 +17,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The C layer includes this header after postgres.h; C++ including it after a PostgreSQL header is the core doing so. */
+#if defined(__cplusplus) && defined(PG_VERSION_NUM)
+#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
+#endif
+
 #ifdef __cplusplus
+#define IDEM_CORE_NOEXCEPT noexcept
 extern "C" {
+#else
+#define IDEM_CORE_NOEXCEPT
 #endif
 
 #define IDEM_SHA256_BYTES 32
@@ -87,25 +98,33 @@ typedef struct IdemClaimFacts
 	IdemStoredRow row;
 } IdemClaimFacts;
 
-const char *idem_core_status_message(IdemStatus status);
+/* What is wrong with an argument, to follow its name ("must not be empty"), or what failed in the core. */
+const char *idem_core_status_message(IdemStatus status) IDEM_CORE_NOEXCEPT;
 
 /* Keys: 1..255 bytes, no C0/C1 control character and no DEL. */
-IdemStatus	idem_core_validate_key(const char *key, size_t len);
+IdemStatus	idem_core_validate_key(const char *key, size_t len) IDEM_CORE_NOEXCEPT;
 
 /* Scopes: 0..255 bytes, same character rule as keys. */
-IdemStatus	idem_core_validate_scope(const char *scope, size_t len);
+IdemStatus	idem_core_validate_scope(const char *scope, size_t len) IDEM_CORE_NOEXCEPT;
+
+/*
+ * The character rule alone, on UTF-8 text: IDEM_ERR_CONTROL_CHAR for a C0 or C1
+ * control or DEL. The PostgreSQL layer applies it to a key or scope converted to
+ * UTF-8 when the database encoding is another one.
+ */
+IdemStatus	idem_core_check_controls(const char *utf8, size_t len) IDEM_CORE_NOEXCEPT;
 
 /* 64 hexadecimal digits, either case, into 32 bytes. */
 IdemStatus	idem_core_parse_sha256_hex(const char *hex, size_t len,
-									   uint8_t out[IDEM_SHA256_BYTES]);
+									   uint8_t out[IDEM_SHA256_BYTES]) IDEM_CORE_NOEXCEPT;
 
 /* Lowercase hex of a 32-byte digest, not NUL-terminated. */
 void		idem_core_sha256_to_hex(const uint8_t digest[IDEM_SHA256_BYTES],
-									char out[IDEM_SHA256_HEX_CHARS]);
+									char out[IDEM_SHA256_HEX_CHARS]) IDEM_CORE_NOEXCEPT;
 
 /* SHA-256 of one buffer (OpenSSL EVP). */
 IdemStatus	idem_core_sha256(const void *data, size_t len,
-							 uint8_t out[IDEM_SHA256_BYTES]);
+							 uint8_t out[IDEM_SHA256_BYTES]) IDEM_CORE_NOEXCEPT;
 
 /*
  * The identity of a key within its scope: SHA-256 over the length-prefixed
@@ -113,18 +132,18 @@ IdemStatus	idem_core_sha256(const void *data, size_t len,
  */
 IdemStatus	idem_core_key_identity(const char *scope, size_t scope_len,
 								   const char *key, size_t key_len,
-								   uint8_t out[IDEM_SHA256_BYTES]);
+								   uint8_t out[IDEM_SHA256_BYTES]) IDEM_CORE_NOEXCEPT;
 
 /* The 64-bit lock tag derived from a key identity. */
-uint64_t	idem_core_lock_tag(const uint8_t identity[IDEM_SHA256_BYTES]);
+uint64_t	idem_core_lock_tag(const uint8_t identity[IDEM_SHA256_BYTES]) IDEM_CORE_NOEXCEPT;
 
-IdemClaimOutcome idem_core_decide_claim(const IdemClaimFacts *facts);
+IdemClaimOutcome idem_core_decide_claim(const IdemClaimFacts *facts) IDEM_CORE_NOEXCEPT;
 
 IdemCompletion idem_core_decide_completion(int32_t http_status,
 										   uint64_t response_bytes,
-										   uint64_t max_response_bytes);
+										   uint64_t max_response_bytes) IDEM_CORE_NOEXCEPT;
 
-const char *idem_core_outcome_name(IdemClaimOutcome outcome);
+const char *idem_core_outcome_name(IdemClaimOutcome outcome) IDEM_CORE_NOEXCEPT;
 
 #ifdef __cplusplus
 }

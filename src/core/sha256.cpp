@@ -2,7 +2,11 @@
 
 #include <openssl/evp.h>
 
-#include <stdexcept>
+#include "errors.hpp"
+
+#ifdef PG_VERSION_NUM
+#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
+#endif
 
 namespace idem::core {
 
@@ -12,13 +16,13 @@ namespace {
 const EVP_MD* sha256_method() {
     static const EVP_MD* method = EVP_MD_fetch(nullptr, "SHA256", nullptr);
     if (method == nullptr)
-        throw std::runtime_error("OpenSSL has no SHA256 implementation");
+        throw OpenSslError("OpenSSL has no SHA256 implementation");
     return method;
 }
 
 void check(int ok, const char* what) {
     if (ok != 1)
-        throw std::runtime_error(what);
+        throw OpenSslError(what);
 }
 
 }  // namespace
@@ -27,7 +31,7 @@ void Sha256::FreeContext::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
     if (!ctx_)
-        throw std::runtime_error("EVP_MD_CTX_new failed");
+        throw OpenSslError("EVP_MD_CTX_new failed");
     reset();
 }
 
@@ -51,7 +55,7 @@ Sha256Digest Sha256::finish() {
     unsigned int written = 0;
     check(EVP_DigestFinal_ex(ctx_.get(), digest.data(), &written), "EVP_DigestFinal_ex failed");
     if (written != digest.size())
-        throw std::runtime_error("SHA-256 digest has an unexpected length");
+        throw OpenSslError("SHA-256 digest has an unexpected length");
     return digest;
 }
 

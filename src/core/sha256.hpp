@@ -4,7 +4,12 @@
 #include <cstddef>
 #include <memory>
 
+#include "errors.hpp"
 #include "hex.hpp"
+
+#ifdef PG_VERSION_NUM
+#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
+#endif
 
 struct evp_md_ctx_st;
 
@@ -13,7 +18,7 @@ namespace idem::core {
 // One running digest. Owns its EVP context; movable, not copyable.
 class Sha256 {
 public:
-    Sha256();  // throws std::runtime_error when OpenSSL cannot start a digest
+    Sha256();  // throws OpenSslError when OpenSSL cannot start a digest
     void update(const void* data, std::size_t len);
     Sha256Digest finish();
     // Starts a new digest on the same context: no allocation.

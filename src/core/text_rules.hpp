@@ -6,8 +6,8 @@
 
 #include "idem_core.h"
 
-#ifdef POSTGRES_H
-static_assert(false, "the core must not include PostgreSQL headers");
+#ifdef PG_VERSION_NUM
+#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
 #endif
 
 namespace idem::core {

@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(89);
+SELECT plan(96);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -118,8 +118,9 @@ SELECT function_privs_are('public', 'idem_hash', ARRAY['text'], 'public', ARRAY[
 -- The extension owns its objects and pg_dump keeps the keys.
 SELECT is(
     (SELECT extconfig FROM pg_extension WHERE extname = 'idempotency'),
-    ARRAY['public.idempotency_keys'::regclass::oid, 'public.idempotency_keys_partitioned_default'::regclass::oid],
-    'the keys of both storage modes are dumped by pg_dump');
+    ARRAY['public.idempotency_keys'::regclass::oid, 'public.idempotency_keys_partitioned_default'::regclass::oid,
+          'public.idempotency_fencing_numbers'::regclass::oid],
+    'the keys of both storage modes and the fencing numbers'' position are dumped by pg_dump');
 SELECT is(
     (SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'), false,
     'the extension is not relocatable (its C code finds the table in its own schema)');
@@ -181,7 +182,7 @@ SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_claim'), 1,
           'idem_claim has one signature: untyped calls from 1.0 clients stay unambiguous');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_complete'), 1,
           'idem_complete has one signature');
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '1.1', 'a fresh install is at 1.1');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '1.2', 'a fresh install is at 1.2');
 
 -- 1.1: keys in flight, for operators. Both run as the caller (privileges and row level security of the key
 -- table apply inside), so PUBLIC may execute them.
@@ -203,6 +204,38 @@ SELECT is(
 SELECT volatility_is('public', 'idem_keys_in_flight', ARRAY[]::text[], 'volatile');
 SELECT function_privs_are('public', 'idem_keys_in_flight', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('public', 'idem_keys_in_flight_claims', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
+
+-- 1.2: nothing bound by name at call time, counters for operators only, fencing numbers.
+SELECT is(
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
+     JOIN pg_extension e ON e.oid = d.refobjid
+     WHERE e.extname = 'idempotency' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'sql')
+       AND p.prosqlbody IS NULL),
+    NULL, 'every SQL-language function has a BEGIN ATOMIC body, bound when created');
+SELECT is(
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
+     JOIN pg_extension e ON e.oid = d.refobjid
+     WHERE e.extname = 'idempotency' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
+       AND (p.prosrc LIKE '%public.%' OR p.prosrc NOT LIKE '%pg_catalog.pg_extension e%')),
+    NULL, 'no PL/pgSQL body names the schema; each finds it by OID through pg_extension');
+SELECT is(
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
+     JOIN pg_extension e ON e.oid = d.refobjid
+     WHERE e.extname = 'idempotency' AND p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
+       AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)),
+    NULL, 'every SQL and PL/pgSQL function pins search_path to pg_catalog, pg_temp');
+SELECT function_privs_are('public', 'idem_stats_read', ARRAY[]::text[], 'public', ARRAY[]::text[],
+                          'idem_stats_read() is not executable by PUBLIC');
+SELECT function_privs_are('public', 'idem_stats_read', ARRAY[]::text[], 'pg_monitor', ARRAY['EXECUTE']);
+SELECT table_privs_are('public', 'idem_stats', 'pg_monitor', ARRAY['SELECT']);
+SELECT is(
+    (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+     WHERE a.attrelid = (SELECT typrelid FROM pg_type WHERE typname = 'idem_lease_result')
+       AND a.attname = 'fencing_number'),
+    'bigint', 'idem_lease returns a bigint fencing_number');
 
 SELECT * FROM finish();
 ROLLBACK;

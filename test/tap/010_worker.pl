@@ -118,7 +118,10 @@ $node->safe_psql('appdb', q{
 	CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN RAISE EXCEPTION 'idem test: delete refused'; END $$;
 	CREATE TRIGGER refuse_delete BEFORE DELETE ON idempotency_keys
-		FOR EACH ROW EXECUTE FUNCTION refuse_delete()});
+		FOR EACH ROW EXECUTE FUNCTION refuse_delete();
+	-- The sweep fires no ordinary trigger (session_replication_role = replica); one its owner enables ALWAYS
+	-- fires, as the owner.
+	ALTER TABLE idempotency_keys ENABLE ALWAYS TRIGGER refuse_delete});
 my $err_from = -s $node->logfile;
 $node->insert_expired('appdb', 'refused', 20);
 $node->insert_expired('noext', 'after', 20);
@@ -266,7 +269,8 @@ $node->safe_psql('appdb', q{
 	CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN PERFORM pg_sleep(0.1); RETURN OLD; END $$;
 	CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_keys
-		FOR EACH ROW EXECUTE FUNCTION slow_delete()});
+		FOR EACH ROW EXECUTE FUNCTION slow_delete();
+	ALTER TABLE idempotency_keys ENABLE ALWAYS TRIGGER slow_delete});
 $node->insert_expired('appdb', 'sleepy', 1000);    # a 100 s sweep
 ok(defined $node->wait_until('postgres', q{
 		SELECT count(*) = 1 FROM pg_stat_activity

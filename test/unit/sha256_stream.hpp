@@ -1,36 +1,20 @@
 // Incremental SHA-256 as a C-style stream, for the unit tests and the fuzz target only:
 // the extension hashes whole buffers (idem_core_sha256, idem_core_key_identity) and
 // exports no stream. A thin layer over the core's Sha256 class; exceptions become
-// the statuses the core's C facade gives them (runtime_error: crypto, any other: internal).
+// statuses through the core's own guarded() (errors.hpp), as in its C facade.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 
+#include "errors.hpp"
 #include "idem_core.h"
 #include "sha256.hpp"
 
 struct Sha256Stream {
     idem::core::Sha256 digest;
 };
-
-namespace sha256_stream_detail {
-
-template <typename Body>
-IdemStatus guarded(Body&& body) noexcept {
-    try {
-        body();
-        return IDEM_OK;
-    } catch (const std::runtime_error&) {
-        return IDEM_ERR_CRYPTO;
-    } catch (...) {
-        return IDEM_ERR_INTERNAL;
-    }
-}
-
-}  // namespace sha256_stream_detail
 
 // nullptr when the digest cannot be started.
 inline Sha256Stream* sha256_stream_begin() {
@@ -42,14 +26,18 @@ inline Sha256Stream* sha256_stream_begin() {
 }
 
 inline IdemStatus sha256_stream_update(Sha256Stream* stream, const void* data, std::size_t len) {
-    return sha256_stream_detail::guarded([&] { stream->digest.update(data, len); });
+    return idem::core::guarded([&] {
+        stream->digest.update(data, len);
+        return IDEM_OK;
+    });
 }
 
 // Writes the digest and frees the stream, whatever the result.
 inline IdemStatus sha256_stream_finish(Sha256Stream* stream, std::uint8_t out[IDEM_SHA256_BYTES]) {
-    const IdemStatus status = sha256_stream_detail::guarded([&] {
+    const IdemStatus status = idem::core::guarded([&] {
         const idem::core::Sha256Digest digest = stream->digest.finish();
         std::memcpy(out, digest.data(), digest.size());
+        return IDEM_OK;
     });
     delete stream;
     return status;

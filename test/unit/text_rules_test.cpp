@@ -93,3 +93,17 @@ TEST(ValidateText, OtherUtf8IsAccepted) {
     expect_both("\xe4\xb8\xad\xe6\x96\x87", IDEM_OK);  // "中文"
     expect_both("\xc2\xc2\xa0", IDEM_OK);      // a C2 followed by C2 is not a control
 }
+
+// The character rule alone (1.2), which the PostgreSQL layer applies to text converted to UTF-8 from another
+// server encoding: no length limit, the same controls.
+TEST(CheckControls, SameControlsAsKeysWithoutLengthLimit) {
+    auto check = [](const std::string& s) { return idem_core_check_controls(s.data(), s.size()); };
+    EXPECT_EQ(check(""), IDEM_OK);
+    EXPECT_EQ(check(std::string(1000, 'a')), IDEM_OK);
+    EXPECT_EQ(check("caf\xc3\xa9"), IDEM_OK);
+    for (int byte = 0; byte < 0x20; ++byte)
+        EXPECT_EQ(check(std::string("ab") + static_cast<char>(byte)), IDEM_ERR_CONTROL_CHAR) << byte;
+    EXPECT_EQ(check("a\x7f"), IDEM_ERR_CONTROL_CHAR);
+    for (int second = 0x80; second <= 0x9f; ++second)
+        EXPECT_EQ(check(std::string("next\xc2") + static_cast<char>(second)), IDEM_ERR_CONTROL_CHAR) << second;
+}

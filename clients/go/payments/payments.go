@@ -13,9 +13,16 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"example.com/idempotency"
+	"example.com/idempotency/echoidem"
+	"example.com/idempotency/ginidem"
+	"github.com/gin-gonic/gin"
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/labstack/echo/v4"
 )
 
 var (
@@ -30,7 +37,16 @@ type Config struct {
 	Faults bool
 	// Logger; nil means log.Default().
 	Logger *log.Logger
+	// Framework serving POST /payments: "" or "net/http" (Guard.HandleTx), "chi" (Guard.Middleware on a chi
+	// router), "echo" (echoidem.Middleware), "gin" (ginidem.Handle). Methods, paths and authentication are
+	// checked in front of it alike for all four.
+	Framework string
+	// RidesLease is the lease length of POST /rides (RIDES_LEASE_SECONDS); 0 means 30 s.
+	RidesLease time.Duration
 }
+
+// Frameworks are the values of Config.Framework.
+var Frameworks = []string{"net/http", "chi", "echo", "gin"}
 
 type ctxKey struct{}
 
@@ -68,21 +84,27 @@ func authenticate(next http.Handler) http.Handler {
 }
 
 func onlyMethod(method string, next http.Handler) http.Handler {
+	return onlyMethods([]string{method}, next)
+}
+
+func onlyMethods(methods []string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method {
-			p := problem(http.StatusMethodNotAllowed, "method-not-allowed", "Method Not Allowed",
-				r.Method+" is not allowed here")
-			p.Header.Set("Allow", method)
-			p.Write(w)
-			return
+		for _, m := range methods {
+			if r.Method == m {
+				next.ServeHTTP(w, r)
+				return
+			}
 		}
-		next.ServeHTTP(w, r)
+		p := problem(http.StatusMethodNotAllowed, "method-not-allowed", "Method Not Allowed",
+			r.Method+" is not allowed here")
+		p.Header.Set("Allow", strings.Join(methods, ", "))
+		p.Write(w)
 	})
 }
 
 // NewHandler is the service's HTTP handler over db (a *pgxpool.Pool configured with
 // idempotency.ParsePoolConfig).
-func NewHandler(db idempotency.DB, cfg Config) http.Handler {
+func NewHandler(db idempotency.DB, cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = log.Default()
 	}
@@ -91,18 +113,97 @@ func NewHandler(db idempotency.DB, cfg Config) http.Handler {
 		Scope:         func(r *http.Request) string { return Account(r.Context()) },
 		ReplayHeaders: []string{"Content-Type", "Location"},
 		Logger:        cfg.Logger,
+		MaxBodyBytes:  MaxBodyBytes,
 	})
+	payments, err := s.paymentsHandler(guard)
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/healthz", onlyMethod(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/healthz", onlyMethods([]string{http.MethodGet, http.MethodHead}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	})))
-	mux.Handle("/payments", onlyMethod(http.MethodPost, authenticate(guard.HandleTx(s.createPayment))))
+	mux.Handle("/payments", onlyMethod(http.MethodPost, authenticate(payments)))
+	if pool, ok := db.(*pgxpool.Pool); ok {
+		mux.Handle("/rides", onlyMethod(http.MethodPost, authenticate(s.ridesHandler(pool))))
+	}
 	mux.Handle("/payments-unprotected", onlyMethod(http.MethodPost, authenticate(http.HandlerFunc(s.unprotected))))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, "not-found", "Not Found", r.URL.Path+" is not a resource here").Write(w)
 	}))
-	return mux
+	return mux, nil
+}
+
+// MaxBodyBytes is the request body limit of every route (CONTRACT.md "body-limit"): 1 MiB.
+const MaxBodyBytes = 1 << 20
+
+// paymentsHandler serves POST /payments with the framework of the configuration. Each answers the X-Fault
+// throw-<status> with its own framework's error, raised after the ledger insert.
+func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error) {
+	switch s.cfg.Framework {
+	case "", "net/http":
+		return guard.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+			thrown, err := s.createPayment(w, r, tx)
+			if thrown != 0 {
+				return &idempotency.HTTPError{Status: thrown, Detail: "thrown by the handler"}
+			}
+			return err
+		}), nil
+	case "chi":
+		r := chi.NewRouter()
+		r.With(guard.Middleware).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
+			ctx := r.Context()
+			thrown, err := s.createPayment(w, r, idempotency.Tx(ctx))
+			if thrown != 0 {
+				err = &idempotency.HTTPError{Status: thrown, Detail: "thrown by the handler"}
+			}
+			if err != nil {
+				idempotency.Fail(ctx, err)
+			}
+		})
+		return r, nil
+	case "echo":
+		e := echo.New()
+		e.HideBanner, e.HidePort = true, true
+		// Errors as problem+json, like the other routes (echo's default writes {"message": ...}); echoidem runs
+		// this inside the transaction, so the status it picks is the status stored.
+		e.HTTPErrorHandler = func(err error, c echo.Context) {
+			if c.Response().Committed {
+				return
+			}
+			var he *echo.HTTPError
+			if errors.As(err, &he) {
+				problem(he.Code, "http-"+strconv.Itoa(he.Code), http.StatusText(he.Code), fmt.Sprint(he.Message)).Write(c.Response())
+				return
+			}
+			s.cfg.Logger.Printf("payments: %v", err)
+			problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+				"the request failed and was rolled back").Write(c.Response())
+		}
+		e.POST("/payments", func(c echo.Context) error {
+			thrown, err := s.createPayment(c.Response(), c.Request(), idempotency.Tx(c.Request().Context()))
+			if thrown != 0 {
+				return echo.NewHTTPError(thrown, "thrown by the handler")
+			}
+			return err
+		}, echoidem.Middleware(guard))
+		return e, nil
+	case "gin":
+		gin.SetMode(gin.ReleaseMode)
+		r := gin.New()
+		r.POST("/payments", ginidem.Handle(guard, func(c *gin.Context) {
+			thrown, err := s.createPayment(c.Writer, c.Request, idempotency.Tx(c.Request.Context()))
+			switch {
+			case err != nil:
+				_ = c.Error(err)
+			case thrown != 0:
+				_ = c.AbortWithError(thrown, errors.New("thrown by the handler"))
+			}
+		}))
+		return r, nil
+	}
+	return nil, fmt.Errorf("payments: unknown framework %q (one of %s)", s.cfg.Framework, strings.Join(Frameworks, ", "))
 }
 
 type service struct {
@@ -146,58 +247,75 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-// createPayment is the handler: it runs inside the request's transaction.
-func (s *service) createPayment(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+// createPayment is the handler: it runs inside the request's transaction. thrown is the status of an X-Fault
+// throw-<status>, which the caller raises as its framework's own HTTP error.
+func (s *service) createPayment(w http.ResponseWriter, r *http.Request, tx pgx.Tx) (thrown int, err error) {
 	ctx := r.Context()
 	var body bytes.Buffer
 	if _, err := body.ReadFrom(r.Body); err != nil {
-		return err
+		return 0, err
 	}
 	if !idempotency.ValidRequestBody(body.Bytes()) {
+		idempotency.NotExecuted(ctx)
 		problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body",
 			"the request body is not JSON").Write(w)
-		return nil
+		return 0, nil
 	}
 	amount, currency, detail := validate(body.Bytes())
 	if detail != "" {
+		// Refused before any write: sent, not stored, the key released for the corrected request.
+		idempotency.NotExecuted(ctx)
 		problem(http.StatusUnprocessableEntity, "invalid-payment", "Invalid payment", detail).Write(w)
-		return nil
+		return 0, nil
 	}
 	account := Account(ctx)
 	key := idempotency.Key(ctx) // "" on the unprotected route
 	var id int64
-	err := tx.QueryRow(ctx, `INSERT INTO ledger (account, amount_cents, currency, idempotency_key)
+	err = tx.QueryRow(ctx, `INSERT INTO ledger (account, amount_cents, currency, idempotency_key)
 VALUES ($1::text, $2::bigint, $3::text, $4::text) RETURNING id`, account, -amount, currency, key).Scan(&id)
 	if err != nil {
-		return fmt.Errorf("ledger insert: %w", err)
+		return 0, fmt.Errorf("ledger insert: %w", err)
 	}
 	if s.cfg.Faults {
 		switch fault := r.Header.Get("X-Fault"); {
 		case fault == "503":
 			problem(http.StatusServiceUnavailable, "upstream-unavailable", "Service Unavailable",
 				"upstream unavailable").Write(w)
-			return nil
+			return 0, nil
+		case fault == "throw-422":
+			return http.StatusUnprocessableEntity, nil
+		case fault == "throw-502":
+			return http.StatusBadGateway, nil
 		case fault == "db-error":
 			if _, err := tx.Exec(ctx, `SELECT 1/0`); err != nil {
-				return fmt.Errorf("fault db-error: %w", err)
+				return 0, fmt.Errorf("fault db-error: %w", err)
 			}
 		case sleepRE.MatchString(fault):
 			ms, _ := strconv.Atoi(sleepRE.FindStringSubmatch(fault)[1])
 			if _, err := tx.Exec(ctx, `SELECT pg_sleep($1::int / 1000.0)`, ms); err != nil {
-				return fmt.Errorf("fault sleep: %w", err)
+				return 0, fmt.Errorf("fault sleep: %w", err)
 			}
 		}
 	}
 	w.Header().Set("Location", "/payments/"+strconv.FormatInt(id, 10))
 	writeJSON(w, http.StatusCreated, payment{PaymentID: id, Account: account, AmountCents: amount, Currency: currency})
-	return nil
+	return 0, nil
 }
 
 // unprotected runs the same handler in one transaction without the idempotency middleware.
 func (s *service) unprotected(w http.ResponseWriter, r *http.Request) {
 	const maxRetries = 3
 	var body bytes.Buffer
-	if _, err := body.ReadFrom(http.MaxBytesReader(w, r.Body, 1<<20)); err != nil {
+	if r.ContentLength > MaxBodyBytes {
+		tooLarge().Write(w)
+		return
+	}
+	if _, err := body.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			tooLarge().Write(w)
+			return
+		}
 		problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body", err.Error()).Write(w)
 		return
 	}
@@ -234,7 +352,14 @@ func (s *service) unprotectedAttempt(r *http.Request, body []byte) (resp *idempo
 	if len(body) > 0 {
 		hr.Body = readCloser{bytes.NewReader(body)}
 	}
-	if err := idempotency.CallHandler(s.createPayment, rec, hr, tx); err != nil {
+	handler := func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		thrown, err := s.createPayment(w, r, tx)
+		if thrown != 0 {
+			problem(thrown, "http-"+strconv.Itoa(thrown), http.StatusText(thrown), "thrown by the handler").Write(w)
+		}
+		return err
+	}
+	if err := idempotency.CallHandler(handler, rec, hr, tx); err != nil {
 		return nil, err
 	}
 	resp = rec.Response()
@@ -242,6 +367,11 @@ func (s *service) unprotectedAttempt(r *http.Request, body []byte) (resp *idempo
 		return resp, nil
 	}
 	return resp, tx.Commit(ctx)
+}
+
+func tooLarge() *idempotency.Response {
+	return problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
+		fmt.Sprintf("the request body is over %d bytes", MaxBodyBytes))
 }
 
 type readCloser struct{ *bytes.Reader }

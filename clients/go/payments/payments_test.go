@@ -52,7 +52,7 @@ func TestValidate(t *testing.T) {
 
 // Requests that are answered before any database work need no database.
 func TestAnswersWithoutDatabase(t *testing.T) {
-	srv := httptest.NewServer(NewHandler(nil, Config{Logger: log.New(io.Discard, "", 0)}))
+	srv := httptest.NewServer(mustHandler(t, nil, Config{Logger: log.New(io.Discard, "", 0)}))
 	defer srv.Close()
 	c := client{t: t, url: srv.URL}
 	if r := c.get("/healthz"); r.status != 200 || r.body != `{"ok":true}` || r.header.Get("Content-Type") != "application/json" {
@@ -74,8 +74,21 @@ func TestAnswersWithoutDatabase(t *testing.T) {
 	if r := c.post("/payments", "Bearer alice", ptr("k1"), `amount=1`, nil); r.status != 400 || r.problemType() != "request-body-not-json" {
 		t.Fatalf("not JSON: %+v", r)
 	}
-	if r := c.get("/payments"); r.status != 405 {
+	if r := c.get("/payments"); r.status != 405 || r.header.Get("Allow") != "POST" {
 		t.Fatalf("GET /payments: %+v", r)
+	}
+	if r := c.post("/healthz", "", nil, `{}`, nil); r.status != 405 || r.header.Get("Allow") != "GET, HEAD" {
+		t.Fatalf("POST /healthz: %+v", r)
+	}
+	if r := c.post("/payments", "Bearer alice", ptr("k1,k2"), `{}`, nil); r.status != 400 ||
+		r.problemType() != "idempotency-key-invalid" || !strings.Contains(r.body, "several") {
+		t.Fatalf("two keys: %+v", r)
+	}
+	big := `{"amount_cents": 1, "currency": "USD"}` + strings.Repeat(" ", MaxBodyBytes)
+	for _, path := range []string{"/payments", "/payments-unprotected"} {
+		if r := c.post(path, "Bearer alice", ptr("k1"), big, nil); r.status != 413 || r.problemType() != "request-too-large" {
+			t.Fatalf("%s, a body over 1 MiB: %d %s", path, r.status, r.body)
+		}
 	}
 	if r := c.get("/nope"); r.status != 404 {
 		t.Fatalf("GET /nope: %+v", r)
@@ -152,11 +165,74 @@ func (c client) post(path, auth string, key *string, body string, hdr map[string
 	return read(c.t, resp)
 }
 
+func mustHandler(t *testing.T, db idempotency.DB, cfg Config) http.Handler {
+	h, err := NewHandler(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 func startService(t *testing.T) (*pgxpool.Pool, client) {
+	return startFramework(t, "")
+}
+
+func startFramework(t *testing.T, framework string) (*pgxpool.Pool, client) {
 	pool := testdb.Pool(t)
-	srv := httptest.NewServer(NewHandler(pool, Config{Faults: true, Logger: log.New(io.Discard, "", 0)}))
+	srv := httptest.NewServer(mustHandler(t, pool, Config{Faults: true, Framework: framework, Logger: log.New(io.Discard, "", 0)}))
 	t.Cleanup(srv.Close)
 	return pool, client{t: t, url: srv.URL}
+}
+
+func TestUnknownFramework(t *testing.T) {
+	if _, err := NewHandler(nil, Config{Framework: "martini"}); err == nil || !strings.Contains(err.Error(), "martini") {
+		t.Fatalf("%v", err)
+	}
+}
+
+// X-Fault throw-422 / throw-502: each framework's own HTTP error raised after the ledger insert. The 422 is sent,
+// stored and replayed byte for byte with the debit kept; the 502 is sent and rolled back. Never a 200.
+func TestThrownErrorsEveryFramework(t *testing.T) {
+	for _, fw := range Frameworks {
+		t.Run(fw, func(t *testing.T) {
+			pool, c := startFramework(t, fw)
+			body := `{"amount_cents": 300, "currency": "USD"}`
+			account := testdb.Unique("acct_")
+			key := testdb.Unique("pay-")
+			auth := "Bearer " + account
+			first := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": "throw-422"})
+			second := c.post("/payments", auth, ptr(key), body, nil)
+			if first.status != 422 || second.status != 422 || second.header.Get("Idempotent-Replayed") != "true" ||
+				second.body != first.body {
+				t.Fatalf("throw-422: first %+v, replay %+v", first, second)
+			}
+			if n := testdb.LedgerRows(t, pool, account); n != 1 {
+				t.Fatalf("throw-422: %d ledger rows, want the debit sent with the 422", n)
+			}
+			account = testdb.Unique("acct_")
+			auth = "Bearer " + account
+			if r := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": "throw-502"}); r.status != 502 {
+				t.Fatalf("throw-502: %+v", r)
+			}
+			if n := testdb.LedgerRows(t, pool, account); n != 0 {
+				t.Fatalf("throw-502: %d ledger rows", n)
+			}
+			first = c.post("/payments", auth, ptr(key), body, nil)
+			second = c.post("/payments", auth, ptr(key), body, nil)
+			if first.status != 201 || first.header.Get("Idempotent-Replayed") != "" || second.body != first.body ||
+				second.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("after throw-502: first %+v, replay %+v", first, second)
+			}
+			// Validation is answered not executed in every framework: the corrected request runs.
+			key = testdb.Unique("pay-")
+			if r := c.post("/payments", auth, ptr(key), `{"amount_cents": 0, "currency": "USD"}`, nil); r.status != 422 || r.problemType() != "invalid-payment" {
+				t.Fatalf("invalid: %+v", r)
+			}
+			if r := c.post("/payments", auth, ptr(key), body, nil); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+				t.Fatalf("corrected: %+v", r)
+			}
+		})
+	}
 }
 
 func TestPaymentStory(t *testing.T) {
@@ -197,23 +273,35 @@ func TestPaymentStory(t *testing.T) {
 	}
 }
 
-func TestValidationErrorStored(t *testing.T) {
+// A validation 422 is not executed: not stored, the key released, so the corrected request with the same key
+// is a new payment (as Stripe does).
+func TestValidationNotExecuted(t *testing.T) {
 	pool, c := startService(t)
 	account := testdb.Unique("acct_")
 	key := testdb.Unique("pay-")
 	r1 := c.post("/payments", "Bearer "+account, ptr(key), `{"amount_cents": -1, "currency": "USD"}`, nil)
 	r2 := c.post("/payments", "Bearer "+account, ptr(key), `{"amount_cents": -1, "currency": "USD"}`, nil)
 	if r1.status != 422 || r1.problemType() != "invalid-payment" || r2.status != 422 ||
-		r2.header.Get("Idempotent-Replayed") != "true" || r2.problemType() != "invalid-payment" {
+		r2.header.Get("Idempotent-Replayed") != "" || r2.problemType() != "invalid-payment" {
 		t.Fatalf("first %+v, second %+v", r1, r2)
 	}
-	if n := testdb.LedgerRows(t, pool, account); n != 0 {
+	r3 := c.post("/payments", "Bearer "+account, ptr(key), `{"amount_cents": 1, "currency": "USD"}`, nil)
+	if r3.status != 201 || r3.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("corrected: %+v", r3)
+	}
+	if n := testdb.LedgerRows(t, pool, account); n != 1 {
 		t.Fatalf("%d ledger rows", n)
 	}
 }
 
 func TestFaultsNotCached(t *testing.T) {
-	pool, c := startService(t)
+	for _, fw := range Frameworks {
+		t.Run(fw, func(t *testing.T) { faultsNotCached(t, fw) })
+	}
+}
+
+func faultsNotCached(t *testing.T, framework string) {
+	pool, c := startFramework(t, framework)
 	for _, tc := range []struct {
 		fault  string
 		status int
@@ -251,7 +339,7 @@ func TestFaultsNotCached(t *testing.T) {
 
 func TestFaultsNeedTheSwitch(t *testing.T) {
 	pool := testdb.Pool(t)
-	srv := httptest.NewServer(NewHandler(pool, Config{Faults: false, Logger: log.New(io.Discard, "", 0)}))
+	srv := httptest.NewServer(mustHandler(t, pool, Config{Faults: false, Logger: log.New(io.Discard, "", 0)}))
 	defer srv.Close()
 	c := client{t: t, url: srv.URL}
 	r := c.post("/payments", "Bearer "+testdb.Unique("acct_"), ptr(testdb.Unique("pay-")), `{"amount_cents": 1, "currency": "USD"}`,

@@ -1,7 +1,8 @@
 // The payment service of clients/CONTRACT.md, as an Express app around the idempotency middleware.
 
 import express from 'express';
-import { HttpProblem, idempotency, problem, sendResponse, transactional } from '../src/index.js';
+import { HttpProblem, errorStatus, idempotency, problem, sendResponse, transactional } from '../src/index.js';
+import { STATUS_CODES } from 'node:http';
 
 const BEARER = /^[Bb][Ee][Aa][Rr][Ee][Rr] +([a-z0-9_]{1,64})$/;
 const CURRENCY = /^[A-Z]{3}$/;
@@ -52,6 +53,8 @@ export function paymentHandler({ faults = false } = {}) {
     const { client, key, scope: account } = req.idempotency;
     const payment = validatePayment(req.body);
     if (payment.error) {
+      // validation before any write: answered, not stored, the key released for the corrected retry
+      req.idempotency.notExecuted();
       sendProblem(res, 422, 'invalid-payment', 'Invalid payment', payment.error);
       return;
     }
@@ -64,6 +67,11 @@ export function paymentHandler({ faults = false } = {}) {
     if (fault === '503') {
       sendProblem(res, 503, 'upstream-unavailable', 'Service Unavailable', 'upstream unavailable');
       return;
+    }
+    if (fault === 'throw-422' || fault === 'throw-502') {
+      // an error with an HTTP status, as http-errors makes them: Express's error handler below answers it
+      const status = Number(fault.slice('throw-'.length));
+      throw Object.assign(new Error(status === 422 ? 'the payment was refused' : 'the upstream failed'), { status });
     }
     if (fault === 'db-error') {
       await client.query('SELECT 1/0');
@@ -79,25 +87,60 @@ export function paymentHandler({ faults = false } = {}) {
   };
 }
 
-/** The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header. */
-export function createApp({ pool, faults = false, logger = console } = {}) {
+/**
+ * The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header; `batching` is the middleware's option
+ * of that name; `bench` adds POST /payments-autocommit (the handler's one INSERT in autocommit: the benchmark's
+ * unprotected reference).
+ */
+export function createApp({ pool, faults = false, logger = console, batching = 'auto', bench = false } = {}) {
   const app = express();
   app.disable('x-powered-by');
   app.disable('etag');
 
-  const idem = idempotency({ pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger });
+  const idem = idempotency({ pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger, batching });
   const tx = transactional({ pool, scope: authenticate, logger });
   const pay = paymentHandler({ faults });
 
-  app.get('/healthz', (req, res) => sendJson(res, 200, { ok: true }));
+  const notAllowed = (allow) => (req, res) =>
+    sendProblem(res, 405, 'method-not-allowed', 'Method Not Allowed', `${req.path} answers ${allow}`, [['Allow', allow]]);
+
+  app.get('/healthz', (req, res) => sendJson(res, 200, { ok: true })); // Express answers HEAD with the GET route
+  app.all('/healthz', notAllowed('GET, HEAD'));
   app.post('/payments', idem(pay));
+  app.all('/payments', notAllowed('POST'));
   app.post('/payments-unprotected', tx(pay));
+  app.all('/payments-unprotected', notAllowed('POST'));
+
+  if (bench) {
+    app.post('/payments-autocommit', express.json(), async (req, res, next) => {
+      try {
+        const account = authenticate(req);
+        const payment = validatePayment(req.body);
+        if (payment.error) return sendProblem(res, 422, 'invalid-payment', 'Invalid payment', payment.error);
+        const { rows } = await pool.query(
+          'INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, $2, $3, $4) RETURNING id',
+          [account, -payment.amount, payment.currency, ''],
+        );
+        const id = Number(rows[0].id);
+        sendJson(res, 201, { payment_id: id, account, amount_cents: payment.amount, currency: payment.currency },
+          { Location: `/payments/${id}` });
+      } catch (e) {
+        if (e instanceof HttpProblem) sendResponse(res, e.response);
+        else next(e);
+      }
+    });
+  }
 
   app.use((req, res) => sendProblem(res, 404, 'not-found', 'Not Found', `no route for ${req.method} ${req.path}`));
+  // The app's error handler: an error with an HTTP status is answered with it (inside /payments the middleware
+  // stores that answer when it is a 4xx); anything else is a 500.
   // eslint-disable-next-line no-unused-vars
   app.use((err, req, res, next) => {
-    logger.error('payments: unhandled error:', err);
-    if (!res.headersSent) sendProblem(res, 500, 'internal-error', 'Internal Server Error', 'the request failed');
+    const status = errorStatus(err);
+    if (status === null) logger.error('payments: unhandled error:', err);
+    if (res.headersSent) return;
+    if (status === null) sendProblem(res, 500, 'internal-error', 'Internal Server Error', 'the request failed');
+    else sendProblem(res, status, status < 500 ? 'request-refused' : 'upstream-error', STATUS_CODES[status] || 'Error', err.message);
   });
   return app;
 }

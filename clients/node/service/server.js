@@ -8,16 +8,28 @@ const port = Number(process.env.PORT || 8080);
 const host = process.env.HOST || '127.0.0.1';
 const faults = process.env.PAYMENTS_FAULTS === '1';
 const max = Number(process.env.PG_POOL_MAX || 10);
+// node-postgres closes a connection idle for 10 s by default; the next burst of requests then waits for new
+// connections (TCP, authentication), so a 409 that should come at once takes a connection set-up. Idle
+// connections are kept (0 = never closed) unless PG_IDLE_TIMEOUT_MS says otherwise; PG_POOL_MIN keeps that many
+// even then.
+const idleTimeoutMillis = Number(process.env.PG_IDLE_TIMEOUT_MS || 0);
+const min = Number(process.env.PG_POOL_MIN || 0);
 
 if (!process.env.DATABASE_URL) {
   console.error('payments: DATABASE_URL is not set (e.g. postgresql://postgres@127.0.0.1:5432/payments)');
   process.exit(2);
 }
 
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max });
+// PG_PIPELINE=1: pipelined clients (node-postgres 8.23+), so BEGIN + claim and complete + COMMIT are pipelined
+// statements; otherwise each pair is one multi-statement message. IDEM_BATCHING (auto, pipeline, multi, off) and
+// PAYMENTS_BENCH=1 (POST /payments-autocommit) are for bench/clients.
+const pipeline = process.env.PG_PIPELINE === '1';
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max, min, idleTimeoutMillis, pipeline });
 pool.on('error', (err) => console.error('payments: idle database connection failed:', err.message));
 
-const app = createApp({ pool, faults });
+const app = createApp({
+  pool, faults, batching: process.env.IDEM_BATCHING || 'auto', bench: process.env.PAYMENTS_BENCH === '1',
+});
 const server = app.listen(port, host, () => {
   console.log(`payments: listening on http://${host}:${port}${faults ? ' (X-Fault enabled)' : ''}`);
 });

@@ -6,7 +6,9 @@
 //
 // - header absent -> KeyHeaderError with slug 'idempotency-key-missing';
 // - empty ("" or an empty value), not parsable, over 255 bytes, or with control characters -> slug
-//   'idempotency-key-invalid'.
+//   'idempotency-key-invalid';
+// - several keys (a "," outside a quoted key: `k1,k2`, `"k1", "k2"`, or two header lines, which Node joins with
+//   ", ") -> 'idempotency-key-invalid' too; a "," inside a quoted key ("a,b") is part of that one key.
 //
 // Leading and trailing spaces and tabs (HTTP's OWS) are not part of the value. Anything after the closing quote of
 // a quoted key is refused (the draft uses no parameters). A bare key is visible ASCII (%x21-7E) without '"'; a
@@ -28,6 +30,11 @@ export class KeyHeaderError extends Error {
 
 function invalid(message) {
   return new KeyHeaderError('idempotency-key-invalid', message);
+}
+
+function severalKeys() {
+  // HTTP joins the lines of a repeated field with ",": a "," outside a quoted key means several keys.
+  return invalid('the request has several Idempotency-Key values (a "," outside a quoted key, or the header given more than once); send one key');
 }
 
 function isControl(code) {
@@ -52,7 +59,10 @@ function parseSfString(value) {
       out += next;
       i += 2;
     } else if (ch === '"') {
-      if (i + 1 !== n) throw invalid('the Idempotency-Key has characters after its closing quote');
+      if (i + 1 !== n) {
+        if (/^[ \t]*,/.test(value.slice(i + 1))) throw severalKeys();
+        throw invalid('the Idempotency-Key has characters after its closing quote');
+      }
       return out;
     } else if (isControl(code)) {
       throw invalid('the Idempotency-Key contains a control character');
@@ -67,6 +77,7 @@ function parseSfString(value) {
 }
 
 function parseBare(value) {
+  if (value.includes(',')) throw severalKeys();
   for (let i = 0; i < value.length; i++) {
     const code = value.charCodeAt(i);
     if (isControl(code)) throw invalid('the Idempotency-Key contains a control character');
@@ -87,7 +98,7 @@ export function parseIdempotencyKey(value) {
     throw new KeyHeaderError('idempotency-key-missing', 'the Idempotency-Key header is required');
   }
   if (Array.isArray(value)) {
-    if (value.length !== 1) throw invalid('the Idempotency-Key header is given more than once');
+    if (value.length !== 1) throw severalKeys();
     value = value[0];
   }
   if (Buffer.isBuffer(value)) value = value.toString('latin1');

@@ -1,4 +1,4 @@
-export { idempotency, transactional, isRetryable, readRawBody, CLAIM_SQL, COMPLETE_SQL, RETRYABLE } from './middleware.js';
+export { idempotency, transactional, isRetryable, readRawBody, errorStatus, CLAIM_SQL, COMPLETE_SQL, RETRYABLE } from './middleware.js';
 export { parseIdempotencyKey, KeyHeaderError, MAX_KEY_BYTES } from './header.js';
 export {
   BODY_ENCODING_HEADER,
@@ -15,3 +15,6 @@ export {
   storedForm,
 } from './responses.js';
 export { interceptResponse, sendResponse } from './capture.js';
+export { koaIdempotency } from './koa.js';
+export { fastifyIdempotency } from './fastify.js';
+export { sqlLiteral } from './engine.js';

@@ -1,49 +1,30 @@
-// Express middleware: claim the Idempotency-Key, run the handler, store its answer, all in one transaction.
+// Express (and any node:http `(req, res, next)` stack, e.g. NestJS on Express): claim the Idempotency-Key, run the
+// handlers, store their answer, all in one transaction.
+//
+// Two ways to mount it:
+// - `app.post('/payments', idem(handler, ...))`: the middleware runs the handlers itself, so it knows when they are
+//   done, sees every error they throw or pass to next(err), and runs them again on 40001/40P01;
+// - `app.use(idem())` (or `app.post('/payments', idem(), handler)`): a middleware before the routes. It claims and
+//   calls next(); whatever the rest of the app writes is held back until it ends (a 40001 there cannot be run
+//   again: 409 Retry-After).
+// The status committed is the status sent: the response stays held back through Express's own error handlers, so
+// an error with an HTTP status (http-errors' `status`/`statusCode`, e.g. a thrown 422) is answered by the app's
+// error handlers and that answer is what is stored (a 4xx) or rolled back (a 5xx). An error without a status (a
+// bug, a database error) is rolled back and answered 500 problem+json.
 
 import { interceptResponse, sendResponse } from './capture.js';
-import { KeyHeaderError, parseIdempotencyKey } from './header.js';
-import {
-  CapturedResponse,
-  HttpProblem,
-  PROBLEM_BASE,
-  claimResponse,
-  parseJsonBody,
-  problem,
-  storedForm,
-} from './responses.js';
+import { BadBody, begin, commit, connect, isRetryable, rollback, sqlstate } from './engine.js';
+import { admit, conflict, badBody, frontOptions, internalError, readStream } from './request.js';
+import { CapturedResponse, HttpProblem } from './responses.js';
 
-// No `name` is ever passed to client.query: node-postgres then uses the unnamed statement, which does not outlive
-// the transaction, so this works through PgBouncer in transaction pooling mode.
-export const CLAIM_SQL =
-  'SELECT c.outcome, c.http_status, c.response_body::text AS response_body, ' +
-  'c.response_headers::text AS response_headers ' +
-  'FROM idem_claim($1::text, ' +
-  "idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb)), " +
-  '$5::interval, $6::text) AS c';
-export const COMPLETE_SQL = 'SELECT idem_complete($1::text, $2::int, $3::jsonb, $4::jsonb, $5::text) AS stored';
+export { CLAIM_SQL, COMPLETE_SQL, RETRYABLE, isRetryable } from './engine.js';
 
-/** SQLSTATEs after which the whole transaction is run again. */
-export const RETRYABLE = new Set(['40001', '40P01']);
-/** SQLSTATEs of the claim statement that mean the request body is not JSON that PostgreSQL accepts. */
-const BAD_BODY = new Set(['22P02', '22P05', '22003']);
-
-const ISOLATION = new Set(['READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE']);
-
-class BadBody extends Error {}
-class TransactionAborted extends Error {}
-
-function sqlstate(err) {
-  return err && (err.code || (err.cause && err.cause.code));
-}
-
-export function isRetryable(err) {
-  return RETRYABLE.has(sqlstate(err));
-}
-
-function noop() {}
+/** Methods a bare `app.use(idem())` protects by default; other requests pass through untouched. */
+const DEFAULT_USE_METHODS = ['POST', 'PATCH'];
 
 /** The raw request body: from a body parser that already ran (req.rawBody, a Buffer or string req.body), or read. */
-export async function readRawBody(req, limit) {
+export async function readRawBody(req, cfgOrLimit) {
+  const cfg = typeof cfgOrLimit === 'number' ? { bodyLimit: cfgOrLimit } : cfgOrLimit;
   if (req.rawBody !== undefined && req.rawBody !== null) return Buffer.from(req.rawBody);
   if (req._body || (req.body !== undefined && req.readableEnded)) {
     const b = req.body;
@@ -51,46 +32,37 @@ export async function readRawBody(req, limit) {
     if (typeof b === 'string') return Buffer.from(b, 'utf8');
     return Buffer.from(JSON.stringify(b === undefined ? null : b), 'utf8');
   }
-  if (req.readableEnded) return Buffer.alloc(0);
-  return new Promise((resolve, reject) => {
-    const chunks = [];
-    let size = 0;
-    let failed = false;
-    req.on('data', (chunk) => {
-      if (failed) return;
-      size += chunk.length;
-      if (size > limit) {
-        failed = true;
-        reject(new HttpProblem(413, 'request-body-too-large', 'Request body too large',
-          `the request body is over ${limit} bytes`));
-        req.resume();
-        return;
-      }
-      chunks.push(chunk);
-    });
-    req.on('end', () => failed || resolve(Buffer.concat(chunks)));
-    req.on('error', (err) => failed || ((failed = true), reject(err)));
-    req.on('close', () => {
-      if (!failed && !req.readableEnded) {
-        failed = true;
-        reject(new Error('the request was aborted before its body was read'));
-      }
-    });
-  });
+  return readStream(req, cfg);
+}
+
+class ClientGone extends Error {}
+
+/** The HTTP status an error carries (http-errors and Express's convention), or null. */
+export function errorStatus(err) {
+  const status = err && (err.status ?? err.statusCode);
+  return Number.isInteger(status) && status >= 400 && status <= 599 ? status : null;
 }
 
 /**
- * Run Express-style handlers `(req, res, next)` in sequence until the response is ended. Resolves with the
- * captured response once it has ended and every promise a handler returned has settled; rejects when a handler
- * throws, rejects, or calls next(err), or when the chain ends without a response.
+ * Run Express-style handlers `(req, res, next)` in sequence. Resolves with the captured response once it has ended
+ * and every promise a handler returned has settled; rejects when a handler throws, rejects, or calls next(err), or
+ * when the chain ends without a response and there is no `outerNext` to go on with. With `outerNext`, the last
+ * handler's next() hands the request on to the rest of the app (attempt.downstream is then set).
  */
-function runHandlers(handlers, req, res, attempt) {
+function runChain(handlers, req, res, attempt, outerNext) {
   return new Promise((resolve, reject) => {
     let settled = false;
     let pending = 0;
     let captured = null;
     const fail = (err) => {
       if (settled) return;
+      if (outerNext && !attempt.handedError && errorStatus(err) !== null && !(err instanceof HttpProblem)) {
+        // The framework's own error boundary answers it: Express's error handlers write into the held-back
+        // response, and what they write is what is stored (4xx) or rolled back (5xx).
+        attempt.handedError = true;
+        attempt.downstream = true;
+        return outerNext(err);
+      }
       settled = true;
       reject(err instanceof Error ? err : new Error(`handler failed: ${String(err)}`));
     };
@@ -104,11 +76,18 @@ function runHandlers(handlers, req, res, attempt) {
       captured = c;
       maybeDone();
     });
+    res.once('close', () => {
+      if (!captured) fail(new ClientGone('the client closed the connection before the response'));
+    });
     let index = 0;
     const next = (err) => {
       if (settled) return;
       if (err !== undefined && err !== null && err !== 'route' && err !== 'router') return fail(err);
-      if (index >= handlers.length) return fail(new Error('the handlers ended without a response'));
+      if (index >= handlers.length) {
+        if (!outerNext) return fail(new Error('the handlers ended without a response'));
+        attempt.downstream = true;
+        return outerNext(err);
+      }
       const handler = handlers[index++];
       try {
         const result = handler(req, res, next);
@@ -119,7 +98,10 @@ function runHandlers(handlers, req, res, attempt) {
               pending--;
               maybeDone();
             },
-            (e) => fail(e === undefined ? new Error('handler rejected') : e),
+            (e) => {
+              pending--;
+              fail(e === undefined ? new Error('handler rejected') : e);
+            },
           );
         }
       } catch (e) {
@@ -130,182 +112,132 @@ function runHandlers(handlers, req, res, attempt) {
   });
 }
 
-async function rollback(client) {
-  try {
-    await client.query('ROLLBACK');
-    return true;
-  } catch {
-    return false; // the connection is broken: the pool drops it
-  }
-}
-
 function makeRunner(options, useClaim) {
-  const {
-    pool,
-    scope = () => '',
-    ttl = null,
-    maxRetries = 3,
-    replayHeaders = null,
-    problemBase = PROBLEM_BASE,
-    isolationLevel = null,
-    requestPath = (req) => (req.originalUrl || req.url || '/').split('?', 1)[0] || '/',
-    bodyLimit = 1024 * 1024,
-    logger = console,
-  } = options || {};
-  if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotency: options.pool (a pg.Pool) is required');
-  if (isolationLevel !== null && !ISOLATION.has(String(isolationLevel).toUpperCase())) {
-    throw new TypeError(`idempotency: unknown isolationLevel ${isolationLevel}`);
-  }
-  const beginSql = isolationLevel ? `BEGIN ISOLATION LEVEL ${String(isolationLevel).toUpperCase()}` : 'BEGIN';
+  const cfg = frontOptions(options);
+  const requestPath = cfg.requestPath || ((req) => (req.originalUrl || req.url || '/').split('?', 1)[0] || '/');
+  const { logger } = cfg;
 
-  const internalError = (detail) => problem(500, 'internal-error', 'Internal Server Error', detail, [], problemBase);
-  const badBody = () =>
-    problem(400, 'request-body-not-json', 'Malformed request body', 'the request body is not JSON', [], problemBase);
-
-  // One transaction: BEGIN, claim, handlers, complete, COMMIT. Returns the answer; throws on errors (rolled back).
-  async function attemptOnce(client, interceptor, ctx, handlers, req, res, attemptNo) {
-    await client.query(beginSql);
+  // One transaction: BEGIN + claim, handlers, complete + COMMIT. Returns the answer; throws on errors (rolled back).
+  async function attemptOnce(conn, interceptor, ctx, handlers, req, res, attemptNo, outerNext) {
+    const { client } = conn;
+    const claim = useClaim ? { ...ctx, problemBase: cfg.problemBase } : null;
     try {
-      if (useClaim) {
-        let row;
-        try {
-          ({ rows: [row] } = await client.query(CLAIM_SQL, [ctx.key, req.method, ctx.path, ctx.bodyText, ttl, ctx.scope]));
-        } catch (e) {
-          if (BAD_BODY.has(sqlstate(e))) throw new BadBody(e.message);
-          throw e;
-        }
-        const early = claimResponse(row, problemBase);
-        if (early) {
-          await client.query('ROLLBACK'); // replay, mismatch, in_progress: nothing to keep
-          return early;
-        }
-      }
-      req.idempotency = { client, key: ctx.key, scope: ctx.scope, attempt: attemptNo };
+      const early = await begin(cfg, client, claim);
+      if (early) return early;
+      const attempt = interceptor.begin();
+      attempt.attemptNo = attemptNo;
+      req.idempotency = {
+        client, key: ctx.key, scope: ctx.scope, attempt: attemptNo,
+        /** Answer without executing (e.g. body validation before any write): rolled back, not stored. */
+        notExecuted() {
+          attempt.notExecuted = true;
+        },
+      };
       req.db = client;
       req.body = ctx.bodyValue;
       req.rawBody = ctx.raw;
       let captured;
-      const attempt = interceptor.begin();
       try {
-        captured = await runHandlers(handlers, req, res, attempt);
+        captured = await runChain(handlers, req, res, attempt, outerNext);
+      } catch (e) {
+        if (!(e instanceof HttpProblem)) throw e;
+        captured = e.response; // thrown by a handler: its answer, stored or rolled back by its status
       } finally {
         interceptor.finish();
+        if (attempt.downstream) ctx.downstream = true;
       }
-      if (captured.status >= 500) {
-        await client.query('ROLLBACK'); // not cached, the handler's writes undone
+      if (captured.status >= 500 || (attempt.notExecuted && captured.status < 500)) {
+        await client.query('ROLLBACK'); // not cached, the handler's writes undone, the key free again
         return captured;
       }
-      if (useClaim) {
-        const stored = storedForm(captured, replayHeaders);
-        await client.query(COMPLETE_SQL, [ctx.key, captured.status, stored.body, stored.headers, ctx.scope]);
-      }
-      const done = await client.query('COMMIT');
-      if (done.command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
-      return captured;
+      return await commit(cfg, client, claim, captured);
     } catch (e) {
       if (!(await rollback(client))) ctx.broken = e;
       throw e;
     }
   }
 
-  async function handle(handlers, req, res) {
-    let scopeValue = '';
-    try {
-      scopeValue = await scope(req);
-      if (scopeValue === undefined || scopeValue === null) scopeValue = '';
-    } catch (e) {
-      if (e instanceof HttpProblem) return e.response;
-      throw e;
-    }
-    const ctx = { scope: String(scopeValue), key: null, path: requestPath(req), broken: null };
-    if (useClaim) {
-      try {
-        ctx.key = parseIdempotencyKey(req.headers['idempotency-key']);
-      } catch (e) {
-        if (!(e instanceof KeyHeaderError)) throw e;
-        const title = e.missing ? 'Idempotency-Key required' : 'Invalid Idempotency-Key';
-        return problem(400, e.slug, title, e.message, [], problemBase);
-      }
-    }
-    try {
-      ctx.raw = await readRawBody(req, bodyLimit);
-    } catch (e) {
-      if (e instanceof HttpProblem) return e.response;
-      throw e;
-    }
-    try {
-      ({ text: ctx.bodyText, value: ctx.bodyValue } = parseJsonBody(ctx.raw));
-    } catch {
-      return badBody();
-    }
+  async function handle(handlers, req, res, outerNext) {
+    const admitted = await admit(cfg, {
+      scopeArg: req,
+      keyHeader: req.headers['idempotency-key'],
+      method: req.method,
+      path: requestPath(req),
+      readRaw: () => readRawBody(req, cfg),
+    }, useClaim);
+    if (admitted.answer) return admitted.answer;
+    const { ctx } = admitted;
 
-    let client;
+    let conn;
     try {
-      client = await pool.connect();
+      conn = await connect(cfg);
     } catch (e) {
       logger.error('idempotency: cannot connect to the database:', e.message);
-      return internalError('the database is unavailable; retry the request');
+      return internalError(cfg, 'the database is unavailable; retry the request');
     }
-    client.on('error', noop); // a lost connection also fails the query in progress
     const interceptor = interceptResponse(res);
     try {
-      for (let attemptNo = 0; attemptNo <= maxRetries; attemptNo++) {
+      for (let attemptNo = 0; attemptNo <= cfg.maxRetries; attemptNo++) {
         try {
-          return await attemptOnce(client, interceptor, ctx, handlers, req, res, attemptNo);
+          return await attemptOnce(conn, interceptor, ctx, handlers, req, res, attemptNo, outerNext);
         } catch (e) {
-          if (e instanceof BadBody) return badBody();
+          if (e instanceof BadBody) return badBody(cfg);
+          if (e instanceof ClientGone) return null;
+          if (isRetryable(e) && !ctx.broken && ctx.downstream) return conflict(cfg); // the app cannot run it again
           if (ctx.broken || !isRetryable(e)) {
-            if (e instanceof HttpProblem) return e.response; // thrown by the handler: rolled back, not cached
             const code = sqlstate(e);
             if (code) logger.error(`idempotency: request rolled back: SQLSTATE ${code}: ${e.message}`);
             else logger.error('idempotency: request rolled back:', e);
-            return internalError(
+            return internalError(cfg,
               code
                 ? `database error (SQLSTATE ${code}); the request was rolled back`
-                : 'the request failed and was rolled back',
-            );
+                : 'the request failed and was rolled back');
           }
           logger.info?.(`idempotency: ${sqlstate(e)} on attempt ${attemptNo + 1}, retrying`);
         }
       }
-      return problem(409, 'transaction-conflict', 'Conflict',
-        'the request kept conflicting with concurrent requests; retry it', [['Retry-After', '1']], problemBase);
+      return conflict(cfg);
     } finally {
       interceptor.restore();
-      client.removeListener('error', noop);
-      client.release(ctx.broken || undefined);
+      conn.release(ctx.broken);
     }
   }
 
-  return function wrap(...handlers) {
+  function wrap(...handlers) {
     handlers = handlers.flat();
-    if (handlers.length === 0 || handlers.some((h) => typeof h !== 'function')) {
-      throw new TypeError('idempotency: give one or more handler functions (req, res, next)');
+    if (handlers.some((h) => typeof h !== 'function')) {
+      throw new TypeError('idempotency: give handler functions (req, res, next), or none to use it as a middleware');
     }
+    const methods = cfg.methods || (handlers.length === 0 ? new Set(DEFAULT_USE_METHODS) : null);
     return async function idempotencyHandler(req, res, next) {
+      if (methods && !methods.has(req.method)) return next();
       let answer;
       try {
-        answer = await handle(handlers, req, res);
+        answer = await handle(handlers, req, res, typeof next === 'function' ? next : null);
       } catch (e) {
         logger.error('idempotency: request failed:', e);
-        answer = internalError('the request failed');
+        answer = internalError(cfg, 'the request failed');
       }
       if (answer instanceof CapturedResponse) sendResponse(res, answer);
-      else next(new Error('idempotency: no answer'));
+      else if (answer !== null) next(new Error('idempotency: no answer'));
     };
-  };
+  }
+
+  return wrap;
 }
 
 /**
- * `idempotency({pool, scope, ...})` returns `wrap(...handlers)`, which makes one Express handler that runs
- * `handlers` at most once per Idempotency-Key (within the scope), in one transaction with the claim and the
- * stored response. The handlers use `req.idempotency.client` (also `req.db`) for their statements.
+ * `idempotency({pool, scope, ...})` returns `idem`. `idem(...handlers)` is one Express handler that runs `handlers`
+ * at most once per Idempotency-Key (within the scope), in one transaction with the claim and the stored response;
+ * `idem()` is a middleware for app.use() that protects the routes after it (POST and PATCH unless `methods` is
+ * given). Handlers use `req.idempotency.client` (also `req.db`).
  *
  * Options: pool (pg.Pool, required); scope(req) -> string or Promise (the authenticated tenant; may throw
  * HttpProblem, e.g. a 401); ttl (interval text, default the server's idempotency.ttl); maxRetries (3, on
  * 40001/40P01); replayHeaders (allow-list of response headers to store; default all but per-connection ones);
  * isolationLevel ('READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE'); requestPath(req) (the path in the
- * fingerprint; default the URL path without the query); bodyLimit (bytes, 1 MiB); problemBase; logger.
+ * fingerprint; default the URL path without the query); bodyLimit (bytes, 1 MiB); methods; batching ('auto',
+ * 'pipeline', 'multi', 'off'); problemBase; logger.
  */
 export function idempotency(options) {
   return makeRunner(options, true);

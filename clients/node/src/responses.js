@@ -129,7 +129,8 @@ function decodeUtf8(buf) {
 }
 
 /**
- * What idem_complete stores for `response`: {body: JSON text or null, headers: JSON text}.
+ * What idem_complete stores for `response`: {body: JSON text or null, headers: JSON text, json: whether the body
+ * is stored as the JSON value itself (a replay then sends jsonb's text of it)}.
  *
  * A JSON body (by its Content-Type) is stored as JSON; any other body as a JSON string, its encoding kept in an
  * internal header that the replay removes. `replayHeaders`, when given, is the allow-list of headers to store
@@ -173,7 +174,7 @@ export function storedForm(response, replayHeaders = null) {
       }
     }
   }
-  return { body: bodyJson, headers: JSON.stringify(headers) };
+  return { body: bodyJson, headers: JSON.stringify(headers), json: bodyJson !== null && !(BODY_ENCODING_HEADER in headers) };
 }
 
 /** The request body as text if it is JSON (UTF-8), else throws. */

@@ -84,6 +84,14 @@ test('a header given more than once', () => {
   assert.equal(slugOf([]), 'idempotency-key-invalid');
 });
 
+test('several keys in one field (a "," outside a quoted key, as HTTP joins two lines) are refused', () => {
+  for (const v of ['k1,k2', 'k1, k2', '"k1", "k2"', '"k1",k2', 'k1,', ',k1']) {
+    assert.throws(() => parseIdempotencyKey(v), (e) => e.slug === 'idempotency-key-invalid' && /several/.test(e.message), v);
+  }
+  assert.equal(parseIdempotencyKey('"a,b"'), 'a,b');
+  assert.equal(parseIdempotencyKey('" a , b "'), ' a , b ');
+});
+
 test('a Buffer value is read as Latin-1 (HTTP field bytes)', () => {
   assert.equal(parseIdempotencyKey(Buffer.from('"abc"')), 'abc');
   assert.equal(slugOf(Buffer.from([0x61, 0xe9])), 'idempotency-key-invalid');

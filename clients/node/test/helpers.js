@@ -37,7 +37,9 @@ export function pgError(code, message = `error ${code}`) {
 
 /**
  * A fake pg.Pool. `script.claim(params)` gives the claim row (default claimed); `script.query(sql, params)` may
- * answer other statements (return undefined for the default). Every statement is recorded in `log`.
+ * answer other statements (return undefined for the default). Every statement is recorded in `log`. Its clients
+ * are pipelined (`pipeline: true`, so the middleware sends BEGIN and the claim as two statements) unless
+ * `script.pipeline` is false: then the middleware sends one multi-statement message, answered with an array.
  */
 export function fakePool(script = {}) {
   const log = [];
@@ -48,6 +50,7 @@ export function fakePool(script = {}) {
     async connect() {
       pool.connects++;
       const client = {
+        pipeline: script.pipeline !== false,
         on() {},
         removeListener() {},
         release(err) {
@@ -55,6 +58,15 @@ export function fakePool(script = {}) {
         },
         async query(sql, params) {
           log.push({ sql, params });
+          if (!params && /^(BEGIN[^;]*; SELECT c\.outcome|SELECT idem_complete.*; COMMIT$)/s.test(sql)) {
+            // one simple-query message of two statements (the values are literals in the text)
+            const [first, second] = sql.startsWith('BEGIN') ? [sql.split('; ')[0], 'claim'] : ['complete', 'COMMIT'];
+            const r1 = first === 'complete' ? await client.query(sql.slice(0, sql.lastIndexOf('; COMMIT')))
+              : await client.query(first);
+            const r2 = second === 'claim' ? await client.query(sql.slice(sql.indexOf('; ') + 2)) : await client.query('COMMIT');
+            log.splice(log.length - 3, 3, { sql, params, multi: true });
+            return [r1, r2];
+          }
           if (script.query) {
             const r = await script.query(sql, params, log);
             if (r !== undefined) return r;
@@ -65,7 +77,13 @@ export function fakePool(script = {}) {
             const row = script.claim ? await script.claim(params, log) : undefined;
             return { command: 'SELECT', rows: [row || { outcome: 'claimed', http_status: null, response_body: null, response_headers: null }] };
           }
-          if (sql.includes('idem_complete')) return { command: 'SELECT', rows: [{ stored: true }] };
+          if (sql.includes('idem_complete')) {
+            // the stored body back as jsonb text: the fake normalises like jsonb for plain objects (", " and ": ")
+            const body = params ? params[2] : (/FROM \(SELECT (E?'.*')::jsonb AS body\)/s.exec(sql) || [])[1];
+            const text = body === null || body === undefined || body === 'NULL' ? null
+              : jsonbText(params ? body : body.replace(/^E?'|'$/g, '').replace(/''/g, "'"));
+            return { command: 'SELECT', rows: [{ stored: true, body: text }] };
+          }
           return { command: 'SELECT', rows: [] };
         },
       };
@@ -75,9 +93,20 @@ export function fakePool(script = {}) {
   return pool;
 }
 
+/** A stand-in for jsonb's text output of `json` (spaces after ':' and ','; keys as given). */
+export function jsonbText(json) {
+  const out = (v) => {
+    if (Array.isArray(v)) return `[${v.map(out).join(', ')}]`;
+    if (v && typeof v === 'object') return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${out(x)}`).join(', ')}}`;
+    return JSON.stringify(v);
+  };
+  return out(JSON.parse(json));
+}
+
 /** The statements of `log` reduced to a word each: BEGIN, claim, complete, COMMIT, ROLLBACK or the SQL. */
 export function steps(log) {
-  return log.map(({ sql }) => {
+  return log.map(({ sql, multi }) => {
+    if (multi) return sql.startsWith('BEGIN') ? 'BEGIN+claim' : 'complete+COMMIT';
     if (sql.includes('idem_claim')) return 'claim';
     if (sql.includes('idem_complete')) return 'complete';
     return sql;

@@ -12,18 +12,23 @@ import { listen, post, quietLogger } from './helpers.js';
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
 
-describe('against PostgreSQL', { skip }, () => {
+// Each case runs twice: on a plain pool (BEGIN + claim and complete + COMMIT as multi-statement messages) and on a
+// pool of pipelined clients (pg's `pipeline: true`: the pairs are pipelined extended-protocol statements).
+for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ? 'pipelined client' : 'multi-statement messages'})`, { skip }, () => {
   const run = `t${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
   let pool;
   let srv;
   let n = 0;
   const account = () => `${run}_${++n}`;
   const auth = (acct, key) => ({ Authorization: `Bearer ${acct}`, ...(key === undefined ? {} : { 'Idempotency-Key': key }) });
+  const stored = async (acct, key) =>
+    (await pool.query('SELECT http_status FROM idempotency_keys WHERE scope = $1 AND key = $2 UNION ALL ' +
+      'SELECT http_status FROM idempotency_keys_partitioned WHERE scope = $1 AND key = $2', [acct, key])).rows;
   const rows = async (acct) =>
     (await pool.query('SELECT amount_cents, currency, idempotency_key FROM ledger WHERE account = $1 ORDER BY id', [acct])).rows;
 
   before(async () => {
-    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 8 });
+    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 8, pipeline });
     await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
     const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
     if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
@@ -175,18 +180,90 @@ describe('against PostgreSQL', { skip }, () => {
     }
   });
 
-  test('a validation error (422) is stored and replayed like any 4xx', async () => {
+  test('a validation error (422) is answered not executed: not stored, the corrected retry is claimed', async () => {
     const acct = account();
     const r = await post(`${srv.url}/payments`, { amount_cents: -5, currency: 'EUR' }, auth(acct, 'kv'));
     assert.equal(r.status, 422);
     assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    assert.match(r.json.type, /invalid-payment$/);
     const again = await post(`${srv.url}/payments`, { amount_cents: -5, currency: 'EUR' }, auth(acct, 'kv'));
     assert.equal(again.status, 422);
+    assert.equal(again.headers.get('idempotent-replayed'), null);
+    assert.deepEqual(await stored(acct, 'kv'), []);
+    const fixed = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'EUR' }, auth(acct, 'kv'));
+    assert.equal(fixed.status, 201);
+    assert.equal(fixed.headers.get('idempotent-replayed'), null);
+    assert.deepEqual(await stored(acct, 'kv'), [{ http_status: 201 }]);
+  });
+
+  test('an HTTP error thrown after the insert: 422 stored as sent with the debit, 502 rolled back', async () => {
+    const acct = account();
+    const body = { amount_cents: 7, currency: 'EUR' };
+    const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'kf'), 'X-Fault': 'throw-422' });
+    assert.equal(r.status, 422);
+    assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    assert.equal((await rows(acct)).length, 1, 'a 4xx is committed with what was sent');
+    const replay = await post(`${srv.url}/payments`, body, auth(acct, 'kf'));
+    assert.equal(replay.status, 422);
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.equal(replay.text, r.text);
+
+    const b = await post(`${srv.url}/payments`, body, { ...auth(acct, 'kg'), 'X-Fault': 'throw-502' });
+    assert.equal(b.status, 502);
+    assert.deepEqual(await stored(acct, 'kg'), []);
+    assert.equal((await rows(acct)).length, 1, 'the debit of a 502 was rolled back');
+    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, 'kg'))).status, 201);
+  });
+
+  test('a replay is byte-identical to the first answer', async () => {
+    const acct = account();
+    const first = await post(`${srv.url}/payments`, '{"currency":"EUR","amount_cents":4321}', auth(acct, 'kb'));
+    assert.equal(first.status, 201);
+    const again = await post(`${srv.url}/payments`, '{"amount_cents": 4321, "currency": "EUR"}', auth(acct, 'kb'));
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
-    assert.deepEqual(again.json, r.json);
-    const cur = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'eur' }, auth(acct, 'kv2'));
-    assert.equal(cur.status, 422);
-    assert.deepEqual(await rows(acct), []);
+    assert.equal(again.text, first.text);
+    assert.equal(again.headers.get('content-type'), first.headers.get('content-type'));
+  });
+
+  test('several keys in one header: 400, neither key consumed; a "," inside a quoted key is one key', async () => {
+    const acct = account();
+    const body = { amount_cents: 5, currency: 'EUR' };
+    for (const key of ['ka,kb', 'ka, kb', '"ka", "kb"']) {
+      const r = await post(`${srv.url}/payments`, body, auth(acct, key));
+      assert.equal(r.status, 400, key);
+      assert.match(r.json.type, /idempotency-key-invalid$/);
+      assert.match(r.json.detail, /several/);
+    }
+    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, 'ka'))).status, 201);
+    const q = await post(`${srv.url}/payments`, body, auth(acct, '"ka,kb"'));
+    assert.equal(q.status, 201);
+    assert.equal(q.headers.get('idempotent-replayed'), null);
+  });
+
+  test('a body over 1 MiB: 413 before the claim; exactly 1 MiB is accepted', async () => {
+    const acct = account();
+    const padded = (size) => {
+      const core = '{"amount_cents": 9, "currency": "EUR"';
+      return core + ' '.repeat(size - core.length - 1) + '}';
+    };
+    const big = await post(`${srv.url}/payments`, padded(1048577), auth(acct, 'kl'));
+    assert.equal(big.status, 413);
+    assert.match(big.json.type, /request-too-large$/);
+    assert.deepEqual(await stored(acct, 'kl'), []);
+    const ok = await post(`${srv.url}/payments`, padded(1048576), auth(acct, 'kl'));
+    assert.equal(ok.status, 201);
+  });
+
+  test('another method: 405 with Allow; an unknown path: 404', async () => {
+    for (const [method, path, allow] of [['GET', '/payments', 'POST'], ['PUT', '/payments', 'POST'],
+      ['DELETE', '/payments-unprotected', 'POST'], ['POST', '/healthz', 'GET, HEAD']]) {
+      const r = await fetch(`${srv.url}${path}`, { method });
+      assert.equal(r.status, 405, `${method} ${path}`);
+      assert.equal(r.headers.get('allow'), allow);
+      assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    }
+    assert.equal((await fetch(`${srv.url}/healthz`, { method: 'HEAD' })).status, 200);
+    assert.equal((await fetch(`${srv.url}/nowhere`)).status, 404);
   });
 
   test('a body that is not JSON: 400 before the claim, the key is not consumed', async () => {

@@ -200,15 +200,19 @@ test('handler throws (sync or async) or calls next(err): ROLLBACK, 500 problem+j
   }
 });
 
-test('a thrown HttpProblem is answered, rolled back and not stored', async () => {
-  const pool = fakePool();
-  const h = () => {
-    throw new HttpProblem(429, 'slow-down', 'Too Many Requests');
-  };
-  await withApp(pool, [h], async (url) => {
-    assert.equal((await post(url, '{}', KEY)).status, 429);
-  });
-  assert.deepEqual(steps(pool.log), ['BEGIN', 'claim', 'ROLLBACK']);
+test('a thrown HttpProblem is answered as it is: a 4xx stored (the status sent), a 5xx rolled back', async () => {
+  for (const [status, expected] of [[429, ['BEGIN', 'claim', 'complete', 'COMMIT']], [503, ['BEGIN', 'claim', 'ROLLBACK']]]) {
+    const pool = fakePool();
+    const h = () => {
+      throw new HttpProblem(status, 'slow-down', 'Slow down');
+    };
+    await withApp(pool, [h], async (url) => {
+      const r = await post(url, '{}', KEY);
+      assert.equal(r.status, status);
+      assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    });
+    assert.deepEqual(steps(pool.log), expected);
+  }
 });
 
 test('a database error in the handler: ROLLBACK, 500 with the SQLSTATE', async () => {
@@ -311,12 +315,24 @@ test('the database unreachable: 500 problem+json', async () => {
   });
 });
 
-test('a handler chain that never answers: 500, rolled back', async () => {
+test('a handler chain that calls next() hands the request on to the next route, in the same transaction', async () => {
   const pool = fakePool();
-  await withApp(pool, [(req, res, next) => next()], async (url) => {
-    assert.equal((await post(url, '{}', KEY)).status, 500);
+  const app = express();
+  const idem = idempotency({ pool, logger: quietLogger });
+  app.post('/p', idem((req, res, next) => next()));
+  app.post('/p', async (req, res) => {
+    await req.db.query('INSERT 2');
+    res.status(201).json({ later: true });
   });
-  assert.equal(steps(pool.log).at(-1), 'ROLLBACK');
+  const srv = await listen(app);
+  try {
+    const r = await post(srv.url + '/p', '{}', KEY);
+    assert.equal(r.status, 201);
+    assert.deepEqual(r.json, { later: true });
+  } finally {
+    await srv.close();
+  }
+  assert.deepEqual(steps(pool.log), ['BEGIN', 'claim', 'INSERT 2', 'complete', 'COMMIT']);
 });
 
 test('isolationLevel and ttl options', async () => {

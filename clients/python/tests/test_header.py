@@ -14,7 +14,9 @@ from idempotency_pg import InvalidKey, MissingKey, parse_idempotency_key as pars
     ('"with space"', "with space"),
     ("8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324"),
     ('"8e03978e-40d5-43e8-bc93-6894a57f9324"', "8e03978e-40d5-43e8-bc93-6894a57f9324"),
-    ("a,b;c=d", "a,b;c=d"),
+    ("a;c=d", "a;c=d"),
+    ('"a,b"', "a,b"),          # a comma inside a quoted key is part of it
+    (["k1"], "k1"),            # one header line, as a list
     ('"' + "x" * 255 + '"', "x" * 255),
     ("x" * 255, "x" * 255),
     (b'"bytes"', "bytes"),
@@ -46,6 +48,15 @@ def test_invalid(raw):
     with pytest.raises(InvalidKey) as e:
         parse(raw)
     assert e.value.slug == "idempotency-key-invalid"
+
+
+@pytest.mark.parametrize("raw", ["k1,k2", "k1, k2", "k1 ,k2", '"k1","k2"', '"k1" , "k2"', "a,b;c=d", ",k1", "k1,",
+                                 ["k1", "k2"], ["k1", "k1"]])
+def test_several_keys_are_invalid(raw):
+    """HTTP joins two header lines with a comma: several keys are refused, even twice the same."""
+    with pytest.raises(InvalidKey) as e:
+        parse(raw)
+    assert "several" in str(e.value)
 
 
 def test_length_counts_the_unescaped_key():

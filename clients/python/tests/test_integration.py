@@ -82,15 +82,18 @@ def test_scope_is_the_account(app, db, account):
     assert len(ledger(db, account)) == 1 and len(ledger(db, other)) == 1
 
 
-def test_validation_422_is_stored_and_replayed(app, db, account):
+def test_validation_422_is_not_executed(app, db, account):
+    """Body validation answers "not executed": not stored, the key released for the corrected retry."""
     bad = {"amount_cents": 0, "currency": "EUR"}
     r1 = pay(app, account, "v", bad)
     assert r1.status == 422
     assert r1.header("Content-Type") == "application/problem+json"
+    assert stored_outcome(db, account, "v") == "claimed"  # nothing stored, nothing held
     r2 = pay(app, account, "v", bad)
-    assert r2.status == 422 and r2.header("Idempotent-Replayed") == "true"
-    assert body_json(r2) == body_json(r1)
-    assert ledger(db, account) == []
+    assert r2.status == 422 and r2.header("Idempotent-Replayed") is None
+    ok = pay(app, account, "v")
+    assert ok.status == 201 and ok.header("Idempotent-Replayed") is None
+    assert len(ledger(db, account)) == 1
 
 
 @pytest.mark.parametrize("body", [

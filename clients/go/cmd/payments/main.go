@@ -1,7 +1,8 @@
 // Command payments is the payment service of clients/CONTRACT.md.
 //
 // Environment: PORT (listens on 127.0.0.1:$PORT), DATABASE_URL (libpq URI of a database with the idempotency
-// extension and the ledger table), PAYMENTS_FAULTS=1 to honour the X-Fault request header.
+// extension and the ledger table), PAYMENTS_FAULTS=1 to honour the X-Fault request header, PAYMENTS_FRAMEWORK
+// (net/http, the default, chi, echo or gin) for the router that serves POST /payments.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -37,10 +39,23 @@ func main() {
 	}
 	defer pool.Close()
 
-	srv := &http.Server{
-		Handler:           payments.NewHandler(pool, payments.Config{Faults: os.Getenv("PAYMENTS_FAULTS") == "1"}),
-		ReadHeaderTimeout: 10 * time.Second,
+	var ridesLease time.Duration
+	if v := os.Getenv("RIDES_LEASE_SECONDS"); v != "" {
+		secs, err := strconv.ParseFloat(v, 64)
+		if err != nil || secs <= 0 {
+			log.Fatalf("payments: RIDES_LEASE_SECONDS=%q is not a positive number", v)
+		}
+		ridesLease = time.Duration(secs * float64(time.Second))
 	}
+	handler, err := payments.NewHandler(pool, payments.Config{
+		Faults:     os.Getenv("PAYMENTS_FAULTS") == "1",
+		Framework:  os.Getenv("PAYMENTS_FRAMEWORK"),
+		RidesLease: ridesLease,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
 	if err != nil {
 		log.Fatalf("payments: listen: %v", err)

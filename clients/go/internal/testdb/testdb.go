@@ -6,11 +6,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"example.com/idempotency"
+	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
 
@@ -27,7 +31,12 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := idempotency.NewPool(ctx, url)
+	// One connection kept open, not NewPool's eight: the tests open many short-lived pools.
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	pool, err := idempotency.NewPool(ctx, url+sep+"pool_min_conns=1")
 	if err != nil {
 		t.Fatalf("connect %s: %v", Env, err)
 	}
@@ -55,4 +64,44 @@ func LedgerRows(t testing.TB, pool *pgxpool.Pool, account string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Result is an HTTP answer read whole.
+type Result struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// Replayed reports whether the answer carries Idempotent-Replayed: true.
+func (r Result) Replayed() bool { return r.Header.Get("Idempotent-Replayed") == "true" }
+
+// Post sends a JSON body to url with the Idempotency-Key key ("" sends none).
+func Post(t testing.TB, url, key, body string) Result {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Result{resp.StatusCode, resp.Header, string(b)}
+}
+
+// Debit inserts a ledger row for account in tx, as the payment handler does.
+func Debit(ctx context.Context, tx pgx.Tx, account, key string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO ledger (account, amount_cents, currency, idempotency_key)
+VALUES ($1::text, -100, 'USD', $2::text)`, account, key)
+	return err
 }

@@ -1,11 +1,14 @@
-"""Python client of the ``idempotency`` PostgreSQL extension: a WSGI middleware for the Idempotency-Key header."""
+"""Python client of the ``idempotency`` PostgreSQL extension: Idempotency-Key middleware for WSGI
+(:class:`IdempotencyMiddleware`), ASGI (:mod:`idempotency_pg.asgi`: Starlette, FastAPI, SQLAlchemy) and Django
+(:mod:`idempotency_pg.django`)."""
 
 from .header import InvalidKey, KeyHeaderError, MissingKey, parse_idempotency_key
 from .middleware import ATTEMPT, CONNECTION, KEY, SCOPE, IdempotencyMiddleware, get_connection, run_wsgi
-from .responses import HTTPProblem, Response, claim_response, json_response, problem, stored_form
+from .responses import (MAX_BODY_BYTES, BodyTooLarge, HTTPProblem, NotExecuted, Response, claim_response,
+                        json_response, problem, stored_form)
 
 __all__ = [
-    "ATTEMPT", "CONNECTION", "KEY", "SCOPE", "HTTPProblem", "IdempotencyMiddleware", "InvalidKey",
+    "ATTEMPT", "CONNECTION", "KEY", "MAX_BODY_BYTES", "SCOPE", "BodyTooLarge", "HTTPProblem", "NotExecuted", "IdempotencyMiddleware", "InvalidKey",
     "KeyHeaderError", "MissingKey", "Response", "claim_response", "connection_pool", "connect_kwargs",
     "get_connection", "json_response", "parse_idempotency_key", "problem", "run_wsgi", "stored_form",
 ]

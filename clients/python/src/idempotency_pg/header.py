@@ -7,7 +7,10 @@ bare (``abc``, a UUID), so the bare form is accepted too and means the same key:
 Rules (clients/CONTRACT.md):
 
 * the header absent -> :class:`MissingKey`;
-* empty (``""`` or an empty value), not parsable, over 255 bytes, or with control characters -> :class:`InvalidKey`.
+* empty (``""`` or an empty value), not parsable, over 255 bytes, or with control characters -> :class:`InvalidKey`;
+* several keys -> :class:`InvalidKey`: HTTP joins two header lines of one field with ``,`` (RFC 9110 5.3), so a
+  ``,`` outside a quoted string (``k1,k2``, ``"k1", "k2"``), or a list of values (a server that keeps the lines
+  apart), is several keys.  A ``,`` inside a quoted key (``"a,b"``) is part of it.
 
 Leading and trailing spaces and tabs (HTTP's OWS) are not part of the value.  Anything after the closing quote of a
 quoted key is refused (Structured Field parameters are not used by the draft).  A bare key is visible ASCII
@@ -38,6 +41,12 @@ def parse_idempotency_key(value):
     """
     if value is None:
         raise MissingKey("the Idempotency-Key header is required")
+    if isinstance(value, (list, tuple)):
+        if len(value) > 1:
+            raise InvalidKey("several Idempotency-Key headers: send one key")
+        if not value:
+            raise MissingKey("the Idempotency-Key header is required")
+        value = value[0]
     if isinstance(value, bytes):
         value = value.decode("latin-1")
     value = value.strip(" \t")
@@ -69,6 +78,8 @@ def _parse_sf_string(value):
             i += 2
         elif c == '"':
             if i + 1 != n:
+                if value[i + 1:].lstrip(" \t").startswith(","):
+                    raise InvalidKey("several Idempotency-Key values (a comma outside the quotes): send one key")
                 raise InvalidKey("the Idempotency-Key has characters after its closing quote")
             return "".join(out)
         elif _is_control(c):
@@ -82,6 +93,8 @@ def _parse_sf_string(value):
 
 
 def _parse_bare(value):
+    if "," in value:
+        raise InvalidKey("several Idempotency-Key values (a comma outside quotes): send one key")
     for c in value:
         if _is_control(c):
             raise InvalidKey("the Idempotency-Key contains a control character")

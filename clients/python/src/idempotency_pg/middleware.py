@@ -4,17 +4,21 @@ import io
 import logging
 
 import psycopg
-from psycopg import errors as pgerrors
 
+from . import core
+from .core import BAD_BODY, CLAIM_SELECT, COMPLETE_SELECT, RETRYABLE, BadBody
 from .header import KeyHeaderError, parse_idempotency_key
 from .responses import (
+    MAX_BODY_BYTES,
     PROBLEM_BASE,
+    BodyTooLarge,
     HTTPProblem,
+    NotExecuted,
     Response,
+    body_too_large,
     claim_response,
     parse_json_body,
     problem,
-    stored_form,
 )
 
 log = logging.getLogger("idempotency_pg")
@@ -25,27 +29,14 @@ KEY = "idempotency_pg.key"  # the parsed Idempotency-Key
 SCOPE = "idempotency_pg.scope"  # the scope the key was claimed in
 ATTEMPT = "idempotency_pg.attempt"  # 0 for the first run, 1.. for retries after 40001/40P01
 
-CLAIM_SQL = (
-    "SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text "
-    "FROM idem_claim(%(key)s, "
-    "idem_hash(jsonb_build_object('method', %(method)s::text, 'path', %(path)s::text, 'body', %(body)s::jsonb)), "
-    "%(ttl)s::interval, %(scope)s::text) AS c"
-)
-COMPLETE_SQL = "SELECT idem_complete(%s::text, %s::int, %s::jsonb, %s::jsonb, %s::text)"
-
-#: SQLSTATEs after which the whole transaction is run again.
-RETRYABLE = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
-#: SQLSTATEs of the claim statement that mean the request body is not JSON that PostgreSQL accepts.
-BAD_BODY = (pgerrors.InvalidTextRepresentation, pgerrors.UntranslatableCharacter, pgerrors.NumericValueOutOfRange)
+#: The 1.0 names of the statements, kept for code that imported them.
+CLAIM_SQL = CLAIM_SELECT
+COMPLETE_SQL = COMPLETE_SELECT
 
 
 def get_connection(environ):
     """The connection of the request's transaction (for the handler behind the middleware)."""
     return environ[CONNECTION]
-
-
-class _BadBody(Exception):
-    pass
 
 
 class IdempotencyMiddleware:
@@ -56,15 +47,19 @@ class IdempotencyMiddleware:
     :class:`HTTPProblem` (e.g. a 401) to answer before anything else.  Requests whose method is not in
     ``methods`` are passed through untouched.
 
-    Per request: scope, key (400 if missing or invalid), body (400 if not JSON), then in one transaction
-    ``idem_claim``; on ``claimed`` the app runs with the connection in ``environ[CONNECTION]``, its response is
-    buffered, stored with ``idem_complete``, committed, and only then sent.  A 5xx, an exception or a database error
-    rolls everything back (nothing stored, the key free again).  40001/40P01 runs the whole transaction again, up to
-    ``max_retries`` times.
+    Per request: scope, key (400 if missing, invalid or several), body (413 over ``max_body_bytes``, 400 if not
+    JSON), then in one transaction ``idem_claim``; on ``claimed`` the app runs with the connection in
+    ``environ[CONNECTION]``, its response is buffered, stored with ``idem_complete``, committed, and only then sent,
+    in its stored form (a replay is the same bytes).  A 5xx, an exception or a database error rolls everything back
+    (nothing stored, the key free again); so does :class:`NotExecuted` raised by the app, whose response is sent.
+    :class:`HTTPProblem` raised by the app is its answer like any other (stored if below 500).  40001/40P01 runs the
+    whole transaction again, up to ``max_retries`` times.  ``combine=False`` sends BEGIN, the claim, the
+    completion and COMMIT as four round trips instead of two (for comparison only).
     """
 
     def __init__(self, app, pool, *, scope=None, methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None,
-                 max_retries=3, replay_headers=None, problem_base=PROBLEM_BASE):
+                 max_retries=3, replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES,
+                 combine=True):
         self.app = app
         self.pool = pool
         self.scope = scope or (lambda environ: "")
@@ -73,6 +68,8 @@ class IdempotencyMiddleware:
         self.max_retries = max_retries
         self.replay_headers = replay_headers
         self.problem_base = problem_base
+        self.max_body_bytes = max_body_bytes
+        self.combine = combine
 
     def __call__(self, environ, start_response):
         if environ.get("REQUEST_METHOD", "GET").upper() not in self.methods:
@@ -93,20 +90,18 @@ class IdempotencyMiddleware:
         except KeyHeaderError as e:
             return problem(400, e.slug, "Invalid Idempotency-Key" if e.slug.endswith("invalid")
                            else "Idempotency-Key required", str(e), (), base)
-        raw = read_body(environ)
+        try:
+            raw = read_body(environ, self.max_body_bytes)
+        except BodyTooLarge:
+            return body_too_large(self.max_body_bytes, base)
         try:
             body_text = parse_json_body(raw)
         except ValueError:
             return self._bad_body()
 
-        params = {
-            "key": key,
-            "method": environ.get("REQUEST_METHOD", "POST").upper(),
-            "path": (environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")) or "/",
-            "body": body_text,
-            "ttl": self.ttl,
-            "scope": scope,
-        }
+        params = core.claim_params(key, environ.get("REQUEST_METHOD", "POST").upper(),
+                                   (environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")) or "/",
+                                   body_text, self.ttl, scope)
         try:
             with self.pool.connection() as conn:
                 if conn.prepare_threshold is not None:
@@ -116,7 +111,7 @@ class IdempotencyMiddleware:
                         return self._attempt(conn, environ, raw, params, attempt)
                     except RETRYABLE as e:
                         log.info("idempotency: %s on attempt %d, retrying", e.sqlstate, attempt + 1)
-                    except _BadBody:
+                    except BadBody:
                         return self._bad_body()
                 return problem(409, "transaction-conflict", "Conflict",
                                "the request kept conflicting with concurrent requests; retry it",
@@ -135,15 +130,13 @@ class IdempotencyMiddleware:
                        (), self.problem_base)
 
     def _attempt(self, conn, environ, raw, params, attempt):
-        result = None
-        with conn.transaction() as tx:
-            try:
-                row = conn.execute(CLAIM_SQL, params).fetchone()
-            except BAD_BODY as e:
-                raise _BadBody() from e
-            result = claim_response(*row, base=self.problem_base)
-            if result is not None:
-                raise psycopg.Rollback(tx)  # replay, mismatch, in_progress: nothing to keep
+        """One transaction: returns the response to send, committed or rolled back as it says."""
+        row = core.claim(conn, params, self.combine)
+        try:
+            early = claim_response(*row, base=self.problem_base)
+            if early is not None:
+                core.rollback(conn)  # replay, mismatch, in_progress: nothing to keep
+                return early
             env = dict(environ)
             env["wsgi.input"] = io.BytesIO(raw)
             env["CONTENT_LENGTH"] = str(len(raw))
@@ -151,23 +144,42 @@ class IdempotencyMiddleware:
             env[KEY] = params["key"]
             env[SCOPE] = params["scope"]
             env[ATTEMPT] = attempt
-            result = run_wsgi(self.app, env)
+            try:
+                result = run_wsgi(self.app, env)
+            except NotExecuted as ne:
+                core.rollback(conn)  # refused before doing anything: not stored, the key released
+                return ne.response
+            except HTTPProblem as hp:
+                result = hp.response  # the app's own error answer: handled like any response it returns
             if 500 <= result.status <= 599:
-                raise psycopg.Rollback(tx)  # not cached, the handler's writes undone
-            body_json, headers_json = stored_form(result, self.replay_headers)
-            conn.execute(COMPLETE_SQL, (params["key"], result.status, body_json, headers_json, params["scope"]))
-        return result  # committed (or rolled back for the early answers and 5xx)
+                core.rollback(conn)  # not cached, the handler's writes undone
+                return result
+            return core.complete(conn, params, result, self.replay_headers, self.combine)
+        except BaseException:
+            core.rollback(conn)
+            raise
 
 
-def read_body(environ):
+def read_body(environ, limit=MAX_BODY_BYTES):
+    """The request body, at most ``limit`` bytes; raises :class:`BodyTooLarge` beyond (a ``Content-Length`` over
+    the limit is refused without reading the body)."""
     try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
+        length = int(environ.get("CONTENT_LENGTH") or -1)
     except ValueError:
-        length = 0
+        length = -1
+    if length > limit:
+        raise BodyTooLarge(length)
     stream = environ.get("wsgi.input")
     if stream is None:
         return b""
-    return stream.read(length) if length > 0 else b""
+    if length >= 0:
+        return stream.read(length) if length > 0 else b""
+    if not environ.get("wsgi.input_terminated"):
+        return b""  # no length and a stream that may not end: PEP 3333 says read nothing
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise BodyTooLarge(len(data))
+    return data
 
 
 def run_wsgi(app, environ):

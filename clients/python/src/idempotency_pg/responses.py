@@ -10,6 +10,9 @@ from http import HTTPStatus
 
 PROBLEM_BASE = "https://idempotency.dev/problems/"
 
+#: The largest request body the middleware reads (clients/CONTRACT.md "body-limit"): 1 MiB.  Over it: 413.
+MAX_BODY_BYTES = 1024 * 1024
+
 #: Internal header kept with a stored response whose body is not stored as JSON: "text" or "base64".
 BODY_ENCODING_HEADER = "Idempotency-Body-Encoding"
 
@@ -58,6 +61,27 @@ class HTTPProblem(Exception):
     def __init__(self, status, slug, title, detail="", headers=(), base=PROBLEM_BASE):
         super().__init__(detail or title)
         self.response = problem(status, slug, title, detail, headers, base)
+
+
+class NotExecuted(Exception):
+    """Raised by a handler that refused the request before doing anything (body validation): ``response`` is sent
+    as is, and the transaction rolls back, so nothing is stored and the key is free for the corrected retry
+    (clients/CONTRACT.md "not-executed").  Only a status below 500 makes sense (a 5xx is never stored anyway)."""
+
+    def __init__(self, response):
+        if not isinstance(response, Response):
+            raise TypeError("NotExecuted needs an idempotency_pg.Response")
+        super().__init__(response.status)
+        self.response = response
+
+
+class BodyTooLarge(ValueError):
+    pass
+
+
+def body_too_large(limit, base=PROBLEM_BASE):
+    return problem(413, "request-too-large", "Request body too large",
+                   "the request body is over %d bytes" % limit, (), base)
 
 
 def problem(status, slug, title, detail="", headers=(), base=PROBLEM_BASE):
@@ -137,6 +161,12 @@ def stored_form(response, replay_headers=None):
     (case-insensitive); otherwise every header but the per-connection ones in :data:`NOT_REPLAYED`.  Repeated
     headers are joined with ", ".
     """
+    f = stored_form_of(response, replay_headers)
+    return f.body, f.headers
+
+
+def stored_form_of(response, replay_headers=None):
+    """:func:`stored_form` as a :class:`StoredForm`."""
     allow = None if replay_headers is None else {h.lower() for h in replay_headers}
     headers = {}
     lower_to_name = {}
@@ -150,6 +180,7 @@ def stored_form(response, replay_headers=None):
             lower_to_name[lk] = k
             headers[k] = v
     body = response.body
+    as_json = False
     if not body:
         body_json = None
     else:
@@ -162,6 +193,7 @@ def stored_form(response, replay_headers=None):
             try:
                 json.loads(text, parse_constant=_refuse_constant)
                 body_json = text
+                as_json = True
             except ValueError:
                 pass
         if body_json is None:
@@ -171,7 +203,28 @@ def stored_form(response, replay_headers=None):
             else:
                 headers[BODY_ENCODING_HEADER] = "base64"
                 body_json = json.dumps(base64.b64encode(body).decode("ascii"))
-    return body_json, json.dumps(headers)
+    return StoredForm(body_json, json.dumps(headers), as_json)
+
+
+def sent_form(response, stored):
+    """The response to send after ``idem_complete``, so that the first answer and every replay are the same bytes
+    (clients/CONTRACT.md "byte-identical-replay").  A JSON body is stored as ``jsonb``, which has a text form of its
+    own (key order, spacing); the completing statement reads that text back and it is sent instead of the
+    handler's bytes.  Other bodies are stored as a string and replayed byte for byte: sent unchanged.
+
+    ``stored`` is the :class:`StoredForm` given to ``idem_complete``, with ``read_back`` set to the text the
+    completing statement returned."""
+    if not stored.as_json or stored.read_back is None:
+        return response
+    return Response(response.status, list(response.headers), stored.read_back.encode("utf-8"))
+
+
+@dataclass
+class StoredForm:
+    body: object  # JSON text for the jsonb column, or None
+    headers: str  # JSON text
+    as_json: bool  # the body is stored as the JSON value itself (so jsonb gives it a text form of its own)
+    read_back: object = None  # body::jsonb::text, as the completing statement returned it
 
 
 def _refuse_constant(name):

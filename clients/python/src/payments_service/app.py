@@ -8,13 +8,15 @@ from idempotency_pg import (
     CONNECTION,
     KEY,
     SCOPE,
+    BodyTooLarge,
     HTTPProblem,
     IdempotencyMiddleware,
+    NotExecuted,
     json_response,
     problem,
 )
 from idempotency_pg.middleware import read_body
-from idempotency_pg.responses import parse_json_body
+from idempotency_pg.responses import MAX_BODY_BYTES, body_too_large, parse_json_body
 
 log = logging.getLogger("payments_service")
 
@@ -35,16 +37,24 @@ def account_scope(environ):
     return m.group(1)
 
 
-def process_payment(conn, account, key, raw_body, fault=None):
-    """The handler, inside the caller's open transaction on ``conn``: returns a Response."""
+def validate_payment(raw_body):
+    """``(amount, currency)`` from the body, or :class:`NotExecuted` with a 422: validation happens before any write,
+    so it is not stored and the corrected retry may use the same key (clients/CONTRACT.md "not-executed")."""
     body = json.loads(raw_body)
     amount = body.get("amount_cents") if isinstance(body, dict) else None
     currency = body.get("currency") if isinstance(body, dict) else None
     if type(amount) is not int or not 0 < amount <= MAX_CENTS:
-        return problem(422, "invalid-payment", "Invalid payment",
-                       "amount_cents must be an integer greater than 0")
+        raise NotExecuted(problem(422, "invalid-payment", "Invalid payment",
+                                  "amount_cents must be an integer greater than 0"))
     if not isinstance(currency, str) or not CURRENCY_RE.match(currency):
-        return problem(422, "invalid-payment", "Invalid payment", "currency must be 3 upper-case letters")
+        raise NotExecuted(problem(422, "invalid-payment", "Invalid payment", "currency must be 3 upper-case letters"))
+    return amount, currency
+
+
+def process_payment(conn, account, key, raw_body, fault=None):
+    """The handler, inside the caller's open transaction on ``conn``: returns a Response (raises
+    :class:`NotExecuted` for an invalid body, :class:`HTTPProblem` for the ``throw-*`` faults)."""
+    amount, currency = validate_payment(raw_body)
     (payment_id,) = conn.execute(
         "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) "
         "VALUES (%s::text, %s::bigint, %s::text, %s::text) RETURNING id",
@@ -52,6 +62,9 @@ def process_payment(conn, account, key, raw_body, fault=None):
     ).fetchone()
     if fault == "503":
         return problem(503, "upstream-unavailable", "Service Unavailable", "upstream unavailable")
+    if fault in ("throw-422", "throw-502"):  # the error boundary's own answer, after the write
+        status = int(fault[-3:])
+        raise HTTPProblem(status, "thrown-%d" % status, "Thrown %d" % status, "the handler raised after its write")
     if fault == "db-error":
         conn.execute("SELECT 1/0")  # SQLSTATE 22012: the transaction fails
     elif fault:
@@ -72,7 +85,7 @@ def _send(start_response, response):
 
 
 class PaymentsApp:
-    """Routes: POST /payments (idempotent), POST /payments-unprotected, GET /healthz."""
+    """Routes: POST /payments (idempotent), POST /rides (lease mode), POST /payments-unprotected, GET /healthz."""
 
     def __init__(self, pool, faults=False):
         self.pool = pool
@@ -96,7 +109,10 @@ class PaymentsApp:
             account = account_scope(environ)
         except HTTPProblem as p:
             return p.response
-        raw = read_body(environ)
+        try:
+            raw = read_body(environ, MAX_BODY_BYTES)
+        except BodyTooLarge:
+            return body_too_large(MAX_BODY_BYTES)
         try:
             parse_json_body(raw)
         except ValueError:
@@ -105,7 +121,12 @@ class PaymentsApp:
         try:
             with self.pool.connection() as conn:
                 with conn.transaction():
-                    response = process_payment(conn, account, key, raw, self._fault(environ))
+                    try:
+                        response = process_payment(conn, account, key, raw, self._fault(environ))
+                    except NotExecuted as e:
+                        raise _RollbackWith(e.response)
+                    except HTTPProblem as e:
+                        response = e.response
                     if response.status >= 500:
                         raise _RollbackWith(response)  # leaving the block by an exception rolls back
                 return response
@@ -115,16 +136,45 @@ class PaymentsApp:
             log.exception("payments-unprotected failed")
             return problem(500, "internal-error", "Internal Server Error", "the request failed and was rolled back")
 
+    def rides(self, environ):
+        """POST /rides: lease mode (payments_service.rides)."""
+        from idempotency_pg import KeyHeaderError, parse_idempotency_key
+
+        from .rides import handle_ride
+        try:
+            account = account_scope(environ)
+            key = parse_idempotency_key(environ.get("HTTP_IDEMPOTENCY_KEY"))
+            raw = read_body(environ, MAX_BODY_BYTES)
+            body_text = parse_json_body(raw)
+            return handle_ride(self.pool, account, key, body_text, self._fault(environ))
+        except HTTPProblem as p:
+            return p.response
+        except KeyHeaderError as e:
+            return problem(400, e.slug, "Invalid Idempotency-Key", str(e))
+        except BodyTooLarge:
+            return body_too_large(MAX_BODY_BYTES)
+        except NotExecuted as e:
+            return e.response
+        except ValueError:
+            return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON")
+        except Exception:
+            log.exception("rides failed")
+            return problem(500, "internal-error", "Internal Server Error", "the ride failed; retry it")
+
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
         method = environ.get("REQUEST_METHOD", "GET").upper()
         if path == "/healthz":
             if method in ("GET", "HEAD"):
                 return _send(start_response, json_response(200, {"ok": True}))
-            return _send(start_response, _not_allowed("GET"))
+            return _send(start_response, _not_allowed("GET, HEAD"))
         if path == "/payments":
             if method == "POST":
                 return self.protected(environ, start_response)
+            return _send(start_response, _not_allowed("POST"))
+        if path == "/rides":
+            if method == "POST":
+                return _send(start_response, self.rides(environ))
             return _send(start_response, _not_allowed("POST"))
         if path == "/payments-unprotected":
             if method == "POST":

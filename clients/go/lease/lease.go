@@ -1,0 +1,355 @@
+// Package lease runs a request in the extension's lease mode (1.1): for handlers that call something outside the
+// database (a payment provider, a mailer) and so cannot do all their work in one transaction.
+//
+// Runner.Run leases the key (idem_lease, committed at once), then runs the steps after the recovery point the key
+// has reached. While a step runs, a heartbeat extends the lease every third of its length. Each step does its
+// outside call with no transaction open, then its local writes in Step.Tx, where the runner records the step's
+// recovery point (idem_checkpoint) in the same transaction. The last step answers in Run.Finish, which stores the
+// response (idem_lease_complete) in the transaction of its last writes. A holder that lost its lease (SQLSTATE
+// 55000 from any holder call: the lease ran out and another request took it over) stops at once, writes nothing
+// more, and the client gets 409. Any other failure releases the lease (the recovery point is kept) and answers 500;
+// the retry resumes after the last recorded step.
+//
+// Each step gets the fencing number of the lease (the trailing column fencing_number of idem_lease's result from
+// extension 1.2; nil on 1.1), a number that strictly increases across takeovers of a key: pass it to systems that
+// can refuse a stale holder.
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"example.com/idempotency"
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+// Step is one step of a leased request. Name is the recovery point recorded when it is done (the first step runs
+// when the key has none). Do runs it: outside calls first, then the local writes in r.Tx, which records Name and
+// r.State with them. A step that never calls r.Tx is recorded in a transaction of its own when it returns.
+type Step struct {
+	Name string
+	Do   func(ctx context.Context, r *Run) error
+}
+
+// Runner runs leased requests on a pool (ParsePoolConfig's simple protocol works through PgBouncer).
+type Runner struct {
+	Pool *pgxpool.Pool
+	// Lease is the lease length; 0 means 30 s. The heartbeat extends it every Lease/3.
+	Lease time.Duration
+	// TTL of the stored response; 0 means the extension's default.
+	TTL time.Duration
+	// ProblemBase prefixes problem types; "" means idempotency.DefaultProblemBase.
+	ProblemBase string
+	// Logger; nil means log.Default().
+	Logger *log.Logger
+}
+
+// Request identifies the leased request: its key, its scope (the authenticated tenant) and its fingerprint,
+// computed in SQL from method, path and the JSON body as the transactional middleware does.
+type Request struct {
+	Key, Scope, Method, Path string
+	Body                     []byte
+}
+
+// ErrLeaseLost: a holder call got SQLSTATE 55000, the lease is someone else's now.
+var ErrLeaseLost = errors.New("lease: the lease was lost (taken over after it ran out)")
+
+// Run is the state of one leased request, handed to each step.
+type Run struct {
+	Key, Scope string
+	// Fencing is the lease's fencing number (extension 1.2), nil on 1.1.
+	Fencing *int64
+	// Point is the recovery point reached before the current step ("" for none).
+	Point string
+	// State is the recovery state: what earlier steps recorded (restored on a takeover); a step adds to it.
+	State map[string]any
+
+	runner   *Runner
+	leaseLen time.Duration
+	token    string
+	step     string
+	recorded bool
+	hb       *heartbeat
+	response *idempotency.Response
+}
+
+// PauseHeartbeat stops extending the lease until the step ends (to simulate a stalled holder in tests).
+func (r *Run) PauseHeartbeat() { r.hb.pause() }
+
+// Tx runs fn in a transaction and, in the same transaction, records the current step's recovery point with
+// r.State (idem_checkpoint), so the step's local writes and its checkpoint commit together or not at all.
+func (r *Run) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return r.inTx(ctx, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		state, err := json.Marshal(r.State)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT idem_checkpoint($1::text, $2::uuid, $3::text, $4::jsonb, $5::text)`,
+			r.Key, r.token, r.step, string(state), r.Scope)
+		if err == nil {
+			r.recorded = true
+		}
+		return err
+	})
+}
+
+// Finish runs fn's local writes and stores the response it returns (idem_lease_complete) in one transaction. A
+// 5xx is not stored: the lease is released with the recovery point kept, and the 5xx is answered.
+func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Response, error)) error {
+	return r.inTx(ctx, func(tx pgx.Tx) error {
+		resp, err := fn(tx)
+		if err != nil {
+			return err
+		}
+		body, headers := idempotency.StoredForm(resp, nil)
+		var canon *string
+		if err := tx.QueryRow(ctx, `SELECT idem_lease_complete($1::text, $2::uuid, $3::int, $4::jsonb, $5::jsonb, $6::text), $4::jsonb::text`,
+			r.Key, r.token, resp.Status, body, headers, r.Scope).Scan(new(bool), &canon); err != nil {
+			return err
+		}
+		if canon != nil && body != nil && *body == string(resp.Body) {
+			resp.Body = []byte(*canon) // sent as stored, so the replay is byte-identical
+		}
+		r.response, r.recorded = resp, true
+		return nil
+	})
+}
+
+func (r *Run) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if r.hb.lost() {
+		return ErrLeaseLost
+	}
+	return asLost(r.runner.Pool.BeginFunc(ctx, func(tx pgx.Tx) error {
+		// A holder call first: it raises 55000 when the lease is someone else's now, before this holder writes
+		// anything (its writes could otherwise collide with the new holder's and fail another way), and it
+		// extends the lease for the transaction's length.
+		if _, err := tx.Exec(ctx, `SELECT idem_lease_extend($1::text, $2::uuid, $3::interval, $4::text)`,
+			r.Key, r.token, micros(r.leaseLen), r.Scope); err != nil {
+			return err
+		}
+		return fn(tx)
+	}))
+}
+
+func asLost(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "55000" {
+		return fmt.Errorf("%w: %s", ErrLeaseLost, pg.Message)
+	}
+	return err
+}
+
+// Run leases req's key and runs the steps after its recovery point, the last of which calls r.Finish. It returns
+// the response to send: the stored one for a replay (with Idempotent-Replayed), a problem for a mismatch (422), a
+// key in flight or a lost lease (409, Retry-After: 1), a failure (500, the lease released).
+func (rn *Runner) Run(ctx context.Context, req Request, steps []Step) *idempotency.Response {
+	logger := rn.Logger
+	if logger == nil {
+		logger = log.Default()
+	}
+	leaseLen := rn.Lease
+	if leaseLen <= 0 {
+		leaseLen = 30 * time.Second
+	}
+	r, early, err := rn.lease(ctx, req, leaseLen)
+	if err != nil {
+		logger.Printf("lease: %v", err)
+		return idempotency.Problem(rn.ProblemBase, http.StatusInternalServerError, "internal-error",
+			"Internal Server Error", "the lease could not be taken")
+	}
+	if early != nil {
+		return early
+	}
+	r.leaseLen = leaseLen
+	r.hb = startHeartbeat(rn, r, leaseLen, logger)
+	err = rn.steps(ctx, r, steps)
+	r.hb.stop()
+	if err == nil && r.hb.lost() {
+		err = ErrLeaseLost
+	}
+	switch {
+	case err == nil && r.response != nil:
+		return r.response
+	case errors.Is(err, ErrLeaseLost):
+		p := idempotency.Problem(rn.ProblemBase, http.StatusConflict, "idempotency-key-in-progress",
+			"Request in progress", "this request's lease was taken over by a retry; retry later")
+		p.Header.Set("Retry-After", "1")
+		return p
+	case err == nil:
+		err = errors.New("the last step did not call Finish")
+	}
+	logger.Printf("lease: key %q: %v (lease released, recovery point kept)", r.Key, err)
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, rerr := rn.Pool.Exec(rctx, `SELECT idem_lease_release($1::text, $2::uuid, $3::text)`, r.Key, r.token, r.Scope); rerr != nil {
+		logger.Printf("lease: release %q: %v", r.Key, rerr)
+	}
+	return idempotency.Problem(rn.ProblemBase, http.StatusInternalServerError, "internal-error",
+		"Internal Server Error", "the request failed; retry it with the same key to resume")
+}
+
+func (rn *Runner) steps(ctx context.Context, r *Run, steps []Step) error {
+	start := 0
+	if r.Point != "" {
+		start = -1
+		for i, s := range steps {
+			if s.Name == r.Point {
+				start = i + 1
+			}
+		}
+		if start < 0 {
+			return fmt.Errorf("recovery point %q is no step's name", r.Point)
+		}
+	}
+	for _, s := range steps[start:] {
+		r.step, r.recorded = s.Name, false
+		if err := s.Do(ctx, r); err != nil {
+			return asLost(err)
+		}
+		if r.hb.lost() {
+			return ErrLeaseLost
+		}
+		if !r.recorded {
+			if err := r.Tx(ctx, func(pgx.Tx) error { return nil }); err != nil {
+				return err
+			}
+		}
+		r.hb.resume()
+		r.Point = s.Name
+		if r.response != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// lease calls idem_lease (autocommit) and maps the outcomes that end the request at once.
+func (rn *Runner) lease(ctx context.Context, req Request, leaseLen time.Duration) (*Run, *idempotency.Response, error) {
+	var ttl any
+	if rn.TTL > 0 {
+		ttl = micros(rn.TTL)
+	}
+	// SELECT l.*: the columns by name, so a 1.2 database's trailing fencing_number is read when it is there.
+	rows, err := rn.Pool.Query(ctx, `SELECT l.*, l.response_body::text AS idem_body_text,
+  l.response_headers::text AS idem_headers_text
+FROM idem_lease($1::text, idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb)),
+  $5::interval, $6::interval, $7::text) AS l`,
+		req.Key, req.Method, req.Path, string(req.Body), micros(leaseLen), ttl, req.Scope)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, nil, fmt.Errorf("idem_lease returned no row: %v", rows.Err())
+	}
+	values, err := rows.Values()
+	if err != nil {
+		return nil, nil, err
+	}
+	col := map[string]any{}
+	for i, fd := range rows.FieldDescriptions() {
+		col[string(fd.Name)] = values[i]
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	claim := idempotency.ClaimRow{Outcome: fmt.Sprint(col["outcome"])}
+	if s, ok := col["http_status"].(int32); ok {
+		claim.HTTPStatus = &s
+	}
+	if s, ok := col["idem_body_text"].(string); ok {
+		claim.ResponseBody = &s
+	}
+	if s, ok := col["idem_headers_text"].(string); ok {
+		claim.ResponseHeaders = &s
+	}
+	if claim.Outcome != idempotency.OutcomeClaimed {
+		resp, err := idempotency.ClaimResponse(rn.ProblemBase, claim)
+		return nil, resp, err
+	}
+	r := &Run{Key: req.Key, Scope: req.Scope, State: map[string]any{}, runner: rn}
+	switch t := col["lease_token"].(type) {
+	case [16]byte:
+		r.token = fmt.Sprintf("%x-%x-%x-%x-%x", t[0:4], t[4:6], t[6:8], t[8:10], t[10:16])
+	default:
+		r.token = fmt.Sprint(t)
+	}
+	if p, ok := col["recovery_point"].(string); ok {
+		r.Point = p
+	}
+	if st, ok := col["recovery_state"].(map[string]any); ok {
+		r.State = st
+	}
+	if f, ok := col["fencing_number"].(int64); ok {
+		r.Fencing = &f
+	}
+	return r, nil, nil
+}
+
+func micros(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) + " microseconds" }
+
+// heartbeat extends the lease every third of its length while a step runs.
+type heartbeat struct {
+	mu       sync.Mutex
+	paused   bool
+	isLost   bool
+	done     chan struct{}
+	finished chan struct{}
+}
+
+func startHeartbeat(rn *Runner, r *Run, leaseLen time.Duration, logger *log.Logger) *heartbeat {
+	hb := &heartbeat{done: make(chan struct{}), finished: make(chan struct{})}
+	go func() {
+		defer close(hb.finished)
+		t := time.NewTicker(leaseLen / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-hb.done:
+				return
+			case <-t.C:
+			}
+			hb.mu.Lock()
+			paused := hb.paused
+			hb.mu.Unlock()
+			if paused {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), leaseLen/3)
+			_, err := rn.Pool.Exec(ctx, `SELECT idem_lease_extend($1::text, $2::uuid, $3::interval, $4::text)`,
+				r.Key, r.token, micros(leaseLen), r.Scope)
+			cancel()
+			if errors.Is(asLost(err), ErrLeaseLost) {
+				hb.mu.Lock()
+				hb.isLost = true
+				hb.mu.Unlock()
+				return
+			} else if err != nil {
+				logger.Printf("lease: heartbeat of %q: %v", r.Key, err)
+			}
+		}
+	}()
+	return hb
+}
+
+func (hb *heartbeat) pause()  { hb.mu.Lock(); hb.paused = true; hb.mu.Unlock() }
+func (hb *heartbeat) resume() { hb.mu.Lock(); hb.paused = false; hb.mu.Unlock() }
+func (hb *heartbeat) lost() bool {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.isLost
+}
+func (hb *heartbeat) stop() { close(hb.done); <-hb.finished }

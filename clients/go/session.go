@@ -1,0 +1,357 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+// A session is one run of a request's transaction. claim opens the transaction and claims the key; finish stores
+// the response and commits; close ends whatever is still open and gives the connection back. A pipelined session
+// sends BEGIN with the claim and the completion with COMMIT, so the middleware adds one round trip to the
+// handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
+type session interface {
+	claim(ctx context.Context, args []any) (ClaimRow, error)
+	tx() pgx.Tx       // the pgx transaction, nil for database/sql
+	querier() Querier // the database/sql transaction, nil for pgx
+	finish(ctx context.Context, args []any) (completed, error)
+	close()
+}
+
+// completed is what the completion statement returns: whether a response was stored, and the stored body as
+// jsonb gives it back (the form a replay sends).
+type completed struct {
+	stored bool
+	canon  *string
+}
+
+func (g *Guard) newSession(ctx context.Context) (session, error) {
+	if g.sqlDB != nil {
+		if g.opts.NoPipeline {
+			return &sqlTxSession{db: g.sqlDB, opts: g.opts.TxOptions}, nil
+		}
+		return newSQLPipeSession(ctx, g.sqlDB, beginSQL(g.opts.TxOptions))
+	}
+	if g.db == nil {
+		return nil, errNoDB
+	}
+	if !g.opts.NoPipeline {
+		switch db := g.db.(type) {
+		case *pgxpool.Pool:
+			pc, err := db.Acquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &pipeSession{conn: pc.Conn(), release: pc.Release, begin: beginSQL(g.opts.TxOptions)}, nil
+		case *pgx.Conn:
+			return &pipeSession{conn: db, release: func() {}, begin: beginSQL(g.opts.TxOptions)}, nil
+		}
+	}
+	return &txSession{db: g.db, opts: g.opts.TxOptions}, nil
+}
+
+// beginSQL is the BEGIN statement for opts (pgx keeps its own unexported).
+func beginSQL(opts pgx.TxOptions) string {
+	s := "BEGIN"
+	if opts.IsoLevel != "" {
+		s += " ISOLATION LEVEL " + string(opts.IsoLevel)
+	}
+	if opts.AccessMode != "" {
+		s += " " + string(opts.AccessMode)
+	}
+	if opts.DeferrableMode != "" {
+		s += " " + string(opts.DeferrableMode)
+	}
+	return s
+}
+
+func scanClaim(row pgx.Row) (ClaimRow, error) {
+	var c ClaimRow
+	err := row.Scan(&c.Outcome, &c.HTTPStatus, &c.ResponseBody, &c.ResponseHeaders)
+	return c, err
+}
+
+// txSession runs each statement on its own (DB.BeginTx, claim, ..., complete, Commit): for a DB that is neither a
+// *pgxpool.Pool nor a *pgx.Conn, or with Options.NoPipeline.
+type txSession struct {
+	db   DB
+	opts pgx.TxOptions
+	t    pgx.Tx
+}
+
+func (s *txSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
+	t, err := s.db.BeginTx(ctx, s.opts)
+	if err != nil {
+		return ClaimRow{}, err
+	}
+	s.t = t
+	return scanClaim(t.QueryRow(ctx, claimSQL, args...))
+}
+
+func (s *txSession) tx() pgx.Tx       { return s.t }
+func (s *txSession) querier() Querier { return nil }
+
+func (s *txSession) finish(ctx context.Context, args []any) (completed, error) {
+	var c completed
+	if err := s.t.QueryRow(ctx, completeSQL, args...).Scan(&c.stored, &c.canon); err != nil {
+		return c, err
+	}
+	return c, s.t.Commit(ctx)
+}
+
+func (s *txSession) close() {
+	if s.t != nil {
+		rollback(s.t) // after a COMMIT this does nothing
+	}
+}
+
+// pipeSession holds one connection for the request and sends BEGIN + claim, and complete + COMMIT, as one batch
+// each. With the simple protocol (ParsePoolConfig) pgx sends a batch as one Query message of several statements;
+// with the extended protocol, as one pipeline ending in a single Sync. Either way a failing statement stops the
+// rest of the batch, so a COMMIT never follows a failed completion.
+type pipeSession struct {
+	conn    *pgx.Conn
+	release func()
+	begin   string
+	t       *connTx
+}
+
+func (s *pipeSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.begin)
+	b.Queue(claimSQL, args...)
+	br := s.conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var c ClaimRow
+	if err == nil {
+		s.t = &connTx{conn: s.conn}
+		c, err = scanClaim(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return c, err
+}
+
+func (s *pipeSession) tx() pgx.Tx {
+	if s.t == nil {
+		return nil
+	}
+	return s.t
+}
+func (s *pipeSession) querier() Querier { return nil }
+
+func (s *pipeSession) finish(ctx context.Context, args []any) (completed, error) {
+	var c completed
+	if s.t.closed {
+		return c, fmt.Errorf("idempotency: the handler ended the request's transaction: %w", pgx.ErrTxClosed)
+	}
+	b := &pgx.Batch{}
+	b.Queue(completeSQL, args...)
+	b.Queue("COMMIT")
+	br := s.conn.SendBatch(ctx, b)
+	err := br.QueryRow().Scan(&c.stored, &c.canon)
+	if err == nil {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		if err == nil && string(tag) != "COMMIT" {
+			err = fmt.Errorf("idempotency: COMMIT answered %q: %w", tag, pgx.ErrTxCommitRollback)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		s.t.closed = true
+	}
+	return c, err
+}
+
+func (s *pipeSession) close() {
+	if s.t != nil {
+		s.t.closed = true
+	}
+	if s.conn.PgConn().TxStatus() != 'I' && !s.conn.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := s.conn.Exec(ctx, "ROLLBACK")
+		cancel()
+		if err != nil {
+			// The pool destroys a connection released in a transaction; closing it says so plainly.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.conn.Close(ctx)
+			cancel()
+		}
+	}
+	s.release()
+}
+
+// errHandlerCommit: the middleware, not the handler, commits the request's transaction (after storing the
+// response in it).
+var errHandlerCommit = errors.New("idempotency: the request's transaction is committed by the middleware, not the handler")
+
+// connTx is the pgx.Tx a handler gets in a pipelined session: the statements go to the session's connection,
+// inside the transaction the middleware began. Begin and BeginFunc make savepoints. Commit is refused (the
+// middleware commits); Rollback rolls the whole transaction back, and the request then fails with 500.
+// LargeObjects is not available (pgx gives no way to make one for a transaction it did not begin): set
+// Options.NoPipeline for a handler that needs it.
+type connTx struct {
+	conn       *pgx.Conn
+	closed     bool
+	savepoints int
+}
+
+var _ pgx.Tx = (*connTx)(nil)
+
+func (t *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	t.savepoints++
+	name := fmt.Sprintf("idem_sp_%d", t.savepoints)
+	if _, err := t.conn.Exec(ctx, "SAVEPOINT "+name); err != nil {
+		return nil, err
+	}
+	return &savepointTx{connTx: t, name: name}, nil
+}
+
+func (t *connTx) BeginFunc(ctx context.Context, f func(pgx.Tx) error) error {
+	return beginFunc(ctx, t, f)
+}
+
+func beginFunc(ctx context.Context, parent pgx.Tx, f func(pgx.Tx) error) error {
+	sp, err := parent.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := f(sp); err != nil {
+		_ = sp.Rollback(ctx)
+		return err
+	}
+	return sp.Commit(ctx)
+}
+
+func (t *connTx) Commit(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	return errHandlerCommit
+}
+
+func (t *connTx) Rollback(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	t.closed = true
+	_, err := t.conn.Exec(ctx, "ROLLBACK")
+	return err
+}
+
+func (t *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if t.closed {
+		return 0, pgx.ErrTxClosed
+	}
+	return t.conn.CopyFrom(ctx, table, cols, src)
+}
+
+func (t *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.closed {
+		return errBatch{pgx.ErrTxClosed}
+	}
+	return t.conn.SendBatch(ctx, b)
+}
+
+func (t *connTx) LargeObjects() pgx.LargeObjects {
+	panic("idempotency: LargeObjects is not available on a pipelined request transaction; set Options.NoPipeline")
+}
+
+func (t *connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.conn.Prepare(ctx, name, sql)
+}
+
+func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.conn.Exec(ctx, sql, args...)
+}
+
+func (t *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.conn.Query(ctx, sql, args...)
+}
+
+func (t *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.closed {
+		return errRow{pgx.ErrTxClosed}
+	}
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+func (t *connTx) QueryFunc(ctx context.Context, sql string, args []any, scans []any, f func(pgx.QueryFuncRow) error) (pgconn.CommandTag, error) {
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.conn.QueryFunc(ctx, sql, args, scans, f)
+}
+
+func (t *connTx) Conn() *pgx.Conn { return t.conn }
+
+// savepointTx is a pseudo-nested transaction of a connTx.
+type savepointTx struct {
+	*connTx
+	name  string
+	ended bool
+}
+
+func (s *savepointTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if s.ended {
+		return nil, pgx.ErrTxClosed
+	}
+	return s.connTx.Begin(ctx)
+}
+
+func (s *savepointTx) BeginFunc(ctx context.Context, f func(pgx.Tx) error) error {
+	return beginFunc(ctx, s, f)
+}
+
+func (s *savepointTx) Commit(ctx context.Context) error {
+	if s.ended || s.connTx.closed {
+		return pgx.ErrTxClosed
+	}
+	s.ended = true
+	_, err := s.conn.Exec(ctx, "RELEASE SAVEPOINT "+s.name)
+	return err
+}
+
+func (s *savepointTx) Rollback(ctx context.Context) error {
+	if s.ended || s.connTx.closed {
+		return pgx.ErrTxClosed
+	}
+	s.ended = true
+	_, err := s.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+s.name)
+	return err
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+type errBatch struct{ err error }
+
+func (b errBatch) Exec() (pgconn.CommandTag, error) { return nil, b.err }
+func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow(b) }
+func (b errBatch) Close() error                     { return b.err }
+func (b errBatch) QueryFunc(scans []any, f func(pgx.QueryFuncRow) error) (pgconn.CommandTag, error) {
+	return nil, b.err
+}

@@ -1,0 +1,189 @@
+package idempotency
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/stdlib"
+)
+
+// Querier is what a database/sql handler gets: the statements of the request's transaction. *sql.Conn and *sql.Tx
+// both satisfy it, as does the DBTX interface sqlc generates.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// SQLHandlerFunc is a database/sql handler running inside the request's transaction (see TxHandlerFunc).
+type SQLHandlerFunc func(w http.ResponseWriter, r *http.Request, q Querier) error
+
+// NewSQL returns a Guard over a database/sql pool of the pgx driver (OpenSQL, or stdlib.OpenDB). Its handlers get
+// the transaction as a Querier: SQL(r.Context()), or the argument of HandleSQL.
+//
+// Pipelined (the default), the request holds one *sql.Conn; BEGIN travels with the claim and the completion with
+// COMMIT as pgx batches on the pgx connection underneath (sql.Conn.Raw), and the handler's Querier is that
+// *sql.Conn, inside the transaction. database/sql does not know about that transaction: the handler must not call
+// BeginTx on it. With Options.NoPipeline the handler gets a *sql.Tx from db.BeginTx (four more round trips).
+func NewSQL(db *sql.DB, opts Options) *Guard {
+	g := New(nil, opts)
+	g.sqlDB = db
+	return g
+}
+
+// OpenSQL opens a database/sql pool of the pgx driver that works through PgBouncer in transaction pooling mode
+// (the simple protocol, no statement cache: ParsePoolConfig's rules). pool_max_conns in the URL does not apply:
+// size it with db.SetMaxOpenConns / SetMaxIdleConns.
+func OpenSQL(connString string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(connString, "prefer_simple_protocol") {
+		cfg.PreferSimpleProtocol = true
+		cfg.BuildStatementCache = nil
+	}
+	return stdlib.OpenDB(*cfg), nil
+}
+
+// HandleSQL is HandleTx for a Guard made with NewSQL.
+func (g *Guard) HandleSQL(h SQLHandlerFunc) http.Handler {
+	return g.handle(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = h(w, r, nil)
+	}), func(w http.ResponseWriter, r *http.Request, _ pgx.Tx) error {
+		return h(w, r, SQL(r.Context()))
+	})
+}
+
+// SQL is the transaction of a guarded request of a NewSQL Guard (nil outside one).
+func SQL(ctx context.Context) Querier {
+	q, _ := ctx.Value(sqlKey).(Querier)
+	return q
+}
+
+// sqlTxSession: database/sql, unpipelined.
+type sqlTxSession struct {
+	db   *sql.DB
+	opts pgx.TxOptions
+	t    *sql.Tx
+}
+
+func sqlTxOptions(o pgx.TxOptions) *sql.TxOptions {
+	opts := &sql.TxOptions{ReadOnly: o.AccessMode == pgx.ReadOnly}
+	switch o.IsoLevel {
+	case pgx.Serializable:
+		opts.Isolation = sql.LevelSerializable
+	case pgx.RepeatableRead:
+		opts.Isolation = sql.LevelRepeatableRead
+	case pgx.ReadCommitted:
+		opts.Isolation = sql.LevelReadCommitted
+	case pgx.ReadUncommitted:
+		opts.Isolation = sql.LevelReadUncommitted
+	}
+	return opts
+}
+
+func (s *sqlTxSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
+	t, err := s.db.BeginTx(ctx, sqlTxOptions(s.opts))
+	if err != nil {
+		return ClaimRow{}, err
+	}
+	s.t = t
+	var c ClaimRow
+	err = t.QueryRowContext(ctx, claimSQL, args...).Scan(&c.Outcome, &c.HTTPStatus, &c.ResponseBody, &c.ResponseHeaders)
+	return c, err
+}
+
+func (s *sqlTxSession) tx() pgx.Tx       { return nil }
+func (s *sqlTxSession) querier() Querier { return s.t }
+
+func (s *sqlTxSession) finish(ctx context.Context, args []any) (completed, error) {
+	var c completed
+	if err := s.t.QueryRowContext(ctx, completeSQL, args...).Scan(&c.stored, &c.canon); err != nil {
+		return c, err
+	}
+	return c, s.t.Commit()
+}
+
+func (s *sqlTxSession) close() {
+	if s.t != nil {
+		_ = s.t.Rollback()
+	}
+}
+
+// sqlPipeSession: database/sql, pipelined through the pgx connection underneath a *sql.Conn (reached inside
+// sql.Conn.Raw for each batch, as Raw requires).
+type sqlPipeSession struct {
+	conn *sql.Conn
+	pipe pipeSession // the batches; its conn is set inside each Raw call
+}
+
+func newSQLPipeSession(ctx context.Context, db *sql.DB, begin string) (*sqlPipeSession, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &sqlPipeSession{conn: conn, pipe: pipeSession{release: func() {}, begin: begin}}, nil
+}
+
+// raw runs fn with the session's batches bound to the pgx connection underneath.
+func (s *sqlPipeSession) raw(fn func(p *pipeSession) error) error {
+	return s.conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("idempotency: NewSQL needs the pgx driver (stdlib), got %T; or set Options.NoPipeline", dc)
+		}
+		s.pipe.conn = c.Conn()
+		defer func() { s.pipe.conn = nil }()
+		return fn(&s.pipe)
+	})
+}
+
+func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c ClaimRow, err error) {
+	err = s.raw(func(p *pipeSession) error {
+		c, err = p.claim(ctx, args)
+		return err
+	})
+	return c, err
+}
+
+func (s *sqlPipeSession) tx() pgx.Tx       { return nil }
+func (s *sqlPipeSession) querier() Querier { return s.conn }
+
+func (s *sqlPipeSession) finish(ctx context.Context, args []any) (c completed, err error) {
+	err = s.raw(func(p *pipeSession) error {
+		c, err = p.finish(ctx, args)
+		return err
+	})
+	return c, err
+}
+
+func (s *sqlPipeSession) close() {
+	// ROLLBACK whatever is open; a connection that cannot be brought back to idle is reported bad, so database/sql
+	// closes it instead of pooling a connection inside a transaction.
+	_ = s.raw(func(p *pipeSession) error {
+		c := p.conn
+		if c.IsClosed() {
+			return driver.ErrBadConn
+		}
+		if c.PgConn().TxStatus() != 'I' {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := c.Exec(ctx, "ROLLBACK"); err != nil || c.PgConn().TxStatus() != 'I' {
+				return driver.ErrBadConn
+			}
+		}
+		return nil
+	})
+	_ = s.conn.Close()
+}
+
+var errNoDB = errors.New("idempotency: the Guard has no database (New(nil, ...))")

@@ -1,0 +1,126 @@
+// TypeScript declarations of idempotency-pg (the package is ESM JavaScript; these describe src/index.js).
+// Framework types are kept structural so that the package needs neither express, koa nor fastify installed.
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+
+/** What the middleware needs of node-postgres: a pg.Pool (or anything with the same connect()). */
+export interface PoolLike {
+  connect(): Promise<PoolClientLike>;
+}
+export interface PoolClientLike {
+  query(text: string, values?: unknown[]): Promise<any>;
+  release(err?: Error | boolean): void;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  removeListener(event: 'error', listener: (err: Error) => void): unknown;
+  /** Set by node-postgres 8.23+ on clients of a pool made with `pipeline: true`. */
+  pipeline?: boolean;
+}
+
+export type IsolationLevel = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+export type Batching = 'auto' | 'pipeline' | 'multi' | 'off';
+
+export interface Logger {
+  error(...args: unknown[]): void;
+  info?(...args: unknown[]): void;
+}
+
+/** Options shared by idempotency(), transactional(), koaIdempotency() and fastifyIdempotency. */
+export interface IdempotencyOptions<Req = any> {
+  /** The pool the claim, the handler's statements and the completion run on (one connection per request). */
+  pool: PoolLike;
+  /** The tenant the key belongs to, from the authenticated caller; may throw HttpProblem (e.g. a 401). */
+  scope?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
+  /** How long a completed key is kept (interval text such as '24 hours'); default the server's idempotency.ttl. */
+  ttl?: string | null;
+  /** Runs of the whole transaction again on SQLSTATE 40001/40P01 (default 3). */
+  maxRetries?: number;
+  /** Allow-list of response headers stored for a replay (default: all but per-connection ones). */
+  replayHeaders?: string[] | null;
+  isolationLevel?: IsolationLevel | Lowercase<IsolationLevel> | null;
+  /** The path in the request fingerprint (default: the URL path without the query string). */
+  requestPath?: (req: Req) => string;
+  /** Request body limit in bytes (default 1 MiB = 1048576; over it: 413). Fastify uses its own bodyLimit. */
+  bodyLimit?: number;
+  /** Methods protected by a middleware mounted with app.use() (default POST and PATCH). */
+  methods?: string[];
+  /** How BEGIN travels with the claim and the completion with COMMIT (default 'auto'). */
+  batching?: Batching;
+  /** Base URI of the problem types (default https://idempotency.dev/problems/). */
+  problemBase?: string;
+  logger?: Logger;
+}
+
+/** What a protected handler gets (req.idempotency, ctx.idempotency, request.idempotency). */
+export interface IdempotencyHandle {
+  /** The transaction's connection: run the handler's statements on it. */
+  client: PoolClientLike;
+  /** The Idempotency-Key (null under transactional()). */
+  key: string | null;
+  scope: string;
+  /** 0 on the first run, then 1, 2, ... when 40001/40P01 ran the transaction again. */
+  attempt: number;
+  /** Answer without executing (validation before any write): sent, rolled back, not stored, the key released. */
+  notExecuted(): void;
+}
+
+/** A response as the middleware handles it. */
+export class CapturedResponse {
+  constructor(status: number, headers?: Array<[string, string | number | string[]]>, body?: Buffer);
+  status: number;
+  headers: Array<[string, string | number | string[]]>;
+  body: Buffer;
+  header(name: string): string | number | string[] | undefined;
+}
+
+/** Thrown (by a scope function or a handler) to answer an RFC 9457 problem. */
+export class HttpProblem extends Error {
+  constructor(status: number, slug: string, title: string, detail?: string, headers?: Array<[string, string]>,
+    base?: string);
+  status: number;
+  response: CapturedResponse;
+}
+
+export class KeyHeaderError extends Error {
+  slug: 'idempotency-key-missing' | 'idempotency-key-invalid';
+  readonly missing: boolean;
+}
+
+type Next = (err?: unknown) => void;
+/** An Express-style handler; the request carries `idempotency` and `db`. */
+export type Handler<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> =
+  (req: Req & { idempotency: IdempotencyHandle; db: PoolClientLike; body: unknown; rawBody: Buffer }, res: Res,
+    next: Next) => unknown;
+
+export interface Idem {
+  /** A route handler running `handlers` at most once per key, in one transaction with the claim. */
+  (...handlers: Array<Handler<any, any> | Array<Handler<any, any>>>): (req: any, res: any, next: Next) => Promise<void>;
+  /** No handlers: a middleware for app.use() that protects the routes after it. */
+  (): (req: any, res: any, next: Next) => Promise<void>;
+}
+
+export function idempotency<Req = any>(options: IdempotencyOptions<Req>): Idem;
+export function transactional<Req = any>(options: IdempotencyOptions<Req>): Idem;
+
+/** Koa middleware: `app.use(koaIdempotency({pool, scope}))` before the routes. */
+export function koaIdempotency<Ctx = any>(options: IdempotencyOptions<Ctx> & {
+  /** How a thrown 4xx error is answered (and stored); default as Koa's own error handler. */
+  renderError?: (err: any, ctx: Ctx) => void;
+}): (ctx: any, next: () => Promise<unknown>) => Promise<void>;
+
+/** Fastify plugin: `fastify.register(fastifyIdempotency, {pool, scope})`, routes opt in with config.idempotency. */
+export function fastifyIdempotency(instance: any, options: IdempotencyOptions, done: (err?: Error) => void): void;
+
+/** The HTTP status an error carries (`status` or `statusCode` in 400..599), or null. */
+export function errorStatus(err: unknown): number | null;
+export function parseIdempotencyKey(value: string | string[] | Buffer | undefined | null): string;
+export function isRetryable(err: unknown): boolean;
+export function problem(status: number, slug: string, title: string, detail?: string,
+  headers?: Array<[string, string]>, base?: string): CapturedResponse;
+export function sendResponse(res: ServerResponse, answer: CapturedResponse): void;
+export function sqlLiteral(value: unknown): string;
+
+export const MAX_KEY_BYTES: 255;
+export const PROBLEM_BASE: string;
+export const CLAIM_SQL: string;
+export const COMPLETE_SQL: string;
+export const RETRYABLE: Set<string>;

@@ -1,0 +1,199 @@
+"""Django integration: the claim inside ``transaction.atomic()`` on Django's own connection.
+
+::
+
+    from idempotency_pg.django import idempotent
+
+    @idempotent(scope=lambda request: str(request.user.pk))
+    def create_payment(request):
+        payment = Payment.objects.create(...)          # the ORM write joins the claim's transaction
+        return JsonResponse({...}, status=201)
+
+Per request: scope (may raise :class:`HTTPProblem`, e.g. a 401), key (400 missing, invalid or several), body
+(413 over ``max_body_bytes``, 400 if not JSON), then ``with transaction.atomic(using=...)``: ``idem_claim`` on
+``connections[using]``, the view, ``idem_complete`` with the response the view produced, and the atomic block's
+COMMIT.  An exception in the view becomes the response Django itself would send for it
+(``response_for_exception``: 404 for ``Http404``, 403, 400, 500): a 4xx is stored and committed as sent, a 5xx
+rolls back.  ``raise NotExecuted(response)`` (or ``request.idempotency.not_executed = True``) answers without
+storing anything.  The response is sent in its stored form, so replays are the same bytes.  40001/40P01: the
+whole block runs again (``max_retries``).  Streaming responses cannot be stored: they roll back with a 500.
+
+Round trips: psycopg2 (Django 3.2's driver) sends BEGIN on its own and ``atomic()`` sends COMMIT, so the claim
+and the completion are one statement each (5 with the view's INSERT, where the psycopg middleware sends 3).
+"""
+
+import functools
+import logging
+
+from . import core
+from .header import KeyHeaderError, parse_idempotency_key
+from .responses import (
+    MAX_BODY_BYTES,
+    PROBLEM_BASE,
+    HTTPProblem,
+    NotExecuted,
+    Response,
+    body_too_large,
+    claim_response,
+    parse_json_body,
+    problem,
+    sent_form,
+    stored_form_of,
+)
+
+log = logging.getLogger("idempotency_pg")
+
+BAD_BODY_STATES = ("22P02", "22P05", "22003")
+
+
+class RequestContext:
+    """``request.idempotency`` inside the view."""
+
+    def __init__(self, key, scope, attempt):
+        self.key, self.scope, self.attempt = key, scope, attempt
+        self.not_executed = False
+
+
+def _sqlstate(exc):
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return getattr(cause, "pgcode", None) or getattr(exc, "pgcode", None)
+
+
+def to_django(response):
+    from django.http import HttpResponse
+
+    r = HttpResponse(response.body, status=response.status)
+    for k, v in response.headers:
+        if k.lower() != "content-length":
+            r[k] = v
+    r["Content-Length"] = str(len(response.body))  # else the server answers chunked and closes the connection
+    return r
+
+
+def from_django(dresp):
+    headers = [(k, v) for k, v in dresp.items()]
+    return Response(dresp.status_code, headers, dresp.content)
+
+
+def idempotent(scope=None, *, using="default", methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None,
+               max_retries=3, replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES):
+    """Decorate a Django view so that each request with an ``Idempotency-Key`` runs at most once."""
+    scope_of = scope or (lambda request: "")
+    methods = frozenset(m.upper() for m in methods)
+
+    def decorator(view):
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if request.method.upper() not in methods:
+                return view(request, *args, **kwargs)
+            return _handle(request, view, args, kwargs)
+
+        def _bad_body():
+            return to_django(problem(400, "request-body-not-json", "Malformed request body",
+                                     "the request body is not JSON", (), problem_base))
+
+        def _handle(request, view, args, kwargs):
+            from django.db import OperationalError
+
+            try:
+                tenant = scope_of(request)
+            except HTTPProblem as p:
+                return to_django(p.response)
+            try:
+                key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
+            except KeyHeaderError as e:
+                return to_django(problem(400, e.slug, "Invalid Idempotency-Key" if e.slug.endswith("invalid")
+                                         else "Idempotency-Key required", str(e), (), problem_base))
+            try:
+                length = int(request.META.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                length = 0
+            if length > max_body_bytes:  # refused before Django reads the body
+                return to_django(body_too_large(max_body_bytes, problem_base))
+            raw = request.body
+            if len(raw) > max_body_bytes:
+                return to_django(body_too_large(max_body_bytes, problem_base))
+            try:
+                body_text = parse_json_body(raw)
+            except ValueError:
+                return _bad_body()
+            params = core.claim_params(key, request.method.upper(), request.path or "/", body_text, ttl, tenant)
+            for attempt in range(max_retries + 1):
+                try:
+                    return _attempt(request, view, args, kwargs, params, attempt)
+                except core.BadBody:
+                    return _bad_body()
+                except OperationalError as e:
+                    if _sqlstate(e) not in ("40001", "40P01"):
+                        return _failed(e)
+                    log.info("idempotency: %s on attempt %d, retrying", _sqlstate(e), attempt + 1)
+                except Exception as e:  # noqa: BLE001 - a database error outside the view
+                    return _failed(e)
+            return to_django(problem(409, "transaction-conflict", "Conflict",
+                                     "the request kept conflicting with concurrent requests; retry it",
+                                     [("Retry-After", "1")], problem_base))
+
+        def _failed(e):
+            log.exception("idempotency: request failed")
+            state = _sqlstate(e)
+            detail = ("database error (SQLSTATE %s); the request was rolled back" % state if state
+                      else "the request failed and was rolled back")
+            return to_django(problem(500, "internal-error", "Internal Server Error", detail, (), problem_base))
+
+        def _attempt(request, view, args, kwargs, params, attempt):
+            from django.core.handlers.exception import response_for_exception
+            from django.db import DatabaseError, connections, transaction
+
+            with transaction.atomic(using=using):
+                with connections[using].cursor() as cur:
+                    try:
+                        cur.execute(core.CLAIM_SELECT, params)
+                    except DatabaseError as e:
+                        if _sqlstate(e) in BAD_BODY_STATES:
+                            raise core.BadBody() from e
+                        raise
+                    row = cur.fetchone()
+                early = claim_response(*row, base=problem_base)
+                if early is not None:
+                    transaction.set_rollback(True, using=using)
+                    return to_django(early)
+                ctx = RequestContext(params["key"], params["scope"], attempt)
+                request.idempotency = ctx
+                try:
+                    dresp = view(request, *args, **kwargs)
+                except NotExecuted as ne:
+                    transaction.set_rollback(True, using=using)
+                    return to_django(ne.response)
+                except HTTPProblem as hp:
+                    dresp = to_django(hp.response)
+                except DatabaseError:
+                    raise  # the statement failed: the block rolls back, the caller answers 500 (or retries)
+                except Exception as exc:  # noqa: BLE001 - answered as Django would, at its own boundary
+                    dresp = response_for_exception(request, exc)
+                if getattr(dresp, "streaming", False):
+                    transaction.set_rollback(True, using=using)
+                    return to_django(problem(500, "internal-error", "Internal Server Error",
+                                             "a streaming response cannot be stored", (), problem_base))
+                if ctx.not_executed or 500 <= dresp.status_code <= 599:
+                    transaction.set_rollback(True, using=using)
+                    return dresp
+                response = from_django(dresp)
+                stored = stored_form_of(response, replay_headers)
+                with connections[using].cursor() as cur:
+                    cur.execute(core.COMPLETE_SELECT, core.complete_params(params, response.status, stored))
+                    stored.read_back = cur.fetchone()[1]
+            # committed
+            final = sent_form(response, stored)
+            if final is response:
+                return dresp
+            out = to_django(final)
+            for c in dresp.cookies.values():
+                out.cookies[c.key] = c
+            return out
+
+        return wrapper
+
+    return decorator
+
+
+__all__ = ["RequestContext", "idempotent", "to_django", "from_django"]

@@ -1,0 +1,1 @@
+"""The Django app holding the ledger model of the Django variant of the payment service."""

@@ -1,0 +1,126 @@
+"""idempotency_pg.django: the claim inside transaction.atomic() on Django's own connection, ORM writes in the same
+transaction, the status committed the one Django answers (its own error boundary), not-executed, byte-identical
+replays.  Against a real database (IDEM_TEST_DATABASE_URL), with Django's RequestFactory."""
+
+import json
+
+import pytest
+
+from conftest import needs_db
+from test_integration import ledger, stored_outcome
+
+pytestmark = needs_db
+
+
+@pytest.fixture(scope="module")
+def dj(database_url):
+    from payments_service.django_app import configure
+
+    configure(database_url, faults=True)
+    from django.test import RequestFactory
+
+    yield RequestFactory()
+    from django.db import connections
+    connections.close_all()
+
+
+def view_of(then):
+    """A view that writes a ledger row with the ORM, then does ``then()``; decorated with idempotent()."""
+    from idempotency_pg.django import idempotent
+    from payments_service.djangoledger.models import Ledger
+
+    @idempotent(scope=lambda request: request.META["HTTP_X_ACCOUNT"])
+    def view(request):
+        ctx = request.idempotency
+        Ledger.objects.create(account=ctx.scope, amount_cents=-1, currency="EUR", idempotency_key=ctx.key)
+        return then(request)
+    return view
+
+
+def post(dj, view, account, key="k", body=b'{"amount_cents": 1}', **extra):
+    request = dj.post("/pay", data=body, content_type="application/json", HTTP_X_ACCOUNT=account,
+                      HTTP_IDEMPOTENCY_KEY=key, **extra)
+    return view(request)
+
+
+def test_created_then_byte_identical_replay(dj, db, account):
+    from django.http import HttpResponse
+
+    view = view_of(lambda r: HttpResponse(b'{"z": 1,  "a": [2.50]}', status=201, content_type="application/json"))
+    first, again = post(dj, view, account), post(dj, view, account)
+    assert first.status_code == again.status_code == 201
+    assert first.content == again.content and json.loads(first.content) == {"z": 1, "a": [2.5]}
+    assert again["Idempotent-Replayed"] == "true" and not first.has_header("Idempotent-Replayed")
+    assert len(ledger(db, account)) == 1
+
+
+def test_permission_denied_after_a_write_is_committed_as_django_answers_it(dj, db, account):
+    from django.core.exceptions import PermissionDenied
+
+    def then(request):
+        raise PermissionDenied("after the write")
+    view = view_of(then)
+    first, again = post(dj, view, account), post(dj, view, account)
+    assert first.status_code == 403, first.content  # Django's own answer for PermissionDenied
+    assert again.status_code == 403 and again["Idempotent-Replayed"] == "true" and again.content == first.content
+    assert len(ledger(db, account)) == 1
+
+
+@pytest.mark.parametrize("kind", ["exception", "502", "http-problem-503"])
+def test_error_after_a_write_rolls_back(dj, db, account, kind):
+    from django.http import HttpResponse
+
+    from idempotency_pg import HTTPProblem
+
+    def then(request):
+        if kind == "exception":
+            raise RuntimeError("boom")
+        if kind == "502":
+            return HttpResponse("bad gateway", status=502)
+        raise HTTPProblem(503, "down", "Down")
+    r = post(dj, view_of(then), account)
+    assert r.status_code == {"exception": 500, "502": 502, "http-problem-503": 503}[kind]
+    assert ledger(db, account) == [] and stored_outcome(db, account, "k") == "claimed"
+
+
+def test_database_error_in_the_view_is_500_and_rolls_back(dj, db, account):
+    from django.db import connection
+
+    def then(request):
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1/0")
+    r = post(dj, view_of(then), account)
+    assert r.status_code == 500 and "22012" in json.loads(r.content)["detail"]
+    assert ledger(db, account) == []
+
+
+def test_not_executed(dj, db, account):
+    from idempotency_pg import NotExecuted, problem
+
+    def then(request):
+        raise NotExecuted(problem(422, "invalid", "Invalid"))
+    view = view_of(then)
+    assert post(dj, view, account).status_code == 422
+    again = post(dj, view, account)
+    assert again.status_code == 422 and not again.has_header("Idempotent-Replayed")
+    assert ledger(db, account) == [] and stored_outcome(db, account, "k") == "claimed"
+
+
+def test_the_service_view_validation_is_not_executed_and_limits(dj, db, account):
+    from payments_service.django_app import payments
+
+    def pay(key, body, **extra):
+        request = dj.post("/payments", data=body, content_type="application/json",
+                          HTTP_AUTHORIZATION="Bearer " + account, HTTP_IDEMPOTENCY_KEY=key, **extra)
+        return payments(request)
+
+    assert pay("v", b'{"amount_cents": 0, "currency": "EUR"}').status_code == 422
+    ok = pay("v", b'{"amount_cents": 5, "currency": "EUR"}')
+    assert ok.status_code == 201, ok.content
+    assert pay("k1,k2", b'{"amount_cents": 5, "currency": "EUR"}').status_code == 400
+    big = b'{"amount_cents": 5, "currency": "EUR"' + b" " * (2 * 1024 * 1024) + b"}"
+    r = pay("big", big)
+    assert r.status_code == 413 and json.loads(r.content)["type"].endswith("/request-too-large")
+    assert [row[1] for row in ledger(db, account)] == [-5]
+
+

@@ -1,0 +1,194 @@
+-- ---------------------------------------------------------------------------
+-- Scaling out with Citus (README, "Scaling out with Citus"). Appended after functions.sql to both the install
+-- script and the update script, under the same rules: every PL/pgSQL function finds the extension's schema by OID
+-- on each call. Nothing here needs Citus to be installed: its functions and catalogs are reached only through
+-- EXECUTE, after pg_extension shows citus.
+
+-- The one supported layout in one call, on the coordinator: idempotency_keys distributed by scope and co-located
+-- with the tenant's business tables, so that a key's row and the business rows of its tenant live on one node and
+-- commit in one local transaction there; every function taking a scope delegated to that node.
+CREATE FUNCTION @extschema@.idem_citus_distribute(colocate_with regclass)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    keys pg_catalog.regclass;
+    storage_mode text;
+    keys_method text;
+    keys_colocation integer;
+    business_method text;
+    business_replication text;
+    business_colocation integer;
+    business_column text;
+    column_type pg_catalog.oid;
+    column_collation pg_catalog.oid;
+    scope_collation pg_catalog.oid;
+    unscoped bigint;
+    fn pg_catalog.regprocedure;
+    delegated integer := 0;
+    is_coordinator boolean;
+BEGIN
+    IF colocate_with IS NULL THEN
+        RAISE EXCEPTION 'idem_citus_distribute: colocate_with must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    keys := pg_catalog.format('%s.idempotency_keys', s)::pg_catalog.regclass;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_citus_distribute: Citus is not installed in this database'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Put citus first in shared_preload_libraries (''citus,idempotency''), CREATE EXTENSION '
+                         'citus, add the workers, distribute the business tables, then call this again.';
+    END IF;
+    EXECUTE 'SELECT pg_catalog.citus_is_coordinator()' INTO is_coordinator;
+    IF NOT is_coordinator THEN
+        RAISE EXCEPTION 'idem_citus_distribute must run on the Citus coordinator'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Partitioned storage keeps its rows in a local partitioned twin that Citus cannot co-locate by scope.
+    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO storage_mode;
+    IF storage_mode OPERATOR(pg_catalog.<>) 'table' THEN
+        RAISE EXCEPTION 'idem_citus_distribute: partitioned storage is not supported on Citus'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Switch back first: SELECT idem_set_storage(''table'').';
+    END IF;
+
+    -- The business table: distributed by hash, by a column of scope's type and collation.
+    EXECUTE 'SELECT p.partmethod::pg_catalog.text, p.repmodel::pg_catalog.text, p.colocationid,'
+            '       pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)'
+            ' FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO business_method, business_replication, business_colocation, business_column USING colocate_with;
+    IF business_method IS NULL THEN
+        RAISE EXCEPTION 'idem_citus_distribute: % is not distributed by Citus', colocate_with
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = pg_catalog.format('Distribute it by its tenant column first: '
+                                           'SELECT create_distributed_table(%L, ''<tenant column>'').', colocate_with);
+    END IF;
+    IF business_method OPERATOR(pg_catalog.<>) 'h' THEN
+        RAISE EXCEPTION 'idem_citus_distribute: % is a % table, not distributed by a tenant column', colocate_with,
+                        CASE WHEN business_replication OPERATOR(pg_catalog.=) 't' THEN 'reference'
+                             WHEN business_colocation OPERATOR(pg_catalog.<>) 0 THEN 'single-shard'
+                             ELSE 'Citus local' END
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Keys are claimed on the one node that holds their tenant''s rows; a reference or local '
+                           'table has no such node, and keys beside it would commit apart from it.',
+                  HINT = 'Pass a table distributed with create_distributed_table(table, tenant column).';
+    END IF;
+    SELECT a.atttypid, a.attcollation INTO column_type, column_collation
+    FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) colocate_with AND a.attname OPERATOR(pg_catalog.=) business_column;
+    SELECT a.attcollation INTO scope_collation
+    FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) keys AND a.attname OPERATOR(pg_catalog.=) 'scope';
+    IF column_type OPERATOR(pg_catalog.<>) 'pg_catalog.text'::pg_catalog.regtype
+       OR column_collation OPERATOR(pg_catalog.<>) scope_collation THEN
+        RAISE EXCEPTION 'idem_citus_distribute: %.% is % COLLATE %, but idempotency_keys.scope is text COLLATE "C"',
+                        colocate_with, business_column, pg_catalog.format_type(column_type, NULL),
+                        coalesce((SELECT pg_catalog.quote_ident(c.collname::text) FROM pg_catalog.pg_collation c
+                                  WHERE c.oid OPERATOR(pg_catalog.=) column_collation), 'none')
+            USING ERRCODE = 'datatype_mismatch',
+                  DETAIL = 'Citus co-locates tables only when their distribution columns have one type and '
+                           'collation: the same tenant then hashes to the same shard in both.',
+                  HINT = pg_catalog.format('Make the tenant column text COLLATE "C" and pass the tenant as the '
+                                           'scope: SELECT undistribute_table(%L); ALTER TABLE %s ALTER COLUMN %I '
+                                           'TYPE text COLLATE "C"; SELECT create_distributed_table(%L, %L); then '
+                                           'call idem_citus_distribute(%L) again.',
+                                           colocate_with, colocate_with, business_column, colocate_with,
+                                           business_column, colocate_with);
+    END IF;
+
+    EXECUTE 'SELECT p.partmethod::pg_catalog.text, p.colocationid FROM pg_catalog.pg_dist_partition p'
+            ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO keys_method, keys_colocation USING keys;
+    IF keys_method IS NOT NULL AND (keys_method OPERATOR(pg_catalog.<>) 'h'
+                                    OR keys_colocation OPERATOR(pg_catalog.<>) business_colocation) THEN
+        RAISE EXCEPTION 'idem_citus_distribute: idempotency_keys is already in Citus''s metadata, not co-located with %',
+                        colocate_with
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Citus refuses to undistribute a table that an extension owns.',
+                  HINT = 'Keep one tenant layout for all business tables, or start from a fresh CREATE EXTENSION idempotency.';
+    END IF;
+
+    IF keys_method IS NULL THEN
+        -- The strongest lock first: distributing and then truncating the local rows would otherwise upgrade
+        -- this transaction's lock while the sweeper upgrades its own (a deadlock, seen in the tests).
+        EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', keys);
+        -- Every unscoped key hashes to one shard, so one node takes all of them.
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s WHERE scope OPERATOR(pg_catalog.=) $1', keys)
+            INTO unscoped USING ''::text;
+        IF unscoped OPERATOR(pg_catalog.>) 0 THEN
+            RAISE WARNING 'idem_citus_distribute: % stored keys have no scope; all unscoped keys land on one shard',
+                          unscoped
+                USING HINT = 'Pass the tenant (the value of the business table''s distribution column) as scope.';
+        END IF;
+        EXECUTE 'SELECT pg_catalog.create_distributed_table($1, ''scope'', colocate_with => $2)'
+            USING keys, colocate_with::text;
+        -- The rows were copied into the shards; left in the coordinator's shell they would only mislead.
+        EXECUTE 'SELECT pg_catalog.truncate_local_data_after_distributing_table($1)' USING keys;
+    END IF;
+
+    -- Every function that takes a scope as input runs on the node of that scope's shard, also inside a
+    -- transaction block (force_delegation). Not the ones returning a scope: Citus 14.0.1 crashes a backend that
+    -- calls a function force-delegated by an output parameter in a transaction block.
+    FOR fn IN
+        SELECT p.oid::pg_catalog.regprocedure
+        FROM pg_catalog.pg_proc p
+        JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                   AND d.objid OPERATOR(pg_catalog.=) p.oid
+                                   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                                   AND d.deptype OPERATOR(pg_catalog.=) 'e'
+        JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+                                      AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
+        WHERE p.proargmodes IS NULL AND 'scope' OPERATOR(pg_catalog.=) ANY (p.proargnames)
+        ORDER BY p.proname, p.oid
+    LOOP
+        EXECUTE 'SELECT pg_catalog.create_distributed_function($1, ''scope'', colocate_with => $2,'
+                ' force_delegation => true)'
+            USING fn, keys::text;
+        delegated := delegated OPERATOR(pg_catalog.+) 1;
+    END LOOP;
+    RETURN pg_catalog.format('idempotency_keys distributed by scope, co-located with %s; %s functions delegated by scope',
+                             colocate_with, delegated);
+END
+$$;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_citus_distribute(pg_catalog.regclass) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_citus_distribute(pg_catalog.regclass) IS
+    'Citus: distributes idempotency_keys by scope, co-located with the given tenant table, and delegates every '
+    'function taking a scope to the node of its shard.';
+
+-- The counters of every node (idem_stats is this node's), one row per node as jsonb, on a Citus coordinator.
+CREATE FUNCTION @extschema@.idem_citus_stats(OUT node text, OUT stats jsonb)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    remote record;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_citus_stats: Citus is not installed in this database'
+            USING ERRCODE = 'feature_not_supported', HINT = 'Read idem_stats on a single node.';
+    END IF;
+    FOR remote IN EXECUTE
+        'SELECT n.nodename, n.nodeport, r.success, r.result FROM pg_catalog.run_command_on_all_nodes($1) r'
+        ' JOIN pg_catalog.pg_dist_node n ON n.nodeid OPERATOR(pg_catalog.=) r.nodeid ORDER BY n.groupid'
+        USING pg_catalog.format('SELECT pg_catalog.row_to_json(t) FROM %s.idem_stats t', s)
+    LOOP
+        node := pg_catalog.format('%s:%s', remote.nodename, remote.nodeport);
+        stats := CASE WHEN remote.success THEN remote.result::jsonb
+                      ELSE pg_catalog.jsonb_build_object('error', remote.result) END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_citus_stats() IS
+    'Citus: idem_stats of every node of the cluster, one jsonb row per node.';

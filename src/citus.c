@@ -1,0 +1,321 @@
+/*
+ * citus.c: the key store on a Citus cluster; see citus.h.
+ *
+ * Citus's catalogs (pg_dist_partition, pg_dist_placement, pg_dist_local_group) and its SQL function
+ * get_shard_id_for_distribution_column are used through SPI, only after the citus extension has been
+ * found, so nothing here links against Citus.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+#include "citus.h"
+#include "pg_compat.h"
+
+/* What Citus makes of the key table on this node. */
+typedef enum KeyLayout
+{
+	LAYOUT_PLAIN,				/* no Citus, or Citus with no distributed table at all */
+	LAYOUT_DISTRIBUTED,			/* hash-distributed (by scope, through idem_citus_distribute) */
+	LAYOUT_NOT_HASH,			/* a reference table, or added to Citus's metadata some other way */
+	LAYOUT_LOCAL_BESIDE_DISTRIBUTED	/* local here while business tables are distributed */
+} KeyLayout;
+
+/*
+ * The layout, remembered per backend. Distributing a table, undistributing it and every change to
+ * Citus's table metadata send relcache invalidations, and so do CREATE and DROP EXTENSION citus: any
+ * invalidation forgets the layout (recomputing it is one query).
+ */
+static struct
+{
+	Oid			table;			/* InvalidOid: not known */
+	KeyLayout	layout;
+	int			local_shards;	/* local shards of the key table, as the sweep last listed them */
+} known;
+
+static SPIPlanPtr shard_is_local_plan = NULL;
+
+/*
+ * The scope found local in this transaction: its claim, lookups and completion ask once. A placement cannot
+ * move away under a transaction that has read its shard (a move waits for it), and the transaction's end
+ * forgets it.
+ */
+static struct
+{
+	bool		valid;
+	Oid			table;
+	char	   *scope;			/* in TopTransactionContext */
+} local_scope;
+
+static void
+forget_local_scope(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
+		local_scope.valid = false;
+}
+
+static void
+forget_layout(Datum arg, Oid relid)
+{
+	known.table = InvalidOid;
+}
+
+static SPIPlanPtr
+prepare_kept(const char *sql, int nargs, Oid *types)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+	if (plan == NULL)
+		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "idempotency: could not keep a prepared plan");
+	return plan;
+}
+
+static KeyLayout
+key_layout(Oid table)
+{
+	static bool callback_registered = false;
+	Oid			types[1] = {OIDOID};
+	Datum		values[1];
+	bool		isnull;
+	char	   *method;
+	bool		distributed_tables;
+	int			rc;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(forget_layout, (Datum) 0);
+		callback_registered = true;
+	}
+	if (known.table == table)
+		return known.layout;
+
+	known.layout = LAYOUT_PLAIN;
+	if (OidIsValid(get_extension_oid("citus", true)))
+	{
+		values[0] = ObjectIdGetDatum(table);
+		SPI_connect();
+		rc = SPI_execute_with_args(
+			"SELECT (SELECT p.partmethod::pg_catalog.text FROM pg_catalog.pg_dist_partition p"
+			"        WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1),"
+			"       EXISTS (SELECT FROM pg_catalog.pg_dist_partition p"
+			"               WHERE p.logicalrelid OPERATOR(pg_catalog.<>) $1"
+			"                 AND p.partmethod OPERATOR(pg_catalog.=) 'h')",
+			1, types, values, NULL, true, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "idempotency: reading Citus's pg_dist_partition failed: %s",
+				 SPI_result_code_string(rc));
+		method = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		distributed_tables = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+														&isnull));
+		if (method != NULL)
+			known.layout = strcmp(method, "h") == 0 ? LAYOUT_DISTRIBUTED : LAYOUT_NOT_HASH;
+		else if (distributed_tables)
+			known.layout = LAYOUT_LOCAL_BESIDE_DISTRIBUTED;
+		SPI_finish();
+	}
+	known.table = table;
+	return known.layout;
+}
+
+/* Where the shard of one scope is placed, for the error of a call that ran elsewhere. */
+static char *
+shard_placements(Oid table, text *scope, int64 *shard)
+{
+	Oid			types[2] = {REGCLASSOID, TEXTOID};
+	Datum		values[2] = {ObjectIdGetDatum(table), PointerGetDatum(scope)};
+	bool		isnull;
+	char	   *nodes;
+	int			rc;
+	MemoryContext caller = CurrentMemoryContext;
+
+	SPI_connect();
+	rc = SPI_execute_with_args(
+		"SELECT s.id, (SELECT pg_catalog.string_agg(n.nodename OPERATOR(pg_catalog.||) ':'"
+		"                  OPERATOR(pg_catalog.||) n.nodeport::pg_catalog.text, ', ')"
+		"              FROM pg_catalog.pg_dist_placement p"
+		"              JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid"
+		"              WHERE p.shardid OPERATOR(pg_catalog.=) s.id)"
+		" FROM (SELECT pg_catalog.get_shard_id_for_distribution_column($1, $2) AS id) s",
+		2, types, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "idempotency: reading Citus's shard placements failed: %s", SPI_result_code_string(rc));
+	*shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	nodes = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	nodes = MemoryContextStrdup(caller, nodes ? nodes : "no node");
+	SPI_finish();
+	return nodes;
+}
+
+/*
+ * Whether this node holds a placement of the scope's shard. Citus keeps its placement metadata on every
+ * node (metadata sync), so a worker answers as well as the coordinator, whose own group holds no shard of
+ * the key table unless it was added as a node with shards.
+ */
+static bool
+shard_is_local(Oid table, text *scope)
+{
+	Oid			types[2] = {REGCLASSOID, TEXTOID};
+	Datum		values[2] = {ObjectIdGetDatum(table), PointerGetDatum(scope)};
+	bool		isnull;
+	bool		local;
+	int			rc;
+	static bool callback_registered = false;
+
+	if (!callback_registered)
+	{
+		RegisterXactCallback(forget_local_scope, NULL);
+		callback_registered = true;
+	}
+	if (local_scope.valid && local_scope.table == table &&
+		strlen(local_scope.scope) == VARSIZE_ANY_EXHDR(scope) &&
+		memcmp(local_scope.scope, VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope)) == 0)
+		return true;
+
+	SPI_connect();
+	if (shard_is_local_plan == NULL)
+		shard_is_local_plan = prepare_kept(
+			"SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_placement p, pg_catalog.pg_dist_local_group g"
+			" WHERE p.shardid OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column($1, $2)"
+			"   AND p.groupid OPERATOR(pg_catalog.=) g.groupid)", 2, types);
+	rc = SPI_execute_plan(shard_is_local_plan, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "idempotency: reading Citus's shard placements failed: %s", SPI_result_code_string(rc));
+	local = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	if (local)
+	{
+		local_scope.scope = MemoryContextStrdup(TopTransactionContext, text_to_cstring(scope));
+		local_scope.table = table;
+		local_scope.valid = true;
+	}
+	return local;
+}
+
+bool
+citus_route_key_call(Relation keys, bool partitioned, text *scope)
+{
+	Oid			table = RelationGetRelid(keys);
+	int64		shard;
+	char	   *nodes;
+
+	switch (key_layout(table))
+	{
+		case LAYOUT_PLAIN:
+			return false;
+		case LAYOUT_LOCAL_BESIDE_DISTRIBUTED:
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("idempotency: idempotency_keys is local on this node while Citus distributes other tables"),
+					 errdetail("Citus commits a worker's part of a transaction before this node commits its own: "
+							   "a local commit that fails after that would keep the business write and lose the key."),
+					 errhint("Run SELECT idem_citus_distribute('<a table distributed by tenant>') on the coordinator "
+							 "to keep each key in the shard of its tenant's data.")));
+			break;
+		case LAYOUT_NOT_HASH:
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("idempotency: idempotency_keys is in Citus's metadata but not distributed by scope"),
+					 errdetail("A reference table or a Citus local table has no single node where a key is claimed."),
+					 errhint("Only the layout made by idem_citus_distribute(colocate_with) is supported.")));
+			break;
+		case LAYOUT_DISTRIBUTED:
+			break;
+	}
+	if (partitioned)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idempotency: partitioned storage is not supported on a Citus-distributed key table"),
+				 errhint("Switch back with SELECT idem_set_storage('table') on the coordinator.")));
+	if (!shard_is_local(table, scope))
+	{
+		nodes = shard_placements(table, scope, &shard);
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idempotency: the key's shard is not on this node; the call was not delegated to it"),
+				 errdetail("Scope \"%s\" lives in shard %lld of idempotency_keys, on %s. A claim holds its key "
+						   "only on the node that stores its row.",
+						   text_to_cstring(scope), (long long) shard, nodes),
+				 errhint("Call it so that Citus delegates it: as a statement of its own "
+						 "(SELECT * FROM idem_claim(...)) with the scope a constant or a bound parameter, or "
+						 "from a procedure distributed by its scope argument with force_delegation.")));
+	}
+	return true;
+}
+
+/* Citus refuses changes made to a shard by name; the sweep of a local shard is one it allows. */
+static void
+allow_shard_changes(void)
+{
+	(void) set_config_option("citus.enable_manual_changes_to_shards", "on", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+bool
+citus_sweep_target(Oid schema, const char **relname, SweepPosition *position)
+{
+	Oid			table = get_relname_relid(*relname, schema);
+	Oid			types[1] = {OIDOID};
+	Datum		values[1];
+	bool		isnull;
+	int64		shard;
+	int			rc;
+
+	if (!OidIsValid(table))
+		return true;			/* cleanup.c reports the missing table */
+	switch (key_layout(table))
+	{
+		case LAYOUT_PLAIN:
+		case LAYOUT_LOCAL_BESIDE_DISTRIBUTED:
+			known.local_shards = 0;
+			return true;
+		case LAYOUT_NOT_HASH:
+			/* Unsupported (claims refuse it): a reference table's copies must change together. */
+			known.local_shards = 0;
+			return false;
+		case LAYOUT_DISTRIBUTED:
+			break;
+	}
+
+	/* The local shards, each once per sweep, in shard order; the coordinator has none. */
+	values[0] = ObjectIdGetDatum(table);
+	rc = SPI_execute_with_args(
+		"SELECT s.shardid FROM pg_catalog.pg_dist_shard s"
+		" JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
+		" JOIN pg_catalog.pg_dist_local_group g ON g.groupid OPERATOR(pg_catalog.=) p.groupid"
+		" WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1 ORDER BY s.shardid",
+		1, types, values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "idempotency: listing the local shards failed: %s", SPI_result_code_string(rc));
+	known.local_shards = (int) SPI_processed;
+	if (position->citus_shard >= known.local_shards)
+		return false;
+	shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[position->citus_shard], SPI_tuptable->tupdesc, 1,
+										&isnull));
+	*relname = psprintf("%s_%lld", *relname, (long long) shard);
+	if (!OidIsValid(get_relname_relid(*relname, schema)))
+		return false;			/* moved away meanwhile: the next sweep lists the shards again */
+	allow_shard_changes();
+	return true;
+}
+
+void
+citus_sweep_advance(SweepPosition *position)
+{
+	if (position->finished && position->citus_shard + 1 < known.local_shards)
+	{
+		position->citus_shard++;
+		ItemPointerSet(&position->next, 0, FirstOffsetNumber);
+		position->finished = false;
+	}
+}

@@ -1,0 +1,71 @@
+/*
+ * key_store_internal.h: what the key store's own files share, and nothing
+ * outside the key store includes: the columns of a key row and their one
+ * decoder (key_store_row.c), the active table of one call, the direct path
+ * (key_store_direct.c) and the prepared statements (key_store_spi.c).
+ * key_store.c calls both paths; both paths call only the decoder.
+ */
+#ifndef IDEM_KEY_STORE_INTERNAL_H
+#define IDEM_KEY_STORE_INTERNAL_H
+
+#include "utils/relcache.h"
+
+#include "key_store.h"
+
+/* The columns of a key row, in the order the decoder takes them. */
+typedef enum KeyColumn
+{
+	KEY_COL_EXPIRES_AT,
+	KEY_COL_CREATED_AT,
+	KEY_COL_HTTP_STATUS,
+	KEY_COL_SCOPE,
+	KEY_COL_KEY,
+	KEY_COL_REQUEST_HASH,
+	KEY_COL_RESPONSE_HEADERS,
+	KEY_COL_RESPONSE_BODY,
+	/* added by the 1.1 update; a table still at 1.0 lacks them */
+	KEY_COL_LEASE_UNTIL,
+	KEY_COL_LEASE_TOKEN,
+	KEY_COL_RECOVERY_POINT,
+	KEY_COL_RECOVERY_STATE,
+	KEY_COLUMNS
+} KeyColumn;
+
+#define KEY_COLUMNS_1_0 KEY_COL_LEASE_UNTIL
+
+extern const char *const key_column_names[KEY_COLUMNS];
+extern const Oid key_column_types[KEY_COLUMNS];
+
+/* The active table of one call, found once. */
+typedef struct KeyTable
+{
+	Oid			namespace_oid;
+	Relation	plain;			/* idempotency_keys, open with AccessShareLock */
+	bool		partitioned;	/* the rows live in idempotency_keys_partitioned */
+	Oid			partitioned_oid;	/* idempotency_keys_partitioned, InvalidOid if missing */
+	bool		has_lease_columns;	/* the table is at 1.1 or later */
+} KeyTable;
+
+/*
+ * The one decoder (key_store_row.c): fills out from one row's values in
+ * KeyColumn order (created_at, scope and key unused).
+ */
+void		key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns,
+						   KeyRow *out, MemoryContext context);
+
+/* The direct path (key_store_direct.c); false when it does not apply to this table and nothing was done. */
+bool		key_direct_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
+							  KeyRow *out);
+bool		key_direct_insert(const KeyTable *table, const KeyRef *ref, const KeyWrite *row);
+
+/* The prepared statements (key_store_spi.c). */
+void		key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
+						   KeyRow *out);
+void		key_spi_write(const KeyTable *table, const KeyRef *ref, const KeyWrite *row);
+void		key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how,
+							   LeaseGrant *grant);
+bool		key_spi_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *token,
+								 LeaseChange change, const LeaseChangeValues *values,
+								 TimestampTz *lease_until);
+
+#endif
