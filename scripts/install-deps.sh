@@ -16,8 +16,8 @@
 #   pg-build-grammar, debian-keyring: installed by scripts/build-pg.sh only when the source needs them
 #
 # Safe to run again: it asks apt only for packages not installed yet. apt waits up to 15 minutes for another apt
-# or dpkg run to finish (DPkg::Lock::Timeout) instead of failing. Citus is not a Debian package; it gets a group
-# when the project builds it.
+# or dpkg run to finish (DPkg::Lock::Timeout) instead of failing. Citus is not a Debian package:
+# scripts/build-citus.sh builds it from a vendored tarball into PostgreSQL 17 with the pg-build group's tools.
 set -euo pipefail
 
 declare -A groups=(
