@@ -228,6 +228,9 @@ apply_sweeper_settings(void)
 	SetConfigOption("wal_compression", cleanup_wal_compression_method(), PGC_SUSET, PGC_S_OVERRIDE);
 }
 
+/* How often a waiting sweeper looks for a DROP or RENAME of its database. */
+#define YIELD_CHECK_MS 100
+
 /*
  * Holds the sweep to idempotency.cleanup_keys_per_second: work counts the keys
  * deleted or the heap pages scanned, whichever a batch had more of, so a table
@@ -237,11 +240,9 @@ apply_sweeper_settings(void)
  * paused it) goes on at the pace instead of catching up in a burst, which would
  * come just when the machine is busy. Sleeps on the latch, so a shutdown is not
  * delayed; a reload recomputes the batch's time at the new pace. False when the
- * sweep must end now because its database is being dropped or renamed.
+ * sweep must end now because its database is being dropped or renamed: it looks
+ * every YIELD_CHECK_MS while it waits.
  */
-/* How often a waiting sweeper looks for a DROP or RENAME of its database. */
-#define YIELD_CHECK_MS 100
-
 static bool
 pace_sweep(TimestampTz *batch_deadline, TimestampTz batch_started_at, int64 work)
 {

@@ -4,6 +4,9 @@
 # and restored into fresh databases. The restore must finish without an error, come
 # back in the same mode, and every completed key must replay with its stored response;
 # a new key is claimed and stored in the restored mode.
+# 1.2: a key at the maximum ttl (3650 days) and a lease at the maximum lease and ttl survive the round trip (a
+# timestamp past the last one would make the restore lose every key), and the fencing numbers go on increasing
+# after the restore (the sequence's position is dumped).
 # Fails on: a restore that errors (the 1.0 marker made every ATTACH fail), partitioned
 # storage restored as table storage, a key that no longer replays, or a lost parked key.
 use strict;
@@ -39,10 +42,15 @@ for my $db (sort keys %modes)
 		  -- Thirty days out: beyond every partition made ahead, so it waits in the default one.
 		  PERFORM idem_claim('parked', idem_hash('parked'), interval '30 days');
 		  PERFORM idem_complete('parked', 200, '"parked"');
+		  -- The longest ttl, and the longest lease with the longest ttl after it.
+		  PERFORM idem_claim('longest', idem_hash('longest'), interval '3650 days');
+		  PERFORM idem_complete('longest', 201, '"ten years"');
 		END \$\$;});
+	my $fence_before = $node->safe_psql($db,
+		"SELECT fencing_number FROM idem_lease('longest-lease', idem_hash('l'), interval '365 days', interval '3650 days')");
 	if ($mode eq 'partitioned')
 	{
-		is($node->safe_psql($db, 'SELECT count(*) FROM ONLY idempotency_keys_partitioned_default'), '1',
+		is($node->safe_psql($db, "SELECT count(*) FROM ONLY idempotency_keys_partitioned_default WHERE key = 'parked'"), '1',
 			"$db: one key parked in the default partition");
 	}
 
@@ -64,6 +72,13 @@ for my $db (sort keys %modes)
 		$keys, "$db: all $keys keys replay their stored response after the restore");
 	is($node->safe_psql($restored, "SELECT outcome || ' ' || response_body FROM idem_claim('parked', idem_hash('parked'))"),
 		'replay "parked"', "$db: the parked key replays");
+	is($node->safe_psql($restored, "SELECT outcome || ' ' || response_body FROM idem_claim('longest', idem_hash('longest'))"),
+		'replay "ten years"', "$db: the key at the maximum ttl replays");
+	is($node->safe_psql($restored, "SELECT outcome FROM idem_lease('longest-lease', idem_hash('l'), '1 min')"),
+		'in_progress', "$db: the lease at the maximum lease is still held");
+	my $fence_after = $node->safe_psql($restored,
+		"SELECT fencing_number FROM idem_lease('fence-after-restore', idem_hash('f'), '1 min')");
+	cmp_ok($fence_after, '>', $fence_before, "$db: fencing numbers go on increasing after the restore");
 	is($node->safe_psql($restored, "SELECT outcome FROM idem_claim('key-1', idem_hash('other'), scope => 'tenant-1')"),
 		'mismatch', "$db: another payload is still a mismatch");
 	is($node->safe_psql($restored, "SELECT outcome FROM idem_claim('key-1', idem_hash('body-1'), scope => 'tenant-2')"),
