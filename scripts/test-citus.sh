@@ -115,7 +115,9 @@ check_error() {  # check_error NAME PATTERN NODE SQL: the statement fails with a
 }
 end_suite() {
     count "$suite" "${ok[$suite]:-0}" "${bad[$suite]:-0}"
-    echo "$suite ${ok[$suite]:-0} passed, ${bad[$suite]:-0} failed"
+    # Not in the "<suite> N passed, N failed" form: scripts/test.sh counts those lines, and the summary at the
+    # end prints each suite once.
+    echo "== $suite: ${ok[$suite]:-0} passed, ${bad[$suite]:-0} failed"
 }
 hash_of() { echo "idem_hash('$1'::text)"; }
 
