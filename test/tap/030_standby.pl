@@ -84,7 +84,10 @@ $primary->safe_psql('postgres', "ALTER SYSTEM SET idempotency.databases = 'postg
 $primary->safe_psql('postgres', 'SELECT pg_reload_conf()');
 ok(defined $primary->wait_until('appdb', "SELECT count(*) = 0 FROM idempotency_keys WHERE key LIKE 'old%'", 10),
 	'the primary worker removes the expired keys');
-$primary->wait_for_catchup($standby);
+# The sweeper commits asynchronously: its commit record may not be written yet, so the standby is waited for up
+# to the primary's insert position, not its write position (a fresh-clone run read 200 keys still there).
+$primary->wait_for_catchup($standby, 'replay',
+	$primary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
 is($standby->count_keys('appdb', 'old'), '0', 'replay removes them on the standby');
 is($standby->safe_psql('appdb', "SELECT count(*) FROM idempotency_keys WHERE key = 'live'"), '1',
 	'the live key stays on the standby');
