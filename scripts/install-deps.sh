@@ -10,7 +10,8 @@
 #   tests     GoogleTest, clang's libFuzzer and sanitizers, pgTAP and pg_prove, the Perl TAP modules (IPC::Run, DBD::Pg),
 #             pg_cron (the worker's coexistence test), sqlsmith
 #   valgrind  test/robustness/valgrind.sh (not part of scripts/test.sh)
-#   clients   Go, Node.js, Python and their libraries, PgBouncer, wrk, curl: clients/run-tests.sh and its suites
+#   clients   Go, Node.js, Python and the libraries and frameworks of the clients and their sample services,
+#             PgBouncer, wrk, curl, psql: clients/run-tests.sh and every clients/<lang>/test.sh
 #   bench     bench/run.sh's chart (gnuplot), and the groups valgrind (bench/instructions.sh) and clients (bench/clients)
 #   pg-build  what scripts/build-pg.sh needs to build PostgreSQL 17 and 18 from Debian's source packages
 #   pg-build-grammar, debian-keyring: installed by scripts/build-pg.sh only when the source needs them
@@ -27,8 +28,11 @@ declare -A groups=(
              postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl libdbd-pg-perl
              postgresql-15-cron sqlsmith"
     [valgrind]="valgrind"
-    [clients]="golang-go golang-github-jackc-pgx-v4-dev nodejs:node npm:npm
-               python3-psycopg python3-psycopg-pool python3-pytest python3-waitress pgbouncer wrk curl"
+    [clients]="golang-go golang-github-jackc-pgx-v4-dev golang-github-labstack-echo-dev
+               golang-github-gin-gonic-gin-dev golang-github-go-chi-chi-dev nodejs:node npm:npm
+               python3-psycopg python3-psycopg-pool python3-pytest python3-waitress python3-starlette
+               python3-fastapi python3-uvicorn python3-httpx python3-anyio python3-sqlalchemy python3-psycopg2
+               python3-django python3-build pgbouncer wrk curl postgresql-client"
     [bench]="gnuplot-nox"
     [pg-build]="build-essential dpkg-dev curl gnupg debian-archive-keyring perl libipc-run-perl pkg-config
                 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl"

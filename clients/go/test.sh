@@ -1,8 +1,10 @@
-#!/bin/sh
-# Go client: installs Go and the Go libraries from Debian, builds offline, runs `go test -v ./...`, and, when
+#!/usr/bin/env bash
+# Go client: builds offline with Debian's Go and Go libraries, runs `go test ./...`, and, when
 # IDEM_TEST_DATABASE_URL is set, also starts the payments binary against that database for a smoke test.
-# Exits non-zero on any failure. Run as root on Debian 12 (apt-get); works without network once the packages are
-# installed (GOPROXY=off, -mod=vendor over /usr/share/gocode).
+# Ends with "clients/go: N passed, N failed" (go test's own count from -json, one per test and subtest, plus the
+# smoke test) and exits non-zero on any failure. The Debian packages come from scripts/install-deps.sh clients
+# (installed when run as root); works without network once they are (GOPROXY=off, -mod=vendor over
+# /usr/share/gocode).
 #
 #   IDEM_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:55450/payments clients/go/test.sh
 #
@@ -10,20 +12,8 @@
 # are skipped (reported as SKIP) and only the unit tests run.
 set -eu
 cd "$(dirname "$0")"
-
-PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-labstack-echo-dev golang-github-gin-gonic-gin-dev golang-github-go-chi-chi-dev curl postgresql-client"
-missing=""
-for p in $PACKAGES; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-    if [ "$(id -u)" -eq 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
-    else
-        echo "test.sh: missing Debian packages:$missing (run as root, or apt-get install them)" >&2
-        exit 1
-    fi
-fi
+root=$(cd ../.. && pwd)
+"$root/scripts/install-deps.sh" clients
 
 export GOPROXY=off GOFLAGS=-mod=vendor GOTOOLCHAIN=local GO111MODULE=on
 export GOCACHE="${GOCACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/go-build}"
@@ -38,7 +28,12 @@ mkdir -p bin
 go build -o bin/payments ./cmd/payments
 
 status=0
-go test -count=1 -v ./... || status=1
+counts=$(mktemp)
+trap 'rm -f "$counts"' EXIT
+set -o pipefail # only here: the smoke test's `curl | grep -q` may end curl with SIGPIPE
+go test -count=1 -json ./... | /usr/bin/python3 -u "$root/scripts/lib/counts.py" go-json "$counts" || status=1
+set +o pipefail
+read -r passed failed _ <"$counts" || { passed=0 failed=1; }
 
 if [ -n "${IDEM_TEST_DATABASE_URL:-}" ]; then
     echo "=== smoke test of bin/payments"
@@ -46,7 +41,7 @@ if [ -n "${IDEM_TEST_DATABASE_URL:-}" ]; then
     base=http://127.0.0.1:$port
     log=$(mktemp)
     pid=
-    trap '[ -z "$pid" ] || kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
+    trap '[ -z "$pid" ] || kill $pid 2>/dev/null || true; rm -f "$log" "$counts"' EXIT
     start() {  # the service with faults on and a 1-s lease for POST /rides; waits for /healthz
         PORT=$port DATABASE_URL=$IDEM_TEST_DATABASE_URL PAYMENTS_FAULTS=1 RIDES_LEASE_SECONDS=1 \
             bin/payments >>"$log" 2>&1 &
@@ -95,10 +90,10 @@ if [ -n "${IDEM_TEST_DATABASE_URL:-}" ]; then
         [ "$(counts)" = "2 2 2" ] || { echo "after two crashes: charges, rides, receipts = $(counts), want 2 2 2"; return 1; }
         echo "smoke test: killed after the charge / after the checkpoint, resumed by the retry, charged once: ok"
     }
-    smoke || status=1
+    if smoke; then passed=$((passed + 1)); else failed=$((failed + 1)) status=1; fi
     kill $pid 2>/dev/null || true
     wait $pid 2>/dev/null || true
 fi
 
-if [ $status -eq 0 ]; then echo "clients/go: all tests passed"; else echo "clients/go: FAILED"; fi
+echo "clients/go: $passed passed, $failed failed"
 exit $status
