@@ -95,13 +95,13 @@ func TestNotExecutedIsNotStored(t *testing.T) {
 		return nil
 	}
 	key := testdb.Unique("k")
-	if r := f.post(ptr(key), `{"v": "bad"}`); r.status != 422 || r.problemType() != "invalid-payment" {
+	if r := f.post(ptr(key), `{"v": "bad"}`); r.Status != 422 || r.ProblemType() != "invalid-payment" {
 		t.Fatalf("%+v", r)
 	}
 	if f.rows() != 0 {
 		t.Fatalf("%d rows after a request not executed", f.rows())
 	}
-	if r := f.post(ptr(key), `{"v": "good"}`); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+	if r := f.post(ptr(key), `{"v": "good"}`); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("the corrected request with the same key: %+v", r)
 	}
 	if f.rows() != 1 {
@@ -123,9 +123,9 @@ func TestReplayIsByteIdentical(t *testing.T) {
 		key := testdb.Unique("k")
 		first := f.post(ptr(key), `{}`)
 		second := f.post(ptr(key), `{}`)
-		if first.status != 201 || second.header.Get("Idempotent-Replayed") != "true" || first.body != second.body ||
-			first.header.Get("Content-Length") != second.header.Get("Content-Length") {
-			t.Fatalf("NoPipeline %v: first %q %v, replay %q %v", noPipeline, first.body, first.header, second.body, second.header)
+		if first.Status != 201 || second.Header.Get("Idempotent-Replayed") != "true" || first.Body != second.Body ||
+			first.Header.Get("Content-Length") != second.Header.Get("Content-Length") {
+			t.Fatalf("NoPipeline %v: first %q %v, replay %q %v", noPipeline, first.Body, first.Header, second.Body, second.Header)
 		}
 	}
 }
@@ -152,7 +152,7 @@ VALUES ($1::text, -1, 'USD', 'savepoint')`, f.scope); err != nil {
 		return nil
 	}
 	key := testdb.Unique("k")
-	if r := f.post(ptr(key), `{}`); r.status != 201 {
+	if r := f.post(ptr(key), `{}`); r.Status != 201 {
 		t.Fatalf("%+v", r)
 	}
 	if f.rows() != 1 { // the handler's insert; the savepoint's was rolled back
@@ -165,7 +165,7 @@ VALUES ($1::text, -1, 'USD', 'savepoint')`, f.scope); err != nil {
 		w.WriteHeader(201)
 		return nil
 	}
-	if r := f.post(ptr(testdb.Unique("k")), `{}`); r.status != 500 {
+	if r := f.post(ptr(testdb.Unique("k")), `{}`); r.Status != 500 {
 		t.Fatalf("after the handler rolled back: %+v", r)
 	}
 	if f.rows() != 1 {

@@ -61,45 +61,19 @@ VALUES ($1::text, -100, 'USD', $2::text) RETURNING id`, idempotency.Scope(r.Cont
 	return f
 }
 
-type result struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func (r result) problemType() string {
-	var p struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal([]byte(r.body), &p)
-	return strings.TrimPrefix(p.Type, idempotency.DefaultProblemBase)
-}
+type result = testdb.Result
 
 func (f *fixture) post(key *string, body string) result {
 	f.t.Helper()
-	return do(f.t, f.srv.URL+"/things", key, body, nil)
+	return testdb.Request(f.t, http.MethodPost, f.srv.URL+"/things", key, body, nil)
 }
 
 func do(t *testing.T, url string, key *string, body string, hdr map[string]string) result {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if key != nil {
-		req.Header.Set("Idempotency-Key", *key)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return result{resp.StatusCode, resp.Header, string(b)}
+	return testdb.Request(t, http.MethodPost, url, key, body, hdr)
 }
 
-func ptr(s string) *string { return &s }
+var ptr = testdb.Ptr
 
 func (f *fixture) rows() int { return testdb.LedgerRows(f.t, f.pool, f.scope) }
 
@@ -107,22 +81,22 @@ func TestClaimThenReplay(t *testing.T) {
 	f := newFixture(t, idempotency.Options{})
 	key := testdb.Unique("k")
 	first := f.post(ptr(key), `{"a": 1, "b": [1, 2]}`)
-	if first.status != 201 || first.header.Get("Idempotent-Replayed") != "" || first.header.Get("Location") == "" {
+	if first.Status != 201 || first.Header.Get("Idempotent-Replayed") != "" || first.Header.Get("Location") == "" {
 		t.Fatalf("first: %+v", first)
 	}
 	// The same key, quoted this time, and the body with other key order and spacing: the same request.
 	second := f.post(ptr(`"`+key+`"`), `{ "b":[1,2],"a":1 }`)
-	if second.status != 201 || second.header.Get("Idempotent-Replayed") != "true" {
+	if second.Status != 201 || second.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("second: %+v", second)
 	}
-	if second.header.Get("Location") != first.header.Get("Location") ||
-		second.header.Get("Content-Type") != "application/json" {
-		t.Fatalf("replayed headers %v, first %v", second.header, first.header)
+	if second.Header.Get("Location") != first.Header.Get("Location") ||
+		second.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("replayed headers %v, first %v", second.Header, first.Header)
 	}
 	var a, b any
-	if json.Unmarshal([]byte(first.body), &a) != nil || json.Unmarshal([]byte(second.body), &b) != nil ||
+	if json.Unmarshal([]byte(first.Body), &a) != nil || json.Unmarshal([]byte(second.Body), &b) != nil ||
 		fmt.Sprint(a) != fmt.Sprint(b) {
-		t.Fatalf("replayed body %q, first %q", second.body, first.body)
+		t.Fatalf("replayed body %q, first %q", second.Body, first.Body)
 	}
 	if f.runs.Load() != 1 || f.rows() != 1 {
 		t.Fatalf("handler ran %d times, %d ledger rows; want 1 and 1", f.runs.Load(), f.rows())
@@ -132,12 +106,12 @@ func TestClaimThenReplay(t *testing.T) {
 func TestMismatch(t *testing.T) {
 	f := newFixture(t, idempotency.Options{})
 	key := testdb.Unique("k")
-	if r := f.post(ptr(key), `{"amount": 100}`); r.status != 201 {
+	if r := f.post(ptr(key), `{"amount": 100}`); r.Status != 201 {
 		t.Fatalf("first: %+v", r)
 	}
 	r := f.post(ptr(key), `{"amount": 1000}`)
-	if r.status != 422 || r.problemType() != "idempotency-key-reused" ||
-		r.header.Get("Content-Type") != "application/problem+json" {
+	if r.Status != 422 || r.ProblemType() != "idempotency-key-reused" ||
+		r.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("tampered retry: %+v", r)
 	}
 	if f.rows() != 1 {
@@ -148,11 +122,11 @@ func TestMismatch(t *testing.T) {
 func TestScopesSeparateKeys(t *testing.T) {
 	f := newFixture(t, idempotency.Options{})
 	key := testdb.Unique("k")
-	if r := f.post(ptr(key), `{}`); r.status != 201 {
+	if r := f.post(ptr(key), `{}`); r.Status != 201 {
 		t.Fatalf("%+v", r)
 	}
 	f.scope = testdb.Unique("go_mw_")
-	if r := f.post(ptr(key), `{}`); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+	if r := f.post(ptr(key), `{}`); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("the same key in another scope: %+v", r)
 	}
 }
@@ -174,8 +148,8 @@ func TestKeyAndBodyErrors(t *testing.T) {
 		{ptr(testdb.Unique("k")), `{"a": "\u0000"}`, "request-body-not-json"},
 	} {
 		r := f.post(tc.key, tc.body)
-		if r.status != 400 || r.problemType() != tc.slug {
-			t.Errorf("key %v body %q: %d %s, want 400 %s", tc.key, tc.body, r.status, r.body, tc.slug)
+		if r.Status != 400 || r.ProblemType() != tc.slug {
+			t.Errorf("key %v body %q: %d %s, want 400 %s", tc.key, tc.body, r.Status, r.Body, tc.slug)
 		}
 	}
 	if f.runs.Load() != 0 {
@@ -183,10 +157,10 @@ func TestKeyAndBodyErrors(t *testing.T) {
 	}
 	// A refused body does not consume the key.
 	key := testdb.Unique("k")
-	if r := f.post(ptr(key), `{oops`); r.status != 400 {
+	if r := f.post(ptr(key), `{oops`); r.Status != 400 {
 		t.Fatalf("%+v", r)
 	}
-	if r := f.post(ptr(key), `{"ok": true}`); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+	if r := f.post(ptr(key), `{"ok": true}`); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("after a bad body the key is still free: %+v", r)
 	}
 }
@@ -196,15 +170,15 @@ func expectNotCached(t *testing.T, f *fixture, status int, slug string) {
 	t.Helper()
 	key := testdb.Unique("k")
 	r := f.post(ptr(key), `{"n": 1}`)
-	if r.status != status || (slug != "" && r.problemType() != slug) {
-		t.Fatalf("failing request: %d %s, want %d %s", r.status, r.body, status, slug)
+	if r.Status != status || (slug != "" && r.ProblemType() != slug) {
+		t.Fatalf("failing request: %d %s, want %d %s", r.Status, r.Body, status, slug)
 	}
 	if f.rows() != 0 {
 		t.Fatalf("the failed request left %d ledger rows", f.rows())
 	}
 	f.behave = nil
 	r = f.post(ptr(key), `{"n": 1}`)
-	if r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+	if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("retry after the failure: %+v", r)
 	}
 	if f.runs.Load() != 2 || f.rows() != 1 {
@@ -262,9 +236,9 @@ func TestStoredFourHundredReplays(t *testing.T) {
 	key := testdb.Unique("k")
 	first := f.post(ptr(key), `{}`)
 	second := f.post(ptr(key), `{}`)
-	if first.status != 402 || second.status != 402 || second.body != "insufficient funds\n" ||
-		second.header.Get("Content-Type") != "text/plain" || second.header.Get("Idempotent-Replayed") != "true" ||
-		second.header.Get(idempotency.BodyEncodingHeader) != "" {
+	if first.Status != 402 || second.Status != 402 || second.Body != "insufficient funds\n" ||
+		second.Header.Get("Content-Type") != "text/plain" || second.Header.Get("Idempotent-Replayed") != "true" ||
+		second.Header.Get(idempotency.BodyEncodingHeader) != "" {
 		t.Fatalf("first %+v, second %+v", first, second)
 	}
 	if f.runs.Load() != 1 || f.rows() != 1 {
@@ -286,14 +260,14 @@ func TestInProgress(t *testing.T) {
 		t.Fatalf("claim in the other transaction: %q %v", outcome, err)
 	}
 	r := f.post(ptr(key), `{}`)
-	if r.status != 409 || r.header.Get("Retry-After") != "1" || r.problemType() != "idempotency-key-in-progress" {
+	if r.Status != 409 || r.Header.Get("Retry-After") != "1" || r.ProblemType() != "idempotency-key-in-progress" {
 		t.Fatalf("while held elsewhere: %+v", r)
 	}
 	if f.runs.Load() != 0 {
 		t.Fatal("the handler ran")
 	}
 	_ = tx.Rollback(ctx)
-	if r := f.post(ptr(key), `{}`); r.status != 201 {
+	if r := f.post(ptr(key), `{}`); r.Status != 201 {
 		t.Fatalf("after the other transaction rolled back: %+v", r)
 	}
 }
@@ -305,13 +279,13 @@ func TestSerializationFailureRetried(t *testing.T) {
 		attempts = append(attempts, idempotency.Attempt(r.Context()))
 		if idempotency.Attempt(r.Context()) < 2 {
 			// A real 40001 from the server, wrapped as handlers do.
-			_, err := tx.Exec(r.Context(), `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+			_, err := tx.Exec(r.Context(), testdb.SerializationFailure)
 			return fmt.Errorf("debit: %w", err)
 		}
 		w.WriteHeader(201)
 		return nil
 	}
-	if r := f.post(ptr(testdb.Unique("k")), `{}`); r.status != 201 {
+	if r := f.post(ptr(testdb.Unique("k")), `{}`); r.Status != 201 {
 		t.Fatalf("%+v", r)
 	}
 	if fmt.Sprint(attempts) != "[0 1 2]" || f.rows() != 1 {
@@ -325,7 +299,7 @@ func TestRetriesExhausted(t *testing.T) {
 		return &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
 	}
 	r := f.post(ptr(testdb.Unique("k")), `{}`)
-	if r.status != 409 || r.header.Get("Retry-After") != "1" || r.problemType() != "transaction-conflict" {
+	if r.Status != 409 || r.Header.Get("Retry-After") != "1" || r.ProblemType() != "transaction-conflict" {
 		t.Fatalf("%+v", r)
 	}
 	if f.runs.Load() != 3 || f.rows() != 0 {
@@ -371,14 +345,14 @@ VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); e
 
 	key := testdb.Unique("k")
 	fail.Store(true)
-	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.status != 500 {
+	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 500 {
 		t.Fatalf("Fail: %+v", r)
 	}
 	fail.Store(false)
-	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" {
+	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("after Fail: %+v", r)
 	}
-	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" || r.body != `{"ok": true}` {
+	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "true" || r.Body != `{"ok": true}` {
 		t.Fatalf("replay: %+v", r)
 	}
 	if n := testdb.LedgerRows(t, pool, scope); n != 1 {
@@ -400,7 +374,7 @@ func TestSimpleProtocolNoPreparedStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		if r := f.post(ptr(testdb.Unique("k")), `{}`); r.status != 201 {
+		if r := f.post(ptr(testdb.Unique("k")), `{}`); r.Status != 201 {
 			t.Fatalf("%+v", r)
 		}
 	}
@@ -428,7 +402,7 @@ func TestQuotesAndBackslashes(t *testing.T) {
 	body := `{"note": "O'Brien said \"hi\" \\ bye", "emoji": "\u00e9\ud83d\ude00"}`
 	first := f.post(ptr(quoted), body)
 	second := f.post(ptr(quoted), body)
-	if first.status != 201 || second.status != 201 || second.header.Get("Idempotent-Replayed") != "true" {
+	if first.Status != 201 || second.Status != 201 || second.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("first %+v, second %+v", first, second)
 	}
 	var got string
@@ -436,8 +410,8 @@ func TestQuotesAndBackslashes(t *testing.T) {
 		t.Fatalf("stored key %q (%v), want %q", got, err, key)
 	}
 	var a, b map[string]any
-	if json.Unmarshal([]byte(first.body), &a) != nil || json.Unmarshal([]byte(second.body), &b) != nil ||
-		fmt.Sprint(a["echo"]) != fmt.Sprint(b["echo"]) || !strings.Contains(second.body, `O'Brien`) {
-		t.Fatalf("bodies %q and %q", first.body, second.body)
+	if json.Unmarshal([]byte(first.Body), &a) != nil || json.Unmarshal([]byte(second.Body), &b) != nil ||
+		fmt.Sprint(a["echo"]) != fmt.Sprint(b["echo"]) || !strings.Contains(second.Body, `O'Brien`) {
+		t.Fatalf("bodies %q and %q", first.Body, second.Body)
 	}
 }

@@ -57,7 +57,7 @@ VALUES ($1, -100, 'USD', $2) RETURNING id`, account, idempotency.Key(ctx)).Scan(
 					return errors.New("provider failed")
 				case "conflict-once":
 					if idempotency.Attempt(ctx) == 0 {
-						_, err := q.ExecContext(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+						_, err := q.ExecContext(ctx, testdb.SerializationFailure)
 						return err
 					}
 				}

@@ -55,42 +55,42 @@ func TestAnswersWithoutDatabase(t *testing.T) {
 	srv := httptest.NewServer(mustHandler(t, nil, Config{Logger: log.New(io.Discard, "", 0)}))
 	defer srv.Close()
 	c := client{t: t, url: srv.URL}
-	if r := c.get("/healthz"); r.status != 200 || r.body != `{"ok":true}` || r.header.Get("Content-Type") != "application/json" {
+	if r := c.get("/healthz"); r.Status != 200 || r.Body != `{"ok":true}` || r.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("healthz: %+v", r)
 	}
 	for _, auth := range []string{"", "Bearer", "Bearer ", "Basic abc", "Bearer UPPER", "Bearer a-b",
 		"Bearer " + strings.Repeat("a", 65), "Bearer a b"} {
 		r := c.post("/payments", auth, ptr("k1"), `{"amount_cents": 1, "currency": "USD"}`, nil)
-		if r.status != 401 || r.problemType() != "unauthorized" || r.header.Get("WWW-Authenticate") != "Bearer" {
+		if r.Status != 401 || r.ProblemType() != "unauthorized" || r.Header.Get("WWW-Authenticate") != "Bearer" {
 			t.Errorf("Authorization %q: %+v", auth, r)
 		}
 	}
-	if r := c.post("/payments", "Bearer alice", nil, `{}`, nil); r.status != 400 || r.problemType() != "idempotency-key-missing" {
+	if r := c.post("/payments", "Bearer alice", nil, `{}`, nil); r.Status != 400 || r.ProblemType() != "idempotency-key-missing" {
 		t.Fatalf("no key: %+v", r)
 	}
-	if r := c.post("/payments", "Bearer alice", ptr(`"bad`), `{}`, nil); r.status != 400 || r.problemType() != "idempotency-key-invalid" {
+	if r := c.post("/payments", "Bearer alice", ptr(`"bad`), `{}`, nil); r.Status != 400 || r.ProblemType() != "idempotency-key-invalid" {
 		t.Fatalf("bad key: %+v", r)
 	}
-	if r := c.post("/payments", "Bearer alice", ptr("k1"), `amount=1`, nil); r.status != 400 || r.problemType() != "request-body-not-json" {
+	if r := c.post("/payments", "Bearer alice", ptr("k1"), `amount=1`, nil); r.Status != 400 || r.ProblemType() != "request-body-not-json" {
 		t.Fatalf("not JSON: %+v", r)
 	}
-	if r := c.get("/payments"); r.status != 405 || r.header.Get("Allow") != "POST" {
+	if r := c.get("/payments"); r.Status != 405 || r.Header.Get("Allow") != "POST" {
 		t.Fatalf("GET /payments: %+v", r)
 	}
-	if r := c.post("/healthz", "", nil, `{}`, nil); r.status != 405 || r.header.Get("Allow") != "GET, HEAD" {
+	if r := c.post("/healthz", "", nil, `{}`, nil); r.Status != 405 || r.Header.Get("Allow") != "GET, HEAD" {
 		t.Fatalf("POST /healthz: %+v", r)
 	}
-	if r := c.post("/payments", "Bearer alice", ptr("k1,k2"), `{}`, nil); r.status != 400 ||
-		r.problemType() != "idempotency-key-invalid" || !strings.Contains(r.body, "several") {
+	if r := c.post("/payments", "Bearer alice", ptr("k1,k2"), `{}`, nil); r.Status != 400 ||
+		r.ProblemType() != "idempotency-key-invalid" || !strings.Contains(r.Body, "several") {
 		t.Fatalf("two keys: %+v", r)
 	}
 	big := `{"amount_cents": 1, "currency": "USD"}` + strings.Repeat(" ", MaxBodyBytes)
 	for _, path := range []string{"/payments", "/payments-unprotected"} {
-		if r := c.post(path, "Bearer alice", ptr("k1"), big, nil); r.status != 413 || r.problemType() != "request-too-large" {
-			t.Fatalf("%s, a body over 1 MiB: %d %s", path, r.status, r.body)
+		if r := c.post(path, "Bearer alice", ptr("k1"), big, nil); r.Status != 413 || r.ProblemType() != "request-too-large" {
+			t.Fatalf("%s, a body over 1 MiB: %d %s", path, r.Status, r.Body)
 		}
 	}
-	if r := c.get("/nope"); r.status != 404 {
+	if r := c.get("/nope"); r.Status != 404 {
 		t.Fatalf("GET /nope: %+v", r)
 	}
 }
@@ -100,69 +100,35 @@ type client struct {
 	url string
 }
 
-type result struct {
-	status int
-	header http.Header
-	body   string
-}
+type result = testdb.Result
 
-func (r result) problemType() string {
-	var p struct {
-		Type   string `json:"type"`
-		Status int    `json:"status"`
-	}
-	_ = json.Unmarshal([]byte(r.body), &p)
-	if p.Status != r.status || r.header.Get("Content-Type") != "application/problem+json" {
-		return "(not a problem)"
-	}
-	return strings.TrimPrefix(p.Type, idempotency.DefaultProblemBase)
-}
-
-func (r result) payment(t *testing.T) payment {
+func paymentOf(t *testing.T, r result) payment {
 	t.Helper()
 	var p payment
-	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
-		t.Fatalf("payment body %q: %v", r.body, err)
+	if err := json.Unmarshal([]byte(r.Body), &p); err != nil {
+		t.Fatalf("payment body %q: %v", r.Body, err)
 	}
 	return p
 }
 
-func ptr(s string) *string { return &s }
+var ptr = testdb.Ptr
 
 func (c client) get(path string) result {
-	resp, err := http.Get(c.url + path)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return read(c.t, resp)
+	c.t.Helper()
+	return testdb.Request(c.t, http.MethodGet, c.url+path, nil, "", nil)
 }
 
-func read(t *testing.T, resp *http.Response) result {
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return result{resp.StatusCode, resp.Header, string(b)}
-}
-
+// post sends body with the Authorization auth ("" sends none), the key (nil sends none) and the headers hdr.
 func (c client) post(path, auth string, key *string, body string, hdr map[string]string) result {
-	req, _ := http.NewRequest(http.MethodPost, c.url+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	c.t.Helper()
 	if auth != "" {
-		req.Header.Set("Authorization", auth)
+		with := map[string]string{"Authorization": auth}
+		for k, v := range hdr {
+			with[k] = v
+		}
+		hdr = with
 	}
-	if key != nil {
-		req.Header.Set("Idempotency-Key", *key)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return read(c.t, resp)
+	return testdb.Request(c.t, http.MethodPost, c.url+path, key, body, hdr)
 }
 
 func mustHandler(t *testing.T, db idempotency.DB, cfg Config) http.Handler {
@@ -175,6 +141,13 @@ func mustHandler(t *testing.T, db idempotency.DB, cfg Config) http.Handler {
 
 func startService(t *testing.T) (*pgxpool.Pool, client) {
 	return startFramework(t, "")
+}
+
+// startPayer starts the service for a fresh account: auth is its Authorization header.
+func startPayer(t *testing.T) (pool *pgxpool.Pool, c client, account, auth string) {
+	pool, c = startService(t)
+	account = testdb.Unique("acct_")
+	return pool, c, account, "Bearer " + account
 }
 
 func startFramework(t *testing.T, framework string) (*pgxpool.Pool, client) {
@@ -202,8 +175,8 @@ func TestThrownErrorsEveryFramework(t *testing.T) {
 			auth := "Bearer " + account
 			first := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": "throw-422"})
 			second := c.post("/payments", auth, ptr(key), body, nil)
-			if first.status != 422 || second.status != 422 || second.header.Get("Idempotent-Replayed") != "true" ||
-				second.body != first.body {
+			if first.Status != 422 || second.Status != 422 || second.Header.Get("Idempotent-Replayed") != "true" ||
+				second.Body != first.Body {
 				t.Fatalf("throw-422: first %+v, replay %+v", first, second)
 			}
 			if n := testdb.LedgerRows(t, pool, account); n != 1 {
@@ -211,7 +184,7 @@ func TestThrownErrorsEveryFramework(t *testing.T) {
 			}
 			account = testdb.Unique("acct_")
 			auth = "Bearer " + account
-			if r := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": "throw-502"}); r.status != 502 {
+			if r := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": "throw-502"}); r.Status != 502 {
 				t.Fatalf("throw-502: %+v", r)
 			}
 			if n := testdb.LedgerRows(t, pool, account); n != 0 {
@@ -219,16 +192,16 @@ func TestThrownErrorsEveryFramework(t *testing.T) {
 			}
 			first = c.post("/payments", auth, ptr(key), body, nil)
 			second = c.post("/payments", auth, ptr(key), body, nil)
-			if first.status != 201 || first.header.Get("Idempotent-Replayed") != "" || second.body != first.body ||
-				second.header.Get("Idempotent-Replayed") != "true" {
+			if first.Status != 201 || first.Header.Get("Idempotent-Replayed") != "" || second.Body != first.Body ||
+				second.Header.Get("Idempotent-Replayed") != "true" {
 				t.Fatalf("after throw-502: first %+v, replay %+v", first, second)
 			}
 			// Validation is answered not executed in every framework: the corrected request runs.
 			key = testdb.Unique("pay-")
-			if r := c.post("/payments", auth, ptr(key), `{"amount_cents": 0, "currency": "USD"}`, nil); r.status != 422 || r.problemType() != "invalid-payment" {
+			if r := c.post("/payments", auth, ptr(key), `{"amount_cents": 0, "currency": "USD"}`, nil); r.Status != 422 || r.ProblemType() != "invalid-payment" {
 				t.Fatalf("invalid: %+v", r)
 			}
-			if r := c.post("/payments", auth, ptr(key), body, nil); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+			if r := c.post("/payments", auth, ptr(key), body, nil); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
 				t.Fatalf("corrected: %+v", r)
 			}
 		})
@@ -236,34 +209,32 @@ func TestThrownErrorsEveryFramework(t *testing.T) {
 }
 
 func TestPaymentStory(t *testing.T) {
-	pool, c := startService(t)
-	account := testdb.Unique("acct_")
-	auth := "Bearer " + account
+	pool, c, account, auth := startPayer(t)
 	key := testdb.Unique("pay-")
 	body := `{"amount_cents": 10000, "currency": "USD"}`
 
 	first := c.post("/payments", auth, ptr(key), body, nil)
-	if first.status != 201 || first.header.Get("Idempotent-Replayed") != "" {
+	if first.Status != 201 || first.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("first: %+v", first)
 	}
-	p := first.payment(t)
+	p := paymentOf(t, first)
 	if p.Account != account || p.AmountCents != 10000 || p.Currency != "USD" || p.PaymentID <= 0 ||
-		first.header.Get("Location") != fmt.Sprintf("/payments/%d", p.PaymentID) {
+		first.Header.Get("Location") != fmt.Sprintf("/payments/%d", p.PaymentID) {
 		t.Fatalf("first: %+v %+v", first, p)
 	}
 	// The response was lost; the retry (quoted key, reordered body) replays.
 	retry := c.post("/payments", auth, ptr(`"`+key+`"`), `{"currency":"USD","amount_cents":10000}`, nil)
-	if retry.status != 201 || retry.header.Get("Idempotent-Replayed") != "true" || retry.payment(t) != p ||
-		retry.header.Get("Location") != first.header.Get("Location") || retry.header.Get("Content-Type") != "application/json" {
+	if retry.Status != 201 || retry.Header.Get("Idempotent-Replayed") != "true" || paymentOf(t, retry) != p ||
+		retry.Header.Get("Location") != first.Header.Get("Location") || retry.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("retry: %+v", retry)
 	}
 	// A tampered amount with the same key.
-	if r := c.post("/payments", auth, ptr(key), `{"amount_cents": 100000, "currency": "USD"}`, nil); r.status != 422 || r.problemType() != "idempotency-key-reused" {
+	if r := c.post("/payments", auth, ptr(key), `{"amount_cents": 100000, "currency": "USD"}`, nil); r.Status != 422 || r.ProblemType() != "idempotency-key-reused" {
 		t.Fatalf("tampered: %+v", r)
 	}
 	// The same key from another account is another key.
 	other := testdb.Unique("acct_")
-	if r := c.post("/payments", "Bearer "+other, ptr(key), body, nil); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" || r.payment(t).Account != other {
+	if r := c.post("/payments", "Bearer "+other, ptr(key), body, nil); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" || paymentOf(t, r).Account != other {
 		t.Fatalf("other account: %+v", r)
 	}
 	var n int
@@ -281,12 +252,12 @@ func TestValidationNotExecuted(t *testing.T) {
 	key := testdb.Unique("pay-")
 	r1 := c.post("/payments", "Bearer "+account, ptr(key), `{"amount_cents": -1, "currency": "USD"}`, nil)
 	r2 := c.post("/payments", "Bearer "+account, ptr(key), `{"amount_cents": -1, "currency": "USD"}`, nil)
-	if r1.status != 422 || r1.problemType() != "invalid-payment" || r2.status != 422 ||
-		r2.header.Get("Idempotent-Replayed") != "" || r2.problemType() != "invalid-payment" {
+	if r1.Status != 422 || r1.ProblemType() != "invalid-payment" || r2.Status != 422 ||
+		r2.Header.Get("Idempotent-Replayed") != "" || r2.ProblemType() != "invalid-payment" {
 		t.Fatalf("first %+v, second %+v", r1, r2)
 	}
 	r3 := c.post("/payments", "Bearer "+account, ptr(key), `{"amount_cents": 1, "currency": "USD"}`, nil)
-	if r3.status != 201 || r3.header.Get("Idempotent-Replayed") != "" {
+	if r3.Status != 201 || r3.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("corrected: %+v", r3)
 	}
 	if n := testdb.LedgerRows(t, pool, account); n != 1 {
@@ -316,18 +287,18 @@ func faultsNotCached(t *testing.T, framework string) {
 			key := testdb.Unique("pay-")
 			body := `{"amount_cents": 500, "currency": "EUR"}`
 			r := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": tc.fault})
-			if r.status != tc.status || r.problemType() != tc.slug {
+			if r.Status != tc.status || r.ProblemType() != tc.slug {
 				t.Fatalf("fault: %+v", r)
 			}
 			if n := testdb.LedgerRows(t, pool, account); n != 0 {
 				t.Fatalf("the fault left %d ledger rows", n)
 			}
 			r = c.post("/payments", auth, ptr(key), body, nil)
-			if r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+			if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
 				t.Fatalf("retry: %+v", r)
 			}
 			r = c.post("/payments", auth, ptr(key), body, nil)
-			if r.status != 201 || r.header.Get("Idempotent-Replayed") != "true" {
+			if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
 				t.Fatalf("second retry: %+v", r)
 			}
 			if n := testdb.LedgerRows(t, pool, account); n != 1 {
@@ -344,16 +315,14 @@ func TestFaultsNeedTheSwitch(t *testing.T) {
 	c := client{t: t, url: srv.URL}
 	r := c.post("/payments", "Bearer "+testdb.Unique("acct_"), ptr(testdb.Unique("pay-")), `{"amount_cents": 1, "currency": "USD"}`,
 		map[string]string{"X-Fault": "503"})
-	if r.status != 201 {
+	if r.Status != 201 {
 		t.Fatalf("X-Fault without PAYMENTS_FAULTS=1: %+v", r)
 	}
 }
 
 // A double click: the second request arrives while the first sleeps inside its transaction.
 func TestDoubleClickInProgress(t *testing.T) {
-	pool, c := startService(t)
-	account := testdb.Unique("acct_")
-	auth := "Bearer " + account
+	pool, c, account, auth := startPayer(t)
 	key := testdb.Unique("pay-")
 	body := `{"amount_cents": 700, "currency": "GBP"}`
 	var wg sync.WaitGroup
@@ -370,10 +339,10 @@ func TestDoubleClickInProgress(t *testing.T) {
 		t.Fatalf("the second click waited %v", took)
 	}
 	wg.Wait()
-	if fast.status != 409 || fast.header.Get("Retry-After") != "1" || fast.problemType() != "idempotency-key-in-progress" {
+	if fast.Status != 409 || fast.Header.Get("Retry-After") != "1" || fast.ProblemType() != "idempotency-key-in-progress" {
 		t.Fatalf("second click: %+v", fast)
 	}
-	if slow.status != 201 || slow.header.Get("Idempotent-Replayed") != "" {
+	if slow.Status != 201 || slow.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("first click: %+v", slow)
 	}
 	if n := testdb.LedgerRows(t, pool, account); n != 1 {
@@ -382,26 +351,24 @@ func TestDoubleClickInProgress(t *testing.T) {
 }
 
 func TestUnprotected(t *testing.T) {
-	pool, c := startService(t)
-	account := testdb.Unique("acct_")
-	auth := "Bearer " + account
+	pool, c, account, auth := startPayer(t)
 	body := `{"amount_cents": 100, "currency": "USD"}`
 	for i := 0; i < 2; i++ {
 		r := c.post("/payments-unprotected", auth, nil, body, nil)
-		if r.status != 201 || r.payment(t).AmountCents != 100 || r.header.Get("Idempotent-Replayed") != "" {
+		if r.Status != 201 || paymentOf(t, r).AmountCents != 100 || r.Header.Get("Idempotent-Replayed") != "" {
 			t.Fatalf("unprotected: %+v", r)
 		}
 	}
-	if r := c.post("/payments-unprotected", auth, nil, body, map[string]string{"X-Fault": "db-error"}); r.status != 500 {
+	if r := c.post("/payments-unprotected", auth, nil, body, map[string]string{"X-Fault": "db-error"}); r.Status != 500 {
 		t.Fatalf("db-error: %+v", r)
 	}
-	if r := c.post("/payments-unprotected", auth, nil, body, map[string]string{"X-Fault": "503"}); r.status != 503 {
+	if r := c.post("/payments-unprotected", auth, nil, body, map[string]string{"X-Fault": "503"}); r.Status != 503 {
 		t.Fatalf("503: %+v", r)
 	}
-	if r := c.post("/payments-unprotected", auth, nil, `nope`, nil); r.status != 400 {
+	if r := c.post("/payments-unprotected", auth, nil, `nope`, nil); r.Status != 400 {
 		t.Fatalf("not JSON: %+v", r)
 	}
-	if r := c.post("/payments-unprotected", "", nil, body, nil); r.status != 401 {
+	if r := c.post("/payments-unprotected", "", nil, body, nil); r.Status != 401 {
 		t.Fatalf("no auth: %+v", r)
 	}
 	// No claim: two debits for two identical requests, none for the failures.

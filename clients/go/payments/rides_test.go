@@ -45,24 +45,24 @@ func TestRideStory(t *testing.T) {
 	key := testdb.Unique("ride-")
 	first := c.post("/rides", auth, ptr(key), rideBody, nil)
 	second := c.post("/rides", auth, ptr(key), rideBody, nil)
-	if first.status != 201 || second.status != 201 || second.header.Get("Idempotent-Replayed") != "true" ||
-		second.body != first.body || second.header.Get("Location") != first.header.Get("Location") {
+	if first.Status != 201 || second.Status != 201 || second.Header.Get("Idempotent-Replayed") != "true" ||
+		second.Body != first.Body || second.Header.Get("Location") != first.Header.Get("Location") {
 		t.Fatalf("first %+v replay %+v", first, second)
 	}
 	var ride struct {
 		RideID   int64  `json:"ride_id"`
 		ChargeID string `json:"charge_id"`
 	}
-	if err := json.Unmarshal([]byte(first.body), &ride); err != nil || ride.ChargeID == "" {
-		t.Fatalf("%q: %v", first.body, err)
+	if err := json.Unmarshal([]byte(first.Body), &ride); err != nil || ride.ChargeID == "" {
+		t.Fatalf("%q: %v", first.Body, err)
 	}
 	if got := countRides(t, pool, account); got != (rideCounts{1, 1, 1}) {
 		t.Fatalf("%+v", got)
 	}
-	if r := c.post("/rides", auth, ptr(key), `{"amount_cents": 1, "currency": "USD"}`, nil); r.status != 422 || r.problemType() != "idempotency-key-reused" {
+	if r := c.post("/rides", auth, ptr(key), `{"amount_cents": 1, "currency": "USD"}`, nil); r.Status != 422 || r.ProblemType() != "idempotency-key-reused" {
 		t.Fatalf("mismatch: %+v", r)
 	}
-	if r := c.post("/rides", auth, ptr(testdb.Unique("ride-")), `{"amount_cents": 0, "currency": "USD"}`, nil); r.status != 422 || r.problemType() != "invalid-payment" {
+	if r := c.post("/rides", auth, ptr(testdb.Unique("ride-")), `{"amount_cents": 0, "currency": "USD"}`, nil); r.Status != 422 || r.ProblemType() != "invalid-payment" {
 		t.Fatalf("invalid: %+v", r)
 	}
 }
@@ -72,10 +72,10 @@ func TestRideProvider503(t *testing.T) {
 	pool, c := startRides(t, 2*time.Second)
 	account := testdb.Unique("ride_")
 	key := testdb.Unique("ride-")
-	if r := c.post("/rides", "Bearer "+account, ptr(key), rideBody, map[string]string{"X-Fault": "provider-503"}); r.status != 503 {
+	if r := c.post("/rides", "Bearer "+account, ptr(key), rideBody, map[string]string{"X-Fault": "provider-503"}); r.Status != 503 {
 		t.Fatalf("%+v", r)
 	}
-	if r := c.post("/rides", "Bearer "+account, ptr(key), rideBody, nil); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+	if r := c.post("/rides", "Bearer "+account, ptr(key), rideBody, nil); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("retry: %+v", r)
 	}
 	if got := countRides(t, pool, account); got != (rideCounts{1, 1, 1}) {
@@ -111,7 +111,7 @@ VALUES ($1::text, $2::text, 2500, 'USD', $3::text) RETURNING id`, account, key, 
   jsonb_build_object('ride_id', $3::bigint, 'charge_id', $4::text), $5::text)`, key, token, rideID, chargeID, account); err != nil {
 		t.Fatal(err)
 	}
-	if r := c.post("/rides", "Bearer "+account, ptr(key), rideBody, nil); r.status != 409 {
+	if r := c.post("/rides", "Bearer "+account, ptr(key), rideBody, nil); r.Status != 409 {
 		t.Fatalf("while the dead holder's lease runs: %+v", r)
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -120,7 +120,7 @@ VALUES ($1::text, $2::text, 2500, 'USD', $3::text) RETURNING id`, account, key, 
 		RideID   int64  `json:"ride_id"`
 		ChargeID string `json:"charge_id"`
 	}
-	if r.status != 201 || json.Unmarshal([]byte(r.body), &ride) != nil || ride.ChargeID != chargeID || ride.RideID != rideID {
+	if r.Status != 201 || json.Unmarshal([]byte(r.Body), &ride) != nil || ride.ChargeID != chargeID || ride.RideID != rideID {
 		t.Fatalf("resumed: %+v, want charge %s ride %d", r, chargeID, rideID)
 	}
 	if got := countRides(t, pool, account); got != (rideCounts{1, 1, 1}) {
@@ -144,16 +144,16 @@ func TestRideStalledHolderIsFenced(t *testing.T) {
 	time.Sleep(1800 * time.Millisecond) // past the 1-s lease the stalled holder no longer extends
 	taker := c.post("/rides", "Bearer "+account, ptr(key), rideBody, nil)
 	wg.Wait()
-	if taker.status != 201 || taker.header.Get("Idempotent-Replayed") != "" {
+	if taker.Status != 201 || taker.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("takeover: %+v", taker)
 	}
-	if stalled.status != 409 || stalled.header.Get("Retry-After") != "1" {
+	if stalled.Status != 409 || stalled.Header.Get("Retry-After") != "1" {
 		t.Fatalf("stalled holder: %+v", stalled)
 	}
 	if got := countRides(t, pool, account); got != (rideCounts{1, 1, 1}) {
 		t.Fatalf("%+v", got)
 	}
-	if r := c.post("/rides", "Bearer "+account, ptr(key), rideBody, nil); r.status != 201 || r.body != taker.body {
+	if r := c.post("/rides", "Bearer "+account, ptr(key), rideBody, nil); r.Status != 201 || r.Body != taker.Body {
 		t.Fatalf("replay: %+v", r)
 	}
 }

@@ -6,10 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,16 +80,39 @@ type Result struct {
 // Replayed reports whether the answer carries Idempotent-Replayed: true.
 func (r Result) Replayed() bool { return r.Header.Get("Idempotent-Replayed") == "true" }
 
-// Post sends a JSON body to url with the Idempotency-Key key ("" sends none).
-func Post(t testing.TB, url, key, body string) Result {
+// ProblemType is the type of an application/problem+json answer without idempotency.DefaultProblemBase, or
+// "(not a problem)" when r is not one or its document's status is not the status of the answer.
+func (r Result) ProblemType() string {
+	var p struct {
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+	}
+	_ = json.Unmarshal([]byte(r.Body), &p)
+	if p.Status != r.Status || r.Header.Get("Content-Type") != "application/problem+json" {
+		return "(not a problem)"
+	}
+	return strings.TrimPrefix(p.Type, idempotency.DefaultProblemBase)
+}
+
+// Ptr is a key for Request: nil sends no Idempotency-Key, Ptr("") an empty one.
+func Ptr(s string) *string { return &s }
+
+// Request sends method to url with the Idempotency-Key *key (none when key is nil) and the headers hdr; any
+// method but GET and HEAD says its body is JSON.
+func Request(t testing.TB, method, url string, key *string, body string, hdr map[string]string) Result {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != nil {
+		req.Header.Set("Idempotency-Key", *key)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -99,9 +126,80 @@ func Post(t testing.TB, url, key, body string) Result {
 	return Result{resp.StatusCode, resp.Header, string(b)}
 }
 
+// Post sends a JSON body to url with the Idempotency-Key key ("" sends none).
+func Post(t testing.TB, url, key, body string) Result {
+	t.Helper()
+	var k *string
+	if key != "" {
+		k = &key
+	}
+	return Request(t, http.MethodPost, url, k, body, nil)
+}
+
+// App is the state of a framework adapter's test server: a fresh account, the only scope of its requests, whose
+// ledger its handler debits, and the number of handler runs.
+type App struct {
+	T       *testing.T
+	Pool    *pgxpool.Pool
+	Account string
+	Runs    atomic.Int32
+	Srv     *httptest.Server
+}
+
+// NewApp connects (or skips t, as Pool) and names a fresh account starting with prefix.
+func NewApp(t *testing.T, prefix string) *App {
+	return &App{T: t, Pool: Pool(t), Account: Unique(prefix)}
+}
+
+// Options scope every request to the account and discard the middleware's log.
+func (a *App) Options() idempotency.Options {
+	return idempotency.Options{Scope: func(*http.Request) string { return a.Account }, Logger: log.New(io.Discard, "", 0)}
+}
+
+// Serve starts the test server on h, closed when the test ends.
+func (a *App) Serve(h http.Handler) {
+	a.Srv = httptest.NewServer(h)
+	a.T.Cleanup(a.Srv.Close)
+}
+
+// Post sends POST /p with the key and a small JSON body.
+func (a *App) Post(key string) Result {
+	a.T.Helper()
+	return Post(a.T, a.Srv.URL+"/p", key, `{"amount_cents": 100}`)
+}
+
+// RowsAre checks the number of ledger rows of the account.
+func (a *App) RowsAre(want int) {
+	a.T.Helper()
+	if n := LedgerRows(a.T, a.Pool, a.Account); n != want {
+		a.T.Fatalf("%d ledger rows, want %d", n, want)
+	}
+}
+
 // Debit inserts a ledger row for account in tx, as the payment handler does.
 func Debit(ctx context.Context, tx pgx.Tx, account, key string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO ledger (account, amount_cents, currency, idempotency_key)
 VALUES ($1::text, -100, 'USD', $2::text)`, account, key)
 	return err
+}
+
+// SerializationFailure is the statement that fails with SQLSTATE 40001, as a conflict between transactions does.
+const SerializationFailure = `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`
+
+// CreatedOnceAfterConflict posts one key twice to a handler that fails its first run with SerializationFailure
+// and answers 201 with Location /p/1 on the second: the first answer is that 201, the second its replay, byte for
+// byte, the handler ran twice (the conflict, then the success) and the account has one ledger row.
+func (a *App) CreatedOnceAfterConflict() {
+	a.T.Helper()
+	key := Unique("k")
+	first := a.Post(key)
+	second := a.Post(key)
+	if first.Status != 201 || second.Status != 201 || !second.Replayed() || second.Body != first.Body ||
+		second.Header.Get("Location") != "/p/1" {
+		a.T.Fatalf("first %+v second %+v", first, second)
+	}
+	if a.Runs.Load() != 2 {
+		a.T.Fatalf("runs %d, want 2 (the conflict, then the success)", a.Runs.Load())
+	}
+	a.RowsAre(1)
 }
