@@ -25,6 +25,7 @@ PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest -v -p no:cacheprovider --junitxml="$ju
 rc=$?
 set -e
 counts=$("$PY" "$root/scripts/lib/counts.py" junit "$junit" 2>/dev/null) || counts="0 1 0"
+# shellcheck disable=SC2086  # three numbers, split on purpose
 set -- $counts
 echo "clients/python: $1 passed, $2 failed"
 if [ "$rc" -eq 5 ]; then
