@@ -79,7 +79,8 @@ run_pytest_suite() {  # run_pytest_suite SUITE PYTEST-ARGS...
     local suite=$1 log=$logs/$1.log junit=$logs/$1.xml status ok=0 bad=0 skipped=0
     shift
     echo "== $suite: pytest $*"
-    (cd "$clients/e2e" && E2E_REQUIRE_ALL=1 "$py" -m pytest -v -rfEs --tb=short --junitxml="$junit" "$@") \
+    # --durations: the slowest checks, where the suite's time goes
+    (cd "$clients/e2e" && E2E_REQUIRE_ALL=1 "$py" -m pytest -v -rfEs --tb=short --durations=12 --junitxml="$junit" "$@") \
         </dev/null 9>&- 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
     [ -f "$junit" ] && read -r ok bad skipped < <("$py" "$root/scripts/lib/counts.py" junit "$junit")

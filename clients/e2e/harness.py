@@ -16,6 +16,7 @@ Used by conftest.py (pytest), clients/run-tests.sh and bench/clients/ through it
     python3 harness.py serve DIR LANG MODE   start one service in the background, print its base URL
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -110,12 +111,10 @@ SERVICES = {
                          "byte-identical-replay", "method-not-allowed", "idle-409"},
     },
 }
-# The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http).
+# The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http): the same binary, built
+# once (prepare_service runs a list of commands once per stack, whichever service asks first).
 for _fw in ("chi", "echo", "gin"):
-    SERVICES["go-" + _fw] = dict(SERVICES["go"], env={"PAYMENTS_FRAMEWORK": _fw},
-                                 prepare=[["sh", "debian-vendor.sh"],
-                                          ["go", "build", "-o", "{bin}/payments-go-" + _fw, "./cmd/payments"]],
-                                 argv=["{bin}/payments-go-" + _fw])
+    SERVICES["go-" + _fw] = dict(SERVICES["go"], env={"PAYMENTS_FRAMEWORK": _fw})
 
 #: Every capability name of CONTRACT.md's "Contract 2"; a service listing another name is a typo.
 CAPABILITIES = frozenset({"framework-errors", "several-keys", "body-limit", "not-executed", "byte-identical-replay",
@@ -368,15 +367,16 @@ def prepare_service(stack, lang):
     if not os.path.exists(ready):
         raise HarnessError(f"{lang}: clients/{spec['dir']}/{spec['ready']} does not exist (the harness's start "
                            f"table in clients/e2e/harness.py expects it)")
-    marker = os.path.join(stack, "bin", f"{lang}.prepared")
-    if os.path.exists(marker):
-        return
     cmds = []
     if "prepare_if_missing" in spec:
         path, more = spec["prepare_if_missing"]
         if not os.path.exists(os.path.join(cwd, path)):
             cmds += more
     cmds += spec.get("prepare", [])
+    # Named by what it runs, not by the service: services sharing a folder and commands share the work.
+    marker = os.path.join(stack, "bin", hashlib.sha1(repr((spec["dir"], cmds)).encode()).hexdigest() + ".prepared")
+    if os.path.exists(marker):
+        return
     env = dict(os.environ)
     env.update(spec.get("prepare_env", {}))
     for cmd in cmds:

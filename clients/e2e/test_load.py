@@ -1,6 +1,6 @@
 """A bounded load test of each service through PgBouncer (transaction pooling), loopback only.
 
-E2E_LOAD_SECONDS (default 12) seconds of E2E_LOAD_THREADS (default 16) clients on kept-alive connections:
+E2E_LOAD_SECONDS (default 6) seconds of E2E_LOAD_THREADS (default 16) clients on kept-alive connections:
 half the requests on a few hot keys, half on fresh keys, one in ten with X-Fault: 503. Then:
   - no key has two debits in the ledger;
   - no stored response has a 5xx status, and every key that got a 503 but never a 201 is claimed afresh on retry;
@@ -20,7 +20,7 @@ import harness
 from client import Client, new_key
 from conftest import get_service, selected_langs
 
-SECONDS = float(os.environ.get("E2E_LOAD_SECONDS", "12"))
+SECONDS = float(os.environ.get("E2E_LOAD_SECONDS", "6"))
 THREADS = int(os.environ.get("E2E_LOAD_THREADS", "16"))
 HOT_KEYS = 8
 P_HOT = 0.5
