@@ -451,10 +451,18 @@ class Service:
         raise HarnessError(f"{self.name}: GET /healthz did not answer 200 {{\"ok\":true}} in {timeout}s "
                            f"(last: {last}):\n" + _tail(self.logfile))
 
-    def stop(self):
+    def stop(self, grace=5.0):
         if self.proc is None:
             return
-        stop_pid_group(self.proc.pid)
+        # Waited for with wait(), not stop_pid_group's polling: the service is this process's child, and until it
+        # is reaped its pid answers signal 0, so the poll took the whole grace for every service (90 s at the end
+        # of an e2e session).
+        _kill_group(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(self.proc.pid, signal.SIGKILL)  # the group's other processes, and a leader that did not stop
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
