@@ -11,6 +11,7 @@ from idempotency_pg.asgi import async_connection_pool
 from idempotency_pg.lease import Step, run, run_async
 
 from conftest import needs_db
+from test_lease import steps_log
 
 pytestmark = needs_db
 
@@ -38,16 +39,13 @@ def go(pool, account, key, steps, fin=finish, lease=5.0, body='{"a": 1}'):
 
 
 def logged(log, fail_at=None):
-    """Two async steps that log what they were handed; ``fail_at`` raises in that step."""
-    def action(name):
+    """test_lease's two logging steps, made async (each yields to the event loop first)."""
+    def as_async(action):
         async def act(ctx):
             await asyncio.sleep(0)
-            log.append((name, ctx.recovery_point, dict(ctx.state), ctx.fencing_number))
-            if name == fail_at:
-                raise RuntimeError("crash in " + name)
-            return dict(ctx.state, **{name: len(log)})
+            return action(ctx)
         return act
-    return [Step("one", action=action("one")), Step("two", action=action("two"))]
+    return [Step(s.name, action=as_async(s.action)) for s in steps_log(log, fail_at)]
 
 
 def test_async_steps_run_checkpoint_complete_and_replay(database_url, account):
@@ -119,10 +117,14 @@ def test_takeover_gives_the_stalled_holder_409_and_it_stops_cleanly(database_url
     assert final.header("Idempotent-Replayed") == "true" and json.loads(final.body)["done"] == {"by": "second"}
 
 
-def test_the_heartbeat_task_keeps_a_long_step_leased(database_url, account):
-    """A 5 s step under a 2 s lease: at 3.5 s another attempt must still find the key in progress (without the
-    heartbeat, extending every 2/3 s, the lease would have run out at 2 s and the attempt would take over)."""
+@pytest.mark.parametrize("heartbeat", [True, False])
+def test_the_heartbeat_task_keeps_a_long_step_leased(database_url, account, heartbeat):
+    """A 5 s step under a 2 s lease: at 3.5 s another attempt must still find the key in progress, as the
+    heartbeat extends it every 2/3 s.  The control: with the heartbeat stopped, the lease runs out at 2 s, the
+    attempt takes the key over and the holder gets 409."""
     async def long_step(ctx):
+        if not heartbeat:
+            ctx.stop_heartbeat()
         await asyncio.sleep(5)
         return {"long": True}
 
@@ -132,25 +134,12 @@ def test_the_heartbeat_task_keeps_a_long_step_leased(database_url, account):
         probe = await go(pool, account, "k", [Step("one", action=lambda c: {"probe": True})], lease=2.0)
         return await holder, probe
     first, probe = with_pool(database_url, body)
-    assert probe.status == 409, probe
-    assert first.status == 201 and json.loads(first.body)["done"] == {"long": True}, first
-
-
-def test_a_stopped_heartbeat_lets_the_lease_run_out(database_url, account):
-    """The control of the test above: the same step with its heartbeat stopped is taken over."""
-    async def long_step(ctx):
-        ctx.stop_heartbeat()
-        await asyncio.sleep(5)
-        return {"long": True}
-
-    async def body(pool):
-        holder = asyncio.ensure_future(go(pool, account, "k", [Step("one", action=long_step)], lease=2.0))
-        await asyncio.sleep(3.5)
-        probe = await go(pool, account, "k", [Step("one", action=lambda c: {"probe": True})], lease=5.0)
-        return await holder, probe
-    first, probe = with_pool(database_url, body)
-    assert probe.status == 201, probe
-    assert first.status == 409, first
+    if heartbeat:
+        assert probe.status == 409, probe
+        assert first.status == 201 and json.loads(first.body)["done"] == {"long": True}, first
+    else:
+        assert probe.status == 201, probe
+        assert first.status == 409, first
 
 
 def test_sync_steps_run_too_and_a_5xx_is_not_stored(database_url, account):

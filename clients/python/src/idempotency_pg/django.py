@@ -24,6 +24,7 @@ and the completion are one statement each (5 with the view's INSERT, where the p
 
 import functools
 import logging
+from contextlib import contextmanager
 
 from . import core
 from .header import parse_idempotency_key
@@ -173,4 +174,53 @@ def idempotent(scope=None, *, using="default", methods=("POST", "PUT", "PATCH", 
     return decorator
 
 
-__all__ = ["RequestContext", "idempotent", "to_django", "from_django"]
+# --------------------------------------------------------------------------- lease mode
+
+def lease_pool(using="default"):
+    """Django's own connection as the pool of :func:`idempotency_pg.lease.run`, so that a step's ``commit`` and
+    the ``finish`` run in ``transaction.atomic(using=using)`` and may write with the ORM::
+
+        from idempotency_pg.django import lease_pool
+        from idempotency_pg.lease import Step, run
+
+        response = to_django(run(lease_pool(), key=..., steps=[...], finish=...))
+
+    ``conn.execute(sql, params)`` (psycopg's call, on Django's cursor) returns the cursor.  Django keeps one
+    connection per thread: the heartbeat's thread gets one of its own, closed when the heartbeat ends."""
+    return _DjangoLeasePool(using)
+
+
+class _DjangoLeasePool:
+    def __init__(self, using):
+        self.using = using
+
+    @contextmanager
+    def connection(self):
+        from django.db import connections
+
+        yield _DjangoConnection(connections[self.using], self.using)
+
+    def close_thread(self):
+        from django.db import connections
+
+        connections[self.using].close()
+
+
+class _DjangoConnection:
+    """The two calls of a psycopg connection that the lease steps use, on a Django connection."""
+
+    def __init__(self, connection, using):
+        self.connection, self.using = connection, using
+
+    def execute(self, sql, params=None):
+        cur = self.connection.cursor()
+        cur.execute(sql, params)
+        return cur
+
+    def transaction(self):
+        from django.db import transaction
+
+        return transaction.atomic(using=self.using)
+
+
+__all__ = ["RequestContext", "idempotent", "lease_pool", "to_django", "from_django"]

@@ -104,7 +104,10 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
                           "lease": float(lease_seconds), "ttl": ttl, "scope": scope})
     if row["outcome"] != "claimed":
         return claim_response(row["outcome"], row["http_status"], row["body_text"], row["headers_text"])
-    ctx = LeaseContext(key, scope, row["lease_token"], row["recovery_point"], dict(row["recovery_state"] or {}),
+    state = row["recovery_state"]
+    if isinstance(state, str):
+        state = json.loads(state)  # Django's psycopg2 connection leaves jsonb as text
+    ctx = LeaseContext(key, scope, row["lease_token"], row["recovery_point"], dict(state or {}),
                        row.get("fencing_number"), lease_seconds=float(lease_seconds))
     names = [s.name for s in steps]
     start = names.index(ctx.recovery_point) + 1 if ctx.recovery_point in names else 0
@@ -172,14 +175,19 @@ class _Heartbeat:
             self.thread.join()
 
     def _run(self):
-        while not self.done.wait(self.ctx.lease_seconds / 3.0):
-            try:
-                with self.pool.connection() as conn:
-                    conn.execute(EXTEND_SQL, self.ctx.extend_args())
-            except Exception as e:  # noqa: BLE001 - a heartbeat never takes the request down
-                if sqlstate(e) == LEASE_LOST:
-                    return  # the step's checkpoint will get 55000 too and stop the run
-                log.warning("idempotency: lease heartbeat failed", exc_info=True)
+        try:
+            while not self.done.wait(self.ctx.lease_seconds / 3.0):
+                try:
+                    with self.pool.connection() as conn:
+                        conn.execute(EXTEND_SQL, self.ctx.extend_args())
+                except Exception as e:  # noqa: BLE001 - a heartbeat never takes the request down
+                    if sqlstate(e) == LEASE_LOST:
+                        return  # the step's checkpoint will get 55000 too and stop the run
+                    log.warning("idempotency: lease heartbeat failed", exc_info=True)
+        finally:
+            close = getattr(self.pool, "close_thread", None)
+            if close is not None:
+                close()  # a pool with a connection per thread (Django's): this thread's is not needed any more
 
 
 class _SyncDB:
