@@ -1,4 +1,5 @@
-"""The statements of the transactional flow, shared by the WSGI and ASGI middleware (psycopg 3, sync and async).
+"""The transactional flow shared by the adapters: its statements (psycopg 3, sync and async) for the WSGI and ASGI
+middleware, and :class:`Options` (settings, claim parameters, refusals) for those two and the Django decorator.
 
 Round trips (clients/CONTRACT.md "Round trips"): ``BEGIN`` travels with the claim and ``COMMIT`` with
 ``idem_complete``, each pair as one multi-statement message of the simple query protocol (a ``ClientCursor``:
