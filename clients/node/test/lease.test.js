@@ -1,0 +1,284 @@
+// runLease (lease mode): options checked without a database; against a real PostgreSQL (IDEM_TEST_DATABASE_URL):
+// the steps, the replay, a failed step and a 5xx resuming at the recovery point, a stalled holder fenced off
+// (55000 before its write), a process killed mid-step resumed by a retry, the heartbeat keeping a slow step's
+// lease. Wall-time cases use leases of seconds and poll for what they wait for, so they hold with both cores busy.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { LeaseLostError, jsonResponse, problem, runLease } from '../src/index.js';
+import { quietLogger } from './helpers.js';
+
+const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
+const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
+
+const fakePool = { connect() {}, query() {} };
+const finish = async () => jsonResponse(201, {});
+
+describe('runLease options', () => {
+  const bad = [
+    [null, 'k', { path: '/t', body: '{}', finish }, /pool must be a pg.Pool/],
+    [fakePool, '', { path: '/t', body: '{}', finish }, /key must be a non-empty string/],
+    [fakePool, 'k', { path: '/t', body: '{}' }, /options.finish/],
+    [fakePool, 'k', { path: '/t', body: 'not json', finish }, /body must be the request body as JSON text/],
+    [fakePool, 'k', { body: '{}', finish }, /path and options.method/],
+    [fakePool, 'k', { path: '/t', body: '{}', finish, leaseSeconds: 0 }, /leaseSeconds/],
+    [fakePool, 'k', { path: '/t', body: '{}', finish, leaseSeconds: 1, heartbeatMs: 1000 }, /heartbeatMs/],
+    [fakePool, 'k', { path: '/t', body: '{}', finish, steps: [{ name: '', run() {} }] }, /steps\[0\]\.name/],
+    [fakePool, 'k', { path: '/t', body: '{}', finish, steps: [{ name: 'a' }] }, /steps\[0\]\.run must be a function/],
+    [fakePool, 'k', { path: '/t', body: '{}', finish, steps: [{ name: 'a', run() {} }, { name: 'a', run() {} }] },
+      /two steps are named "a"/],
+    [fakePool, 'k', { path: '/t', body: '{}', finish, scope: 7 }, /scope must be a string/],
+    [fakePool, 'k', { path: '/t', body: '{}', finish, ttl: 60 }, /ttl must be interval text/],
+  ];
+  for (const [pool, key, options, message] of bad) {
+    test(`refused before any query: ${message.source}`, async () => {
+      await assert.rejects(runLease(pool, key, options), (e) => e instanceof TypeError && message.test(e.message));
+    });
+  }
+});
+
+describe('runLease against PostgreSQL', { skip }, () => {
+  const run = `l${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  let pool;
+  let n = 0;
+  const account = () => `${run}_${++n}`;
+
+  before(async () => {
+    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12 });
+    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
+    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
+    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    // what the steps write locally, one row per (step, holder) write
+    await pool.query('CREATE TABLE IF NOT EXISTS lease_test_writes (scope text NOT NULL, key text NOT NULL, ' +
+      'step text NOT NULL, holder text NOT NULL, fencing bigint)');
+  });
+
+  after(async () => {
+    await pool?.end();
+  });
+
+  const writes = async (scope, key) =>
+    (await pool.query('SELECT step, holder, fencing FROM lease_test_writes WHERE scope = $1 AND key = $2 ORDER BY step, holder',
+      [scope, key])).rows;
+
+  /** A step that records itself (what it saw) and writes one row in its transaction. */
+  const step = (name, holder, seen, extra = async () => {}) => ({
+    name,
+    async run(ctx) {
+      seen.push({ name, holder, point: ctx.recoveryPoint, state: { ...ctx.state }, fencing: ctx.fencingNumber });
+      await extra(ctx);
+      await ctx.transaction(async (client) => {
+        await client.query('INSERT INTO lease_test_writes VALUES ($1, $2, $3, $4, $5)',
+          [ctx.scope, ctx.key, name, holder, ctx.fencingNumber]);
+        ctx.state[name] = holder;
+      });
+    },
+  });
+
+  const go = (scope, key, steps, more = {}) => runLease(pool, key, {
+    scope, path: '/t', body: '{"a": 1}', leaseSeconds: 5, steps, logger: quietLogger,
+    finish: async (client, ctx) => jsonResponse(201, { done: ctx.state, point: ctx.recoveryPoint }, [['Location', '/t/1']]),
+    ...more,
+  });
+
+  /** Call attempt() until it answers something else than 409 in progress (a live lease), at most `seconds`. */
+  async function until(attempt, seconds = 20) {
+    const deadline = Date.now() + seconds * 1000;
+    for (;;) {
+      const r = await attempt();
+      if (r.status !== 409) return r;
+      if (Date.now() > deadline) assert.fail(`still 409 after ${seconds} s`);
+      await sleep(100);
+    }
+  }
+
+  test('every step once, then a byte-identical replay; another body is a mismatch', async () => {
+    const acct = account();
+    const seen = [];
+    const first = await go(acct, 'k', [step('one', 'a', seen), step('two', 'a', seen)]);
+    assert.equal(first.status, 201);
+    assert.equal(first.header('Location'), '/t/1');
+    assert.deepEqual(JSON.parse(first.body), { done: { one: 'a', two: 'a' }, point: 'two' });
+    assert.deepEqual(seen.map((s) => [s.name, s.point, s.state]), [['one', null, {}], ['two', 'one', { one: 'a' }]]);
+    // 1.2 hands a fencing number (a BigInt); 1.1 has none (null)
+    const { rows: [{ v }] } = await pool.query("SELECT extversion AS v FROM pg_extension WHERE extname = 'idempotency'");
+    if (v === '1.1') assert.equal(seen[0].fencing, null);
+    else assert.equal(typeof seen[0].fencing, 'bigint');
+    assert.equal(seen[1].fencing, seen[0].fencing);
+
+    const again = await go(acct, 'k', [step('one', 'b', seen), step('two', 'b', seen)]);
+    assert.equal(again.status, 201);
+    assert.equal(again.header('Idempotent-Replayed'), 'true');
+    assert.equal(again.header('Location'), '/t/1');
+    assert.ok(again.body.equals(first.body), `${again.body} != ${first.body}`);
+    assert.equal(seen.length, 2, 'a step ran again on a replay');
+
+    const other = await go(acct, 'k', [], { body: '{"a": 2}' });
+    assert.equal(other.status, 422);
+    assert.match(JSON.parse(other.body).type, /idempotency-key-reused$/);
+    assert.deepEqual(await writes(acct, 'k'), [
+      { step: 'one', holder: 'a', fencing: seen[0].fencing === null ? null : String(seen[0].fencing) },
+      { step: 'two', holder: 'a', fencing: seen[0].fencing === null ? null : String(seen[0].fencing) }]);
+  });
+
+  test('a key in flight answers 409 with Retry-After: 1', async () => {
+    const acct = account();
+    let probe;
+    const r = await go(acct, 'k', [{ name: 'one', async run() { probe = await go(acct, 'k', []); } }]);
+    assert.equal(r.status, 201);
+    assert.equal(probe.status, 409);
+    assert.equal(probe.header('Retry-After'), '1');
+    assert.match(JSON.parse(probe.body).type, /idempotency-key-in-progress$/);
+  });
+
+  test('a failing step gives the lease back; the retry resumes after the last checkpoint at once', async () => {
+    const acct = account();
+    const seen = [];
+    const boom = new Error('the provider timed out');
+    await assert.rejects(go(acct, 'k', [step('one', 'a', seen), step('two', 'a', seen, async () => { throw boom; })]),
+      (e) => e === boom);
+    // released, not left to run out: the very next attempt is claimed (no 409), with the state of step one
+    const r = await go(acct, 'k', [step('one', 'b', seen), step('two', 'b', seen)]);
+    assert.equal(r.status, 201);
+    assert.deepEqual(seen.map((s) => [s.name, s.holder, s.point, s.state]),
+      [['one', 'a', null, {}], ['two', 'a', 'one', { one: 'a' }], ['two', 'b', 'one', { one: 'a' }]]);
+    assert.deepEqual((await writes(acct, 'k')).map((w) => [w.step, w.holder]), [['one', 'a'], ['two', 'b']]);
+  });
+
+  test("a 5xx from finish is not stored, finish's writes are undone, the retry resumes at the recovery point", async () => {
+    const acct = account();
+    const seen = [];
+    const down = await go(acct, 'k', [step('one', 'a', seen)], {
+      async finish(client, ctx) {
+        await client.query("INSERT INTO lease_test_writes VALUES ($1, $2, 'finish', 'a', NULL)", [ctx.scope, ctx.key]);
+        return problem(503, 'down', 'Service Unavailable');
+      },
+    });
+    assert.equal(down.status, 503);
+    const r = await go(acct, 'k', [step('one', 'b', seen)]);
+    assert.equal(r.status, 201);
+    assert.equal(r.header('Idempotent-Replayed'), undefined);
+    assert.deepEqual(JSON.parse(r.body), { done: { one: 'a' }, point: 'one' });
+    assert.equal(seen.length, 1, 'step one ran again');
+    assert.deepEqual((await writes(acct, 'k')).map((w) => [w.step, w.holder]), [['one', 'a']]);
+  });
+
+  test('a stalled holder is taken over; its next checkpoint gets 55000 (LeaseLostError) before its write', async () => {
+    const acct = account();
+    const seen = [];
+    let second;
+    let fenced;
+    let wrote = false;
+    const stalled = await go(acct, 'k', [{
+      name: 'one',
+      async run(ctx) {
+        seen.push(ctx.fencingNumber);
+        ctx.stopHeartbeat(); // stalled: the 1 s lease runs out
+        // another attempt polls until it takes the key over, and finishes it
+        second = await until(() => go(acct, 'k', [step('one', 'second', seen)]));
+        try {
+          await ctx.transaction(async () => {
+            wrote = true;
+          });
+        } catch (e) {
+          fenced = e;
+          throw e;
+        }
+      },
+    }], { leaseSeconds: 1 });
+    assert.equal(second.status, 201);
+    assert.ok(fenced instanceof LeaseLostError, `the stalled holder got ${fenced}`);
+    assert.equal(fenced.code, '55000');
+    assert.equal(wrote, false, "the stalled holder's step ran its writes");
+    assert.equal(stalled.status, 409);
+    assert.equal(stalled.header('Retry-After'), '1');
+    if (seen[0] !== null) assert.ok(seen[1].fencing > seen[0], `fencing ${seen[1].fencing} after ${seen[0]}`);
+    const replay = await go(acct, 'k', []);
+    assert.equal(replay.header('Idempotent-Replayed'), 'true');
+    assert.deepEqual(JSON.parse(replay.body).done, { one: 'second' });
+    assert.deepEqual((await writes(acct, 'k')).map((w) => w.holder), ['second']);
+  });
+
+  test('the heartbeat keeps a slow step\'s lease: no takeover during 2.5 leases', async () => {
+    const acct = account();
+    const probes = [];
+    const r = await go(acct, 'k', [{
+      name: 'slow',
+      async run() {
+        // 5 s with a 2 s lease extended every 2/3 s: 1.3 s of margin for a late heartbeat on a busy machine. Every
+        // attempt meanwhile must find the lease live; without the heartbeat one would take it over after 2 s.
+        const end = Date.now() + 5000;
+        while (Date.now() < end) {
+          probes.push((await go(acct, 'k', [])).status);
+          await sleep(250);
+        }
+      },
+    }], { leaseSeconds: 2 });
+    assert.equal(r.status, 201);
+    assert.ok(probes.length >= 5, `${probes.length} probes`);
+    assert.deepEqual([...new Set(probes)], [409]);
+  });
+
+  test('the heartbeat that finds the lease taken over aborts ctx.signal with LeaseLostError', async () => {
+    const acct = account();
+    let reason;
+    const r = await go(acct, 'k', [{
+      name: 'one',
+      async run(ctx) {
+        // the lease runs out under the holder's feet (as if its heartbeats had been lost), another attempt takes it
+        // (again when a heartbeat slipped in between the UPDATE and the takeover and moved the lease on)
+        let other;
+        for (let i = 0; i < 20 && other?.status !== 201; i++) {
+          for (const t of ['idempotency_keys', 'idempotency_keys_partitioned']) {
+            if ((await pool.query('SELECT to_regclass($1) AS r', [t])).rows[0].r) {
+              await pool.query(`UPDATE ${t} SET lease_until = now() - interval '1 second' WHERE scope = $1 AND key = $2`,
+                [ctx.scope, ctx.key]);
+            }
+          }
+          other = await go(acct, 'k', [step('one', 'second', [])]);
+        }
+        assert.equal(other.status, 201);
+        // heartbeats every 200 ms: 10 s is plenty; a heartbeat that never notices leaves `reason` undefined
+        reason = await Promise.race([
+          new Promise((resolve) => ctx.signal.addEventListener('abort', () => resolve(ctx.signal.reason))),
+          sleep(10000, undefined, { ref: false }),
+        ]);
+      },
+    }], { leaseSeconds: 3, heartbeatMs: 200 });
+    assert.ok(reason instanceof LeaseLostError, String(reason));
+    assert.equal(r.status, 409);
+    assert.deepEqual((await writes(acct, 'k')).map((w) => w.holder), ['second']);
+  });
+
+  test('a process killed mid-step: the retry resumes at the recovery point and finishes exactly once', async () => {
+    const acct = account();
+    const child = spawn(process.execPath, [new URL('./lease-child.js', import.meta.url).pathname], {
+      env: { ...process.env, LEASE_SCOPE: acct, LEASE_KEY: 'k' }, stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal || code)));
+    try {
+      // wait until the child has committed step one and is inside step two
+      const deadline = Date.now() + 20000;
+      while (!(await writes(acct, 'k')).some((w) => w.step === 'two-started')) {
+        assert.ok(Date.now() < deadline, 'the child never reached step two');
+        await sleep(50);
+      }
+    } finally {
+      child.kill('SIGKILL');
+    }
+    assert.equal(await exited, 'SIGKILL');
+    const seen = [];
+    const r = await until(() => go(acct, 'k', [step('one', 'retry', seen), step('two', 'retry', seen)]));
+    assert.equal(r.status, 201);
+    assert.deepEqual(seen.map((s) => [s.name, s.point, s.state]), [['two', 'one', { one: 'child' }]]);
+    assert.deepEqual(JSON.parse(r.body).done, { one: 'child', two: 'retry' });
+    assert.deepEqual((await writes(acct, 'k')).map((w) => [w.step, w.holder]),
+      [['one', 'child'], ['two', 'retry'], ['two-started', 'child']]);
+    const replay = await go(acct, 'k', []);
+    assert.equal(replay.header('Idempotent-Replayed'), 'true');
+    assert.ok(replay.body.equals(r.body));
+  });
+});
