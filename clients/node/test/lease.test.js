@@ -9,7 +9,8 @@ import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { LeaseLostError, jsonResponse, problem, runLease } from '../src/index.js';
-import { quietLogger } from './helpers.js';
+import { createApp } from '../service/app.js';
+import { listen, post, quietLogger } from './helpers.js';
 
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
@@ -280,5 +281,90 @@ describe('runLease against PostgreSQL', { skip }, () => {
     const replay = await go(acct, 'k', []);
     assert.equal(replay.header('Idempotent-Replayed'), 'true');
     assert.ok(replay.body.equals(r.body));
+  });
+});
+
+describe('POST /rides (the service, lease mode) against PostgreSQL', { skip }, () => {
+  const run = `r${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  let pool;
+  let srv;
+  let n = 0;
+  const account = () => `${run}_${++n}`;
+  const ride = (acct, key, body = { amount_cents: 2000, currency: 'USD' }, fault) => post(`${srv.url}/rides`, body,
+    { Authorization: `Bearer ${acct}`, 'Idempotency-Key': key, ...(fault ? { 'X-Fault': fault } : {}) });
+  const rows = async (acct) => (await pool.query(
+    'SELECT r.id, r.charge_id, r.receipt_sent, r.fencing_number, ' +
+    '(SELECT count(*)::int FROM provider_charges c WHERE c.account = $1) AS charges, ' +
+    '(SELECT count(*)::int FROM receipts m WHERE m.account = $1) AS receipts ' +
+    'FROM rides r WHERE r.account = $1', [acct])).rows;
+
+  before(async () => {
+    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12 });
+    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
+    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('rides') IS NOT NULL AS t");
+    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    srv = await listen(createApp({ pool, faults: true, logger: quietLogger, ridesLeaseSeconds: 1 }));
+  });
+
+  after(async () => {
+    await srv?.close();
+    await pool?.end();
+  });
+
+  test('a ride: one charge, one ride, one receipt; the replay is the same bytes', async () => {
+    const acct = account();
+    const first = await ride(acct, 'k');
+    assert.equal(first.status, 201, first.text);
+    const { ride_id: id, charge_id: charge } = first.json;
+    assert.deepEqual(first.json, { ride_id: id, account: acct, amount_cents: 2000, currency: 'USD', charge_id: charge });
+    assert.equal(first.headers.get('location'), `/rides/${id}`);
+    const again = await ride(acct, 'k');
+    assert.equal(again.status, 201);
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.equal(again.text, first.text);
+    const [r] = await rows(acct);
+    assert.deepEqual([r.id, r.charge_id, r.receipt_sent, r.charges, r.receipts], [String(id), charge, true, 1, 1]);
+    const { rows: [{ v }] } = await pool.query("SELECT extversion AS v FROM pg_extension WHERE extname = 'idempotency'");
+    if (v !== '1.1') assert.match(r.fencing_number, /^\d+$/, 'the fencing number is written with the ride');
+  });
+
+  test('validation 422 is not executed (no lease, no charge); GET is 405 with Allow', async () => {
+    const acct = account();
+    const bad = await ride(acct, 'k', { amount_cents: 0, currency: 'USD' });
+    assert.equal(bad.status, 422);
+    assert.match(bad.json.type, /invalid-payment$/);
+    assert.equal((await ride(acct, 'k')).status, 201, 'the corrected retry was not claimed afresh');
+    const get = await fetch(`${srv.url}/rides`);
+    assert.equal(get.status, 405);
+    assert.equal(get.headers.get('allow'), 'POST');
+  });
+
+  test('provider 503: nothing stored, the lease given back, the retry rides at once', async () => {
+    const acct = account();
+    const down = await ride(acct, 'k', undefined, 'provider-503');
+    assert.equal(down.status, 503);
+    assert.match(down.json.type, /provider-unavailable$/);
+    assert.deepEqual(await rows(acct), []);
+    assert.equal((await ride(acct, 'k')).status, 201);
+  });
+
+  test('a stalled holder (stall past its 1 s lease) answers 409 and writes no ride; the takeover rides once', async () => {
+    const acct = account();
+    const stalled = ride(acct, 'k', undefined, 'stall=6000'); // 5 s of margin for the takeover below
+    // poll until the lease is taken over (409 while the stalled holder's lease is live)
+    const deadline = Date.now() + 20000;
+    let took;
+    do {
+      await sleep(200);
+      took = await ride(acct, 'k');
+      assert.ok(Date.now() < deadline, 'never taken over');
+    } while (took.status === 409);
+    assert.equal(took.status, 201, took.text);
+    const s = await stalled;
+    assert.equal(s.status, 409, s.text);
+    assert.equal(s.headers.get('retry-after'), '1');
+    const [r, ...more] = await rows(acct);
+    assert.deepEqual(more, []);
+    assert.deepEqual([r.id, r.charge_id, r.charges, r.receipts], [String(took.json.ride_id), took.json.charge_id, 1, 1]);
   });
 });
