@@ -284,6 +284,55 @@ describe('runLease against PostgreSQL', { skip }, () => {
   });
 });
 
+describe('runLease on a 1.1 database (no fencing_number column)', { skip }, () => {
+  // A database of its own next to IDEM_TEST_DATABASE_URL's, with the extension at 1.1 (1.0 + the 1.0--1.1 update):
+  // idem_lease's result has no trailing fencing_number there, and the step API must still work, with null.
+  const name = `idem_lease11_${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  let admin;
+  let pool;
+  let why = null;
+
+  before(async () => {
+    admin = new pg.Client({ connectionString: DATABASE_URL });
+    await admin.connect();
+    try {
+      await admin.query(`CREATE DATABASE ${name}`);
+    } catch (e) {
+      why = `cannot create a database: ${e.message}`;
+      return;
+    }
+    const url = new URL(DATABASE_URL);
+    url.pathname = `/${name}`;
+    pool = new pg.Pool({ connectionString: url.href, max: 4 });
+    await pool.query("CREATE EXTENSION idempotency VERSION '1.1'");
+  });
+
+  after(async () => {
+    await pool?.end();
+    if (!why) await admin.query(`DROP DATABASE IF EXISTS ${name}`).catch(() => {});
+    await admin?.end();
+  });
+
+  test('fencingNumber is null, the steps, the checkpoint and the replay work', async (t) => {
+    if (why) return t.skip(why);
+    const { rows: [{ v }] } = await pool.query("SELECT extversion AS v FROM pg_extension WHERE extname = 'idempotency'");
+    assert.equal(v, '1.1');
+    const seen = [];
+    const options = {
+      path: '/t', body: '{}', leaseSeconds: 5, logger: quietLogger,
+      steps: [{ name: 'one', async run(ctx) { seen.push(ctx.fencingNumber); ctx.state.one = 1; } }],
+      finish: async (client, ctx) => jsonResponse(201, ctx.state),
+    };
+    const first = await runLease(pool, 'k', options);
+    assert.equal(first.status, 201);
+    assert.deepEqual(seen, [null]);
+    assert.deepEqual(JSON.parse(first.body), { one: 1 });
+    const again = await runLease(pool, 'k', options);
+    assert.equal(again.header('Idempotent-Replayed'), 'true');
+    assert.ok(again.body.equals(first.body));
+  });
+});
+
 describe('POST /rides (the service, lease mode) against PostgreSQL', { skip }, () => {
   const run = `r${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
   let pool;
