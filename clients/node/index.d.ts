@@ -182,7 +182,10 @@ interface LeaseOptionsBase<State extends Record<string, unknown>> {
   logger?: Logger;
 }
 
-/** The fingerprint: idem_hash of {method, path, body} in SQL (as the middleware computes it), or a hash of yours. */
+/**
+ * The fingerprint: idem_hash of {method, path, body} in SQL (as the middleware computes it), or a SHA-256 of yours
+ * (64 hex digits, as idem_hash returns).
+ */
 export type LeaseOptions<State extends Record<string, unknown> = Record<string, any>> = LeaseOptionsBase<State> & (
   | { method?: string; path: string; body: string | Buffer; requestHash?: undefined }
   | { requestHash: string; method?: undefined; path?: undefined; body?: undefined }

@@ -104,7 +104,10 @@ function leaseOptions(pool, key, options) {
   if (ttl !== null && typeof ttl !== 'string') throw new TypeError("runLease: options.ttl must be interval text ('24 hours') or null");
   let hashArgs;
   if (requestHash !== undefined && requestHash !== null) {
-    if (typeof requestHash !== 'string' || requestHash === '') throw new TypeError('runLease: options.requestHash must be a non-empty string');
+    // the extension's request_hash: a SHA-256 as hex (what idem_hash returns)
+    if (typeof requestHash !== 'string' || !/^[0-9a-fA-F]{64}$/.test(requestHash)) {
+      throw new TypeError('runLease: options.requestHash must be 64 hexadecimal digits (a SHA-256, as idem_hash returns)');
+    }
     hashArgs = [requestHash];
   } else {
     if (typeof path !== 'string' || typeof method !== 'string') {

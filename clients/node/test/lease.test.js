@@ -5,6 +5,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -33,6 +34,7 @@ describe('runLease options', () => {
       /two steps are named "a"/],
     [fakePool, 'k', { path: '/t', body: '{}', finish, scope: 7 }, /scope must be a string/],
     [fakePool, 'k', { path: '/t', body: '{}', finish, ttl: 60 }, /ttl must be interval text/],
+    [fakePool, 'k', { requestHash: 'h1', finish }, /requestHash must be 64 hexadecimal digits/],
   ];
   for (const [pool, key, options, message] of bad) {
     test(`refused before any query: ${message.source}`, async () => {
@@ -123,6 +125,19 @@ describe('runLease against PostgreSQL', { skip }, () => {
     assert.deepEqual(await writes(acct, 'k'), [
       { step: 'one', holder: 'a', fencing: seen[0].fencing === null ? null : String(seen[0].fencing) },
       { step: 'two', holder: 'a', fencing: seen[0].fencing === null ? null : String(seen[0].fencing) }]);
+  });
+
+  test('a requestHash of the caller fingerprints instead of method, path and body', async () => {
+    const acct = account();
+    const byHash = (hash) => runLease(pool, 'k', {
+      scope: acct, requestHash: createHash('sha256').update(hash).digest('hex'), ttl: '1 hour', logger: quietLogger,
+      steps: [], finish: async () => jsonResponse(201, { hash }),
+    });
+    assert.equal((await byHash('h1')).status, 201);
+    const again = await byHash('h1');
+    assert.equal(again.header('Idempotent-Replayed'), 'true');
+    assert.deepEqual(JSON.parse(again.body), { hash: 'h1' });
+    assert.equal((await byHash('h2')).status, 422);
   });
 
   test('a key in flight answers 409 with Retry-After: 1', async () => {

@@ -70,9 +70,9 @@ void (async () => {
   } catch (e) {
     if (e instanceof LeaseLostError) void e.code;
   }
-  void runLease(leasePool, 'key', { requestHash: 'abc', finish: () => jsonResponse(200, {}) });
+  void runLease(leasePool, 'key', { requestHash: 'ab'.repeat(32), finish: () => jsonResponse(200, {}) });
   // @ts-expect-error finish is required
   void runLease(leasePool, 'key', { path: '/rides', body: '{}' });
   // @ts-expect-error a body goes with a path, not with a requestHash
-  void runLease(leasePool, 'key', { requestHash: 'abc', body: '{}', finish: () => jsonResponse(200, {}) });
+  void runLease(leasePool, 'key', { requestHash: 'ab'.repeat(32), body: '{}', finish: () => jsonResponse(200, {}) });
 })();
