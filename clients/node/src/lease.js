@@ -15,7 +15,7 @@
 // step. The same semantics as the Go lease.Runner and Python's idempotency_pg.lease.run.
 
 import { CapturedResponse, PROBLEM_BASE, claimResponse, problem, storedForm } from './responses.js';
-import { TransactionAborted, sqlstate } from './engine.js';
+import { TransactionAborted, pipelined, sqlLiteral, sqlstate } from './engine.js';
 
 /** SQLSTATE object_not_in_prerequisite_state: the token is not the key's current one any more. */
 export const LEASE_LOST = '55000';
@@ -220,10 +220,9 @@ class LeaseContext {
     if (this.step === null || run.finished) throw new Error('idempotency: ctx.transaction() is only for a running step');
     if (typeof fn !== 'function') throw new TypeError('idempotency: ctx.transaction(fn) needs a function');
     const step = this.step;
-    const result = await holderTransaction(run.cfg, this, async (client) => {
+    const { result } = await holderTransaction(run.cfg, this, async (client) => {
       const out = await fn(client, this);
-      await client.query(CHECKPOINT_SQL, [this.key, this.token, step, JSON.stringify(this.state), this.scope]);
-      return out;
+      return { result: out, last: checkpointOf(this, step) };
     });
     run.recorded = true;
     return result;
@@ -231,23 +230,50 @@ class LeaseContext {
 }
 
 /**
- * BEGIN; idem_lease_extend (first: 55000 before any write of a stale holder, and the key's row stays locked by
- * this transaction until it ends, so no takeover slips in before the checkpoint or the completion); fn(client);
- * COMMIT. Rolls back and rethrows (55000 as LeaseLostError) on any failure.
+ * Send `statements` ([[text, params], ...]) in one round trip: pipelined on a client of a `pipeline: true` pool
+ * (node-postgres 8.23+), else as one simple-query message with the parameters written as SQL literals (works through
+ * PgBouncer in transaction pooling mode too, as the middleware's BEGIN + claim does). Resolves with one result per
+ * statement; rejects with the first statement's error (the ones after it are not run, or fail in the aborted
+ * transaction).
  */
-async function holderTransaction(cfg, ctx, fn) {
+async function batch(client, statements) {
+  if (statements.length === 1) return [await client.query(statements[0][0], statements[0][1])];
+  if (client.pipeline === true) {
+    return pipelined(client, statements.map(([text]) => text), statements.map(([, params]) => params));
+  }
+  // $n placeholders only: these statements hold no other `$` (no dollar quoting)
+  const inline = ([text, params]) => (params ? text.replace(/\$(\d+)/g, (_, i) => sqlLiteral(params[i - 1])) : text);
+  return client.query(statements.map(inline).join('; '));
+}
+
+/**
+ * A holder's transaction in as few round trips as a bare transaction takes: BEGIN with idem_lease_extend (first:
+ * 55000 before any write of a stale holder, and the key's row stays locked by this transaction until it ends, so
+ * no takeover slips in before the checkpoint or the completion), then fn(client), then fn's `last` statement (the
+ * checkpoint or the completion) with COMMIT. fn resolves with {result, last: [text, params]}; the transaction
+ * resolves with {result, row: last's first row}. With `alone` (a step without writes: no fn) the four statements
+ * go in one round trip. Rolls back and rethrows (55000 as LeaseLostError) on any failure.
+ */
+async function holderTransaction(cfg, ctx, fn, alone = null) {
   const run = ctx._run;
   if (run.heartbeat && run.heartbeat.lost) throw new LeaseLostError(ctx.key);
   const client = await cfg.pool.connect();
+  const extend = [EXTEND_SQL, [ctx.key, ctx.token, cfg.leaseSeconds, ctx.scope]];
   let broken;
   try {
-    await client.query('BEGIN');
-    await client.query(EXTEND_SQL, [ctx.key, ctx.token, cfg.leaseSeconds, ctx.scope]);
-    const out = await fn(client);
-    const done = await client.query('COMMIT');
+    let result;
+    let results;
+    if (alone) {
+      results = (await batch(client, [['BEGIN'], extend, alone, ['COMMIT']])).slice(2);
+    } else {
+      await batch(client, [['BEGIN'], extend]);
+      let last;
+      ({ result, last } = await fn(client));
+      results = await batch(client, [last, ['COMMIT']]);
+    }
     // COMMIT of a transaction that an earlier (swallowed) error aborted answers ROLLBACK
-    if (done.command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
-    return out;
+    if (results[1].command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
+    return { result, row: results[0].rows[0] };
   } catch (e) {
     try {
       await client.query('ROLLBACK');
@@ -258,6 +284,11 @@ async function holderTransaction(cfg, ctx, fn) {
   } finally {
     client.release(broken);
   }
+}
+
+/** idem_checkpoint of `step` with ctx.state as it is now. */
+function checkpointOf(ctx, step) {
+  return [CHECKPOINT_SQL, [ctx.key, ctx.token, step, JSON.stringify(ctx.state), ctx.scope]];
 }
 
 function lostResponse(cfg) {
@@ -285,22 +316,25 @@ class NotStored extends Error {
 /** The completing transaction: finish() builds the response, stored with idem_lease_complete (a 5xx is not). */
 async function complete(cfg, ctx) {
   try {
-    return await holderTransaction(cfg, ctx, async (client) => {
-      const response = await cfg.finish(client, ctx);
-      if (!response || !Number.isInteger(response.status) || !Array.isArray(response.headers)) {
+    let stored;
+    const { result: response, row } = await holderTransaction(cfg, ctx, async (client) => {
+      const resp = await cfg.finish(client, ctx);
+      if (!resp || !Number.isInteger(resp.status) || !Array.isArray(resp.headers)) {
         throw new TypeError('runLease: finish must return a CapturedResponse (jsonResponse(), problem(), ...)');
       }
       // A 5xx is never stored: finish's writes are undone (as the transactional middleware rolls back a 5xx) and
       // the lease is given back below with the recovery point kept, so that the retry resumes at once.
-      if (response.status >= 500) throw new NotStored(response);
-      const stored = storedForm(response, cfg.replayHeaders);
-      const { rows: [row] } = await client.query(LEASE_COMPLETE_SQL,
-        [ctx.key, ctx.token, response.status, stored.body, stored.headers, ctx.scope]);
-      if (stored.json && row && typeof row.body === 'string') {
-        return new CapturedResponse(response.status, response.headers, Buffer.from(row.body, 'utf8'));
-      }
-      return response;
+      if (resp.status >= 500) throw new NotStored(resp);
+      stored = storedForm(resp, cfg.replayHeaders);
+      return {
+        result: resp,
+        last: [LEASE_COMPLETE_SQL, [ctx.key, ctx.token, resp.status, stored.body, stored.headers, ctx.scope]],
+      };
     });
+    if (stored.json && row && typeof row.body === 'string') {
+      return new CapturedResponse(response.status, response.headers, Buffer.from(row.body, 'utf8'));
+    }
+    return response;
   } catch (e) {
     if (!(e instanceof NotStored)) throw e;
     await release(cfg, ctx);
@@ -347,7 +381,10 @@ export async function runLease(pool, key, options) {
       run.recorded = false;
       await step.run(ctx);
       if (run.heartbeat.lost) throw new LeaseLostError(key);
-      if (!run.recorded) await ctx.transaction(async () => {}); // a step without local writes is recorded alone
+      if (!run.recorded) {
+        // a step without local writes: BEGIN, the fence, its checkpoint and COMMIT in one round trip
+        await holderTransaction(cfg, ctx, null, checkpointOf(ctx, step.name));
+      }
       run.heartbeat.paused = false;
       ctx.recoveryPoint = step.name;
     }

@@ -43,14 +43,16 @@ describe('runLease options', () => {
   }
 });
 
-describe('runLease against PostgreSQL', { skip }, () => {
+// The holder's statements go in one round trip per pair: pipelined on a `pipeline: true` pool, else one
+// multi-statement message with literals; both ways run every case.
+for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${pipeline ? 'pipelined client' : 'multi-statement messages'})`, { skip }, () => {
   const run = `l${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
   let pool;
   let n = 0;
   const account = () => `${run}_${++n}`;
 
   before(async () => {
-    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12 });
+    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12, pipeline });
     await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
     const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
     if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
@@ -138,6 +140,39 @@ describe('runLease against PostgreSQL', { skip }, () => {
     assert.equal(again.header('Idempotent-Replayed'), 'true');
     assert.deepEqual(JSON.parse(again.body), { hash: 'h1' });
     assert.equal((await byHash('h2')).status, 422);
+  });
+
+  test('round trips: the lease, then per transaction BEGIN with the fence and the checkpoint or completion with COMMIT', { skip: pipeline && 'counted on multi-statement messages (one query call = one round trip)' }, async () => {
+    const acct = account();
+    const calls = [];
+    // the pool as runLease sees it, counting every message sent (pool.query and each client.query)
+    const counting = {
+      query: (text, params) => (calls.push(text.slice(0, 40)), pool.query(text, params)),
+      async connect() {
+        const client = await pool.connect();
+        return new Proxy(client, {
+          get(target, prop) {
+            if (prop === 'query') return (text, params) => (calls.push(text.slice(0, 40)), target.query(text, params));
+            const v = target[prop];
+            return typeof v === 'function' ? v.bind(target) : v;
+          },
+        });
+      },
+    };
+    const write = (client, ctx) => client.query('INSERT INTO lease_test_writes VALUES ($1, $2, $3, $4, NULL)',
+      [ctx.scope, ctx.key, ctx.step ?? 'finish', 'a']);
+    const r = await runLease(counting, 'k', {
+      scope: acct, path: '/t', body: '{}', leaseSeconds: 60, logger: quietLogger,
+      steps: [
+        { name: 'one', run: (ctx) => ctx.transaction((client) => write(client, ctx)) },
+        { name: 'two', run: async () => {} },
+      ],
+      finish: async (client, ctx) => (await write(client, ctx), jsonResponse(201, {})),
+    });
+    assert.equal(r.status, 201);
+    // lease 1; step one: BEGIN+fence, its write, checkpoint+COMMIT (3); step two, no write: all four in 1;
+    // finish: BEGIN+fence, its write, complete+COMMIT (3)
+    assert.equal(calls.length, 8, calls.join('\n'));
   });
 
   test('a key in flight answers 409 with Retry-After: 1', async () => {
