@@ -7,14 +7,20 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -49,7 +55,27 @@ static struct
 
 static SPIPlanPtr shard_is_local_plan = NULL;
 static SPIPlanPtr shard_of_scope_plan = NULL;
-static SPIPlanPtr placement_is_local_plan = NULL;
+
+/*
+ * The shard of each scope met on the direct path, and this node's group: reading them is most of the cost of
+ * a direct call otherwise. A shard keeps its id, index and co-location when it moves (the placement, read on
+ * every transaction, is what changes); a split or any other change to the table's shards sends a relcache
+ * invalidation, which marks all of it stale, as does any other (cleared at the next use, not inside the
+ * callback). Scopes longer than the key are not remembered.
+ */
+#define SCOPE_SHARD_KEY 128
+#define SCOPE_SHARD_ENTRIES 10000
+typedef struct ScopeShard
+{
+	char		scope[SCOPE_SHARD_KEY];
+	int64		shard;
+	int32		colocation;
+	int32		index;
+} ScopeShard;
+
+static HTAB *scope_shards = NULL;
+static bool scope_shards_stale = false;
+static int32 local_group = -1;	/* -1: not read yet */
 
 /*
  * The scope found local in this transaction: its claim, lookups and completion ask once. A placement cannot
@@ -86,6 +112,7 @@ static void
 forget_layout(Datum arg, Oid relid)
 {
 	known.table = InvalidOid;
+	scope_shards_stale = true;
 }
 
 static SPIPlanPtr
@@ -259,25 +286,41 @@ report_not_local(Oid table, text *scope)
  */
 #define CITUS_COLOCATED_SHARDS_METADATA_LOCK 8	/* Citus's ADV_LOCKTAG_CLASS_CITUS_COLOCATED_SHARDS_METADATA */
 
-static Oid
-lock_local_shard(Relation keys, text *scope)
+/* The scope's shard: its id, and the co-location and index of its metadata lock; remembered per scope. */
+static void
+shard_of_scope(Oid table, text *scope, ScopeShard *out)
 {
-	Oid			table = RelationGetRelid(keys);
 	Oid			types[2] = {REGCLASSOID, TEXTOID};
 	Datum		values[2] = {ObjectIdGetDatum(table), PointerGetDatum(scope)};
-	Oid			placement_types[1] = {INT8OID};
-	Datum		placement_values[1];
+	int			length = VARSIZE_ANY_EXHDR(scope);
 	bool		isnull;
-	int64		shard;
-	int32		colocation;
-	int32		index;
-	bool		local;
+	bool		found;
 	int			rc;
-	LOCKTAG		tag;
-	Oid			relation;
+	ScopeShard *entry = NULL;
 
-	if (local_scope_known(table, scope) && OidIsValid(local_scope.shard))
-		return local_scope.shard;
+	if (scope_shards == NULL || scope_shards_stale ||
+		hash_get_num_entries(scope_shards) >= SCOPE_SHARD_ENTRIES)
+	{
+		HASHCTL		ctl;
+
+		if (scope_shards != NULL)
+			hash_destroy(scope_shards);
+		ctl.keysize = SCOPE_SHARD_KEY;
+		ctl.entrysize = sizeof(ScopeShard);
+		scope_shards = hash_create("idempotency scope shards", 256, &ctl, HASH_ELEM | HASH_STRINGS);
+		scope_shards_stale = false;
+	}
+	memset(out, 0, sizeof(*out));
+	if (length < SCOPE_SHARD_KEY && memchr(VARDATA_ANY(scope), '\0', length) == NULL)
+	{
+		memcpy(out->scope, VARDATA_ANY(scope), length);
+		entry = hash_search(scope_shards, out->scope, HASH_FIND, &found);
+		if (entry != NULL)
+		{
+			*out = *entry;
+			return;
+		}
+	}
 
 	SPI_connect();
 	/* The shard's index among the table's shards sorted by hash range, as Citus's metadata cache numbers them. */
@@ -286,7 +329,8 @@ lock_local_shard(Relation keys, text *scope)
 			"SELECT s.shardid, p.colocationid,"
 			"       (SELECT pg_catalog.count(*)::pg_catalog.int4 FROM pg_catalog.pg_dist_shard o"
 			"        WHERE o.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
-			"          AND o.shardminvalue::pg_catalog.int4 OPERATOR(pg_catalog.<) s.shardminvalue::pg_catalog.int4)"
+			"          AND o.shardminvalue::pg_catalog.int4 OPERATOR(pg_catalog.<) s.shardminvalue::pg_catalog.int4),"
+			"       (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)"
 			" FROM pg_catalog.pg_dist_shard s"
 			" JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
 			" WHERE s.shardid OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column($1, $2)",
@@ -294,30 +338,85 @@ lock_local_shard(Relation keys, text *scope)
 	rc = SPI_execute_plan(shard_of_scope_plan, values, NULL, true, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "idempotency: reading Citus's shard of a scope failed: %s", SPI_result_code_string(rc));
-	shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	colocation = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	index = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	out->shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	out->colocation = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	out->index = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	local_group = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	if (isnull)
+		local_group = -1;
+	SPI_finish();
+	/* The invalidations SPI took in may have marked the cache stale: then it is rebuilt on the next call. */
+	if (out->scope[0] != '\0' && !scope_shards_stale)
+	{
+		entry = hash_search(scope_shards, out->scope, HASH_ENTER, &found);
+		*entry = *out;
+	}
+}
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) index, (uint32) colocation,
+/*
+ * Whether this node's group holds a placement of the shard, read from pg_dist_placement by its shardid
+ * index with the latest snapshot: taken after the lock, it shows a move that committed before it.
+ */
+static bool
+placement_is_local(int64 shard)
+{
+	Oid			placements = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
+	Oid			by_shard = get_relname_relid("pg_dist_placement_shardid_index", PG_CATALOG_NAMESPACE);
+	Relation	relation;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	AttrNumber	shardid_column;
+	AttrNumber	groupid_column;
+	Snapshot	snapshot;
+	bool		local = false;
+
+	if (!OidIsValid(placements) || !OidIsValid(by_shard) || local_group < 0)
+		elog(ERROR, "idempotency: Citus's pg_dist_placement or this node's group is missing");
+	relation = table_open(placements, AccessShareLock);
+	shardid_column = get_attnum(placements, "shardid");
+	groupid_column = get_attnum(placements, "groupid");
+	if (shardid_column == InvalidAttrNumber || groupid_column == InvalidAttrNumber)
+		elog(ERROR, "idempotency: Citus's pg_dist_placement has no shardid or groupid column");
+	/* In heap column numbers: systable_beginscan maps them to the index. */
+	ScanKeyInit(&key, shardid_column, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shard));
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan = systable_beginscan(relation, by_shard, true, snapshot, 1, &key);
+	while (!local && HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Datum		group = heap_getattr(tuple, groupid_column, RelationGetDescr(relation), &isnull);
+
+		local = !isnull && DatumGetInt32(group) == local_group;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(relation, AccessShareLock);
+	return local;
+}
+
+static Oid
+lock_local_shard(Relation keys, text *scope)
+{
+	Oid			table = RelationGetRelid(keys);
+	ScopeShard	shard;
+	LOCKTAG		tag;
+	Oid			relation;
+
+	if (local_scope_known(table, scope) && OidIsValid(local_scope.shard))
+		return local_scope.shard;
+
+	shard_of_scope(table, scope, &shard);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) shard.index, (uint32) shard.colocation,
 						 CITUS_COLOCATED_SHARDS_METADATA_LOCK);
 	(void) LockAcquire(&tag, ShareLock, false, false);
-
-	/* After the lock, with a snapshot taken after it (also under REPEATABLE READ): a move committed shows. */
-	if (placement_is_local_plan == NULL)
-		placement_is_local_plan = prepare_kept(
-			"SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_placement p, pg_catalog.pg_dist_local_group g"
-			" WHERE p.shardid OPERATOR(pg_catalog.=) $1 AND p.groupid OPERATOR(pg_catalog.=) g.groupid)",
-			1, placement_types);
-	placement_values[0] = Int64GetDatum(shard);
-	rc = SPI_execute_snapshot(placement_is_local_plan, placement_values, NULL, GetLatestSnapshot(),
-							  InvalidSnapshot, true, false, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "idempotency: reading Citus's shard placements failed: %s", SPI_result_code_string(rc));
-	local = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	if (!local)
+	if (!placement_is_local(shard.shard))
+	{
+		/* The shard moved away, or the remembered one is gone (a split): the retry reads it again. */
+		scope_shards_stale = true;
 		report_not_local(table, scope);
-	relation = get_relname_relid(psprintf("%s_%lld", RelationGetRelationName(keys), (long long) shard),
+	}
+	relation = get_relname_relid(psprintf("%s_%lld", RelationGetRelationName(keys), (long long) shard.shard),
 								 RelationGetNamespace(keys));
 	local_scope.scope = MemoryContextStrdup(TopTransactionContext, text_to_cstring(scope));
 	local_scope.table = table;
