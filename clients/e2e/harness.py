@@ -68,7 +68,7 @@ SERVICES = {
         "argv": ["node", "service/server.js"],
         "env": {},
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     "python": {
         "dir": "python",
