@@ -19,7 +19,8 @@ SQLSTATE 55000 once another attempt owns the key: the run stops at once, writes 
 ``action(ctx)`` runs with no transaction open and returns the new state (a JSON-able dict); ``commit(conn, ctx,
 state)`` (optional) runs in the checkpoint's transaction and returns the state to record; ``finish(conn, ctx)``
 runs in the completing transaction and returns the :class:`Response`, stored with ``idem_lease_complete``
-(a 5xx is not stored: the lease is released, the recovery point kept).  ``ctx`` has ``key``, ``scope``, ``token``,
+(a 5xx is not stored: that transaction rolls back, finish's writes with it, and the lease is released with the
+recovery point kept, so the retry runs ``finish`` again).  ``ctx`` has ``key``, ``scope``, ``token``,
 ``state`` (the recovery state so far), ``recovery_point``, ``fencing_number`` (extension 1.2's strictly increasing
 number per takeover, ``None`` on 1.1) and ``stop_heartbeat()``.
 
@@ -127,14 +128,17 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
         async with db.transaction() as conn:
             await _fence(db, conn, ctx)
             response = await db.call(finish, conn, ctx)
+            if 500 <= response.status <= 599:
+                raise _NotStored(response)  # finish's writes roll back: the retry runs finish again
             stored = stored_form_of(response, replay_headers)
             out = await db.execute(conn, COMPLETE_SQL, {"key": key, "token": ctx.token, "status": response.status,
                                                         "body": stored.body, "headers": stored.headers,
                                                         "scope": scope})
-        if 500 <= response.status <= 599:
-            return response  # not stored: idem_lease_complete released the lease, the recovery point is kept
         stored.read_back = out[1]
         return sent_form(response, stored)
+    except _NotStored as e:
+        await db.release(ctx)  # the lease given back at once, the recovery point kept
+        return e.response
     except BaseException as e:
         if isinstance(e, Exception) and sqlstate(e) == LEASE_LOST:
             log.info("idempotency: lease of %r lost at step %s", key, ctx.attempt_step)
@@ -148,6 +152,14 @@ async def _fence(db, conn, ctx):
     key's row stays locked by this transaction until it commits, so no takeover can slip in before the checkpoint
     or the completion."""
     await db.execute(conn, EXTEND_SQL, ctx.extend_args())
+
+
+class _NotStored(Exception):
+    """``finish`` answered a 5xx: not stored, its transaction rolled back."""
+
+    def __init__(self, response):
+        super().__init__(response.status)
+        self.response = response
 
 
 def _lost():
