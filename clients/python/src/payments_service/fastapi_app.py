@@ -5,7 +5,8 @@
 * ``sqlalchemy``: :class:`SQLAlchemyBackend`, a SQLAlchemy 1.4 ``Session`` (psycopg2); the endpoint is ``def``
   (FastAPI runs it in a worker thread) and writes with the ORM (``session.add(Ledger(...))``).
 
-Run with ``python -m payments_service.asgi_main psycopg|sqlalchemy``.
+``POST /rides`` (lease mode, :mod:`payments_service.rides`) is the same in both: ``lease.run_async`` on psycopg's
+async pool.  Run with ``python -m payments_service.asgi_main psycopg|sqlalchemy``.
 """
 
 import logging
