@@ -1,8 +1,9 @@
 """The payment service of clients/CONTRACT.md on Django 3.2 (WSGI, Django's own connection and ORM), with
-:func:`idempotency_pg.django.idempotent`, and ``POST /rides`` (lease mode, :mod:`payments_service.rides`) on Django's
-own connection (:func:`idempotency_pg.django.lease_pool`).  ``python -m payments_service.django_app`` serves it with waitress on
-127.0.0.1:$PORT against $DATABASE_URL (same environment as ``python -m payments_service``; ``THREADS``, default
-10, is also the number of database connections: Django keeps one per thread)."""
+:func:`idempotency_pg.django.idempotent`, and ``POST /rides`` (lease mode, :mod:`payments_service.rides`) on
+Django's own connection (:func:`idempotency_pg.django.lease_pool`).  ``python -m payments_service.django_app``
+serves it with waitress on 127.0.0.1:$PORT against $DATABASE_URL (same environment as ``python -m
+payments_service``; ``THREADS``, default 10, is also the number of database connections: Django keeps one per
+thread)."""
 
 import os
 import sys
