@@ -11,6 +11,13 @@
 #   INSTR_CASES="lease_floor lease_extension" bench/instructions.sh   lease mode (1.1), not in the default list:
 #       two transactions per request as bench/lease/*.sql; the token goes from the first to the second through
 #       set_config (pgbench's \gset), the same in both cases
+#   INSTR_CASES="client_bare client_guard client_bare_prep client_guard_prep client_guard_hashed" bench/instructions.sh
+#       what the client middleware's requests cost the server (issue 25, item 4; not in the default list): the bare
+#       transactional handler (BEGIN, INSERT ... RETURNING, COMMIT) against the middleware's statements as the Go,
+#       Node and Python clients send them (claim with the request fingerprint built by idem_hash, the handler's
+#       INSERT, idem_complete returning jsonb's text of the body); *_prep with prepared statements (pgx's statement
+#       cache), the others parsed and planned per request (node-postgres's unnamed statements, psycopg's
+#       ClientCursor); client_guard_hashed passes a precomputed hash instead of building the fingerprint
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
@@ -50,6 +57,17 @@ fi
 q -c "VACUUM ANALYZE"
 cluster_ctl "$dir" stop
 
+# The clients' statements (clients/go/idempotency.go claimSQL/completeSQL; Node and Python send the same).
+req='{"account":"acct-1","amount_cents":500,"currency":"EUR"}'
+headers='{"Content-Type":"application/json"}'
+client_insert='INSERT INTO bench.ledger (account_id, amount_cents) VALUES ($1, $2) RETURNING id'
+client_claim() {  # client_claim KEY METHOD PATH BODY TTL SCOPE (SQL expressions)
+    echo "SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text FROM public.idem_claim($1::text, public.idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb)), $5::interval, $6::text) AS c"
+}
+client_complete() {  # client_complete KEY STATUS BODY HEADERS SCOPE
+    echo "SELECT public.idem_complete($1::text, $2::int, r.b, $4::jsonb, $5::text), r.b::text FROM (SELECT $3::jsonb AS b) AS r"
+}
+
 # The statements of one variant: PREPARE once, then N requests of EXECUTEs.
 statements() {  # statements CASE COUNT
     local c=$1 count=$2 api claim complete
@@ -75,6 +93,11 @@ statements() {  # statements CASE COUNT
             echo "PREPARE a(text, text) AS INSERT INTO bench.lease_floor (expires_at, created_at, scope, key, request_hash, lease_until, lease_token) VALUES (now() + '24 h', now(), '', \$1, decode(\$2, 'hex'), clock_timestamp() + '30 s', gen_random_uuid()) RETURNING set_config('bench.token', lease_token::text, false)"
             echo "PREPARE b(text, int, jsonb) AS UPDATE bench.lease_floor SET http_status = \$2, response_body = \$3, response_headers = NULL, lease_until = NULL, lease_token = NULL WHERE scope = '' AND key = \$1 AND lease_token = current_setting('bench.token')::uuid AND http_status IS NULL" ;;
         replay_*) echo "PREPARE c(text, text) AS SELECT * FROM $api.idem_claim(\$1, \$2)" ;;
+        client_bare_prep) echo "PREPARE l2(int, bigint) AS $client_insert" ;;
+        client_guard_prep)
+            echo "PREPARE l2(int, bigint) AS $client_insert"
+            echo "PREPARE c2(text, text, text, text, interval, text) AS $(client_claim '$1' '$2' '$3' '$4' '$5' '$6')"
+            echo "PREPARE d2(text, int, text, text, text) AS $(client_complete '$1' '$2' '$3' '$4' '$5')" ;;
     esac
     echo "PREPARE l(int, bigint) AS INSERT INTO bench.ledger (account_id, amount_cents) VALUES (\$1, \$2)"
     for ((i = 0; i < count; i++)); do
@@ -86,6 +109,25 @@ statements() {  # statements CASE COUNT
                 echo "EXECUTE d('$key', 201, '$body')"; echo "COMMIT" ;;
             proc_*) echo "EXECUTE p('$key', '$h', $((i % 1000)), $i, '$body')" ;;
             replay_*) echo "EXECUTE c('$kp$((first_key + i % 20000))', '$h')" ;;
+            client_bare)
+                echo "BEGIN"
+                echo "INSERT INTO bench.ledger (account_id, amount_cents) VALUES ($((i % 1000)), $i) RETURNING id"
+                echo "COMMIT" ;;
+            client_bare_prep) echo "BEGIN"; echo "EXECUTE l2($((i % 1000)), $i)"; echo "COMMIT" ;;
+            client_guard | client_guard_hashed)
+                echo "BEGIN"
+                if [ "$c" = client_guard ]; then
+                    client_claim "'$key'" "'POST'" "'/payments'" "'$req'" NULL "''"
+                else
+                    echo "SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text FROM public.idem_claim('$key'::text, '$h'::text, NULL::interval, ''::text) AS c"
+                fi
+                echo "INSERT INTO bench.ledger (account_id, amount_cents) VALUES ($((i % 1000)), $i) RETURNING id"
+                client_complete "'$key'" 201 "'$body'" "'$headers'" "''"
+                echo "COMMIT" ;;
+            client_guard_prep)
+                echo "BEGIN"; echo "EXECUTE c2('$key', 'POST', '/payments', '$req', NULL, '')"
+                echo "EXECUTE l2($((i % 1000)), $i)"; echo "EXECUTE d2('$key', 201, '$body', '$headers', '')"
+                echo "COMMIT" ;;
             lease_*)
                 echo "BEGIN"; echo "EXECUTE a('$key', '$h')"; echo "COMMIT"
                 echo "BEGIN"; echo "EXECUTE l($((i % 1000)), $i)"; echo "EXECUTE b('$key', 201, '$body')"; echo "COMMIT" ;;

@@ -192,3 +192,67 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_citus_stats() IS
     'Citus: idem_stats of every node of the cluster, one jsonb row per node.';
+
+-- Fencing numbers across a shard move. A lease's fencing number comes from the sequence of the node that holds its
+-- scope's shard; a shard moved to another node continues from that node's sequence, which may be behind. Called on
+-- the coordinator before each move, this puts the target node's sequence a billion past the largest value on any
+-- node: the source would have to grant that many leases during the move for a number to go backwards. Only ever
+-- forward (setval to a lower value would hand out numbers twice); returns the target's value afterwards.
+CREATE FUNCTION @extschema@.idem_citus_fencing_before_move(target_node_name text, target_node_port integer)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    seq text;
+    failed text;
+    highest bigint;
+    result text;
+    ok boolean;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_citus_fencing_before_move: Citus is not installed in this database'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    EXECUTE 'SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_dist_node WHERE nodename OPERATOR(pg_catalog.=) $1'
+            ' AND nodeport OPERATOR(pg_catalog.=) $2 AND isactive)'
+        INTO ok USING target_node_name, target_node_port;
+    IF ok THEN
+        RAISE EXCEPTION 'idem_citus_fencing_before_move: %:% is not an active node of this cluster',
+                        target_node_name, target_node_port
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the target node of citus_move_shard_placement as it is in pg_dist_node.';
+    END IF;
+    seq := pg_catalog.format('%s.idempotency_fencing_numbers', s);
+    EXECUTE 'SELECT pg_catalog.max(r.result::bigint), pg_catalog.string_agg(r.result, ''; '') FILTER (WHERE NOT r.success)'
+            ' FROM pg_catalog.run_command_on_all_nodes($1) r'
+        INTO highest, failed
+        USING pg_catalog.format('SELECT last_value FROM %s', seq);
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'idem_citus_fencing_before_move: reading the fencing numbers of every node failed: %', failed
+            USING ERRCODE = 'connection_failure';
+    END IF;
+    highest := highest OPERATOR(pg_catalog.+) 1000000000;
+    EXECUTE 'SELECT r.success, r.result FROM pg_catalog.master_run_on_worker(ARRAY[$1], ARRAY[$2], ARRAY[$3], false) r'
+        INTO ok, result
+        USING target_node_name, target_node_port,
+              pg_catalog.format('SELECT COALESCE((SELECT pg_catalog.setval(%L, %s) FROM %s'
+                                ' WHERE last_value OPERATOR(pg_catalog.<) %s), (SELECT last_value FROM %s))',
+                                seq, highest, seq, highest, seq);
+    IF NOT ok THEN
+        RAISE EXCEPTION 'idem_citus_fencing_before_move: advancing the fencing numbers of %:% failed: %',
+                        target_node_name, target_node_port, result
+            USING ERRCODE = 'connection_failure';
+    END IF;
+    RETURN result::bigint;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_citus_fencing_before_move(text, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_citus_fencing_before_move(text, integer) IS
+    'Citus: before citus_move_shard_placement to this node, puts its fencing numbers past those of every node, so a '
+    'moved lease''s numbers keep increasing.';

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The extension on a Citus cluster: PostgreSQL 17 (scripts/build-pg.sh) with Citus 14.0.1 (scripts/build-citus.sh),
-# a coordinator and two workers on loopback, ports 56110-56112, shared_preload_libraries = 'citus,idempotency'.
+# a coordinator and two workers on loopback, ports 56110-56112 (IDEM_CITUS_PORT moves the base, 56110),
+# shared_preload_libraries = 'citus,idempotency', wal_level = logical (for shard moves by logical replication).
 # Run as root. Prints one line per suite, "<suite> N passed, N failed", then the total "N passed, N failed":
 #   citus-build      the builds (extension with zero warnings)
 #   citus-layout     each unsupported layout refused with its message, then idem_citus_distribute
@@ -8,6 +9,9 @@
 #                    post_payment, from every node; a call that was not delegated is refused
 #   citus-ops        the sweeper on every node, idem_keys_in_flight() and idem_citus_stats() on the coordinator
 #   citus-load       8 clients over the three nodes, 2,000 payments with retries, a worker killed (-9) and restarted
+#   citus-move       a claim held while its shard moves (the move waits for it, its row moves); 8 clients paying
+#                    to busy tenants with retries while their shards move between the workers (block_writes and
+#                    force_logical); a lease's fencing numbers keep increasing across the moves
 # Without the Citus tarball (scripts/build-citus.sh) it prints "citus SKIPPED: <reason>" and exits 3.
 # IDEM_CITUS_LOAD_KEYS (2000) and IDEM_CITUS_LOAD_CLIENTS (8) size the load.
 set -uo pipefail
@@ -25,7 +29,8 @@ source scripts/lib/count.sh
 work=$(mktemp -d /tmp/idem-citus.XXXXXX)
 chmod 755 "$work"
 nodes=(coordinator worker1 worker2)
-declare -A port=([coordinator]=56110 [worker1]=56111 [worker2]=56112)
+base_port=${IDEM_CITUS_PORT:-56110}
+declare -A port=([coordinator]=$base_port [worker1]=$((base_port + 1)) [worker2]=$((base_port + 2)))
 holders=()
 cleanup() {
     for pid in "${holders[@]}"; do kill "$pid" 2>/dev/null; done
@@ -78,7 +83,7 @@ for n in "${nodes[@]}"; do
     start_cluster "$work/$n" "${port[$n]}" "shared_preload_libraries = 'citus,idempotency'" \
         "max_prepared_transactions = 100" "max_connections = 200" "idempotency.databases = 'app'" \
         "idempotency.cleanup_interval = 1" "citus.shard_replication_factor = 1" \
-        "log_min_messages = warning"
+        "log_min_messages = warning" "wal_level = logical"
     "$PG_BIN/psql" -XAtq -h 127.0.0.1 -p "${port[$n]}" -U postgres -d postgres -c "CREATE DATABASE app"
     q "$n" -c "CREATE EXTENSION citus"
 done
@@ -352,6 +357,67 @@ while read -r name expected actual; do
     check "$name" "$expected" "$actual"
 done < <(grep '^CHECK ' "$log_dir/load.log" | cut -d' ' -f2-)
 grep -q '^CHECK ' "$log_dir/load.log" || check "the load test ran" yes no
+end_suite
+
+# ---------- shard moves under load ----------
+suite=citus-move
+# A claim held while its shard is moved: the claim holds Citus's shard metadata lock (the direct path takes it at
+# the claim's lookup), so the move waits for the claim's transaction and then moves its completed row.
+owner=$(worker_of "$a1")
+other=worker1
+[ "$owner" = worker1 ] && other=worker2
+shard=$(q coordinator -c "SELECT get_shard_id_for_distribution_column('idempotency_keys', '$a1')")
+q "$owner" -c "BEGIN" -c "SELECT outcome FROM idem_claim('moved-held', $(hash_of a), NULL, '$a1')" \
+    -c "SELECT pg_sleep(10)" -c "SELECT idem_complete('moved-held', 201, '{\"held\": 1}', NULL, '$a1')" -c "COMMIT" \
+    >"$log_dir/held-move.log" 2>&1 &
+holders+=($!)
+for _ in $(seq 50); do
+    [ "$(q "$owner" -c "SELECT count(*) FROM idem_keys_in_flight_claims() WHERE key = 'moved-held'")" = 1 ] && break
+    sleep 0.1
+done
+check "a held claim holds Citus's shard metadata lock" 1 \
+    "$(q "$owner" -c "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+                      WHERE l.locktype = 'advisory' AND l.objsubid = 8 AND l.mode = 'ShareLock' AND l.granted
+                        AND a.query LIKE '%pg_sleep(10)%'")"
+q coordinator -c "SELECT citus_move_shard_placement($shard, '127.0.0.1', ${port[$owner]}, '127.0.0.1', ${port[$other]},
+                                                    'block_writes')" >"$log_dir/move-held.log" 2>&1 &
+mover=$!
+waiting=no
+# Within the holder's 10 s, with room for a slow start of the move on two busy cores.
+for _ in $(seq 80); do
+    if [ "$(q "$owner" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 8
+                           AND mode = 'ExclusiveLock' AND NOT granted")" -ge 1 ]; then
+        waiting=yes
+        break
+    fi
+    sleep 0.1
+done
+check "the move waits for the claim's transaction" yes "$waiting"
+wait "${holders[-1]}"
+wait "$mover"
+cat "$log_dir/move-held.log"
+check "after the move the shard is on $other" "$other" "$(worker_of "$a1")"
+for from in "${nodes[@]}"; do
+    check "the claim completed during the move replays from $from" 'replay|201|{"held": 1}' \
+        "$(q "$from" -c "SELECT outcome || '|' || http_status || '|' || response_body
+                         FROM idem_claim('moved-held', $(hash_of a), NULL, '$a1')")"
+done
+
+# The shards of two busy tenants (one on each worker; keys, accounts and ledger move together), moved to the other
+# worker and back while 8 clients pay to those tenants with retries. Logical replication needs a replica identity
+# on every co-located table: the ledger has no primary key.
+q coordinator -c "ALTER TABLE ledger REPLICA IDENTITY FULL" >/dev/null
+if perl test/citus/load.pl --ports "${port[coordinator]},${port[worker1]},${port[worker2]}" --prefix move \
+        --keys "${IDEM_CITUS_MOVE_KEYS:-600}" --clients "${IDEM_CITUS_LOAD_CLIENTS:-8}" --move "$a1,$a2" \
+        --move-rounds 2 --move-modes block_writes,force_logical >"$log_dir/move.log" 2>&1; then
+    :
+fi
+cat "$log_dir/move.log"
+while read -r name expected actual; do
+    check "$name" "$expected" "$actual"
+done < <(grep '^CHECK ' "$log_dir/move.log" | cut -d' ' -f2-)
+grep -q '^CHECK ' "$log_dir/move.log" || check "the move test ran" yes no
+check "no node logged a crash" 0 "$(cat "$work"/*/server.log | grep -c 'terminated by signal')"
 end_suite
 
 finish

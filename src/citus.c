@@ -7,17 +7,29 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
 
 #include "citus.h"
+#include "guc.h"
 #include "pg_compat.h"
 
 /* What Citus makes of the key table on this node. */
@@ -42,17 +54,42 @@ static struct
 } known;
 
 static SPIPlanPtr shard_is_local_plan = NULL;
+static SPIPlanPtr shard_of_scope_plan = NULL;
+
+/*
+ * The shard of each scope met on the direct path, and this node's group: reading them is most of the cost of
+ * a direct call otherwise. A shard keeps its id, index and co-location when it moves (the placement, read on
+ * every transaction, is what changes); a split or any other change to the table's shards sends a relcache
+ * invalidation, which marks all of it stale, as does any other (cleared at the next use, not inside the
+ * callback). Scopes longer than the key are not remembered.
+ */
+#define SCOPE_SHARD_KEY 128
+#define SCOPE_SHARD_ENTRIES 10000
+typedef struct ScopeShard
+{
+	char		scope[SCOPE_SHARD_KEY];
+	int64		shard;
+	int32		colocation;
+	int32		index;
+} ScopeShard;
+
+static HTAB *scope_shards = NULL;
+static bool scope_shards_stale = false;
+static int32 local_group = -1;	/* -1: not read yet */
 
 /*
  * The scope found local in this transaction: its claim, lookups and completion ask once. A placement cannot
  * move away under a transaction that has read its shard (a move waits for it), and the transaction's end
- * forgets it.
+ * forgets it. With shard set, this transaction also holds the shard's metadata lock (see lock_local_shard),
+ * so the shard stays here until it ends; a subtransaction's abort releases a lock taken in it, so it forgets
+ * the scope too.
  */
 static struct
 {
 	bool		valid;
 	Oid			table;
 	char	   *scope;			/* in TopTransactionContext */
+	Oid			shard;			/* the locked local shard relation, or InvalidOid */
 } local_scope;
 
 static void
@@ -64,9 +101,18 @@ forget_local_scope(XactEvent event, void *arg)
 }
 
 static void
+forget_local_scope_in_subxact(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid,
+							  void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		local_scope.valid = false;
+}
+
+static void
 forget_layout(Datum arg, Oid relid)
 {
 	known.table = InvalidOid;
+	scope_shards_stale = true;
 }
 
 static SPIPlanPtr
@@ -157,6 +203,22 @@ shard_placements(Oid table, text *scope, int64 *shard)
 	return nodes;
 }
 
+static bool
+local_scope_known(Oid table, text *scope)
+{
+	static bool callback_registered = false;
+
+	if (!callback_registered)
+	{
+		RegisterXactCallback(forget_local_scope, NULL);
+		RegisterSubXactCallback(forget_local_scope_in_subxact, NULL);
+		callback_registered = true;
+	}
+	return local_scope.valid && local_scope.table == table &&
+		strlen(local_scope.scope) == VARSIZE_ANY_EXHDR(scope) &&
+		memcmp(local_scope.scope, VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope)) == 0;
+}
+
 /*
  * Whether this node holds a placement of the scope's shard. Citus keeps its placement metadata on every
  * node (metadata sync), so a worker answers as well as the coordinator, whose own group holds no shard of
@@ -170,16 +232,8 @@ shard_is_local(Oid table, text *scope)
 	bool		isnull;
 	bool		local;
 	int			rc;
-	static bool callback_registered = false;
 
-	if (!callback_registered)
-	{
-		RegisterXactCallback(forget_local_scope, NULL);
-		callback_registered = true;
-	}
-	if (local_scope.valid && local_scope.table == table &&
-		strlen(local_scope.scope) == VARSIZE_ANY_EXHDR(scope) &&
-		memcmp(local_scope.scope, VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope)) == 0)
+	if (local_scope_known(table, scope))
 		return true;
 
 	SPI_connect();
@@ -197,17 +251,184 @@ shard_is_local(Oid table, text *scope)
 	{
 		local_scope.scope = MemoryContextStrdup(TopTransactionContext, text_to_cstring(scope));
 		local_scope.table = table;
+		local_scope.shard = InvalidOid;
 		local_scope.valid = true;
 	}
 	return local;
 }
 
-bool
-citus_route_key_call(Relation keys, bool partitioned, text *scope)
+/* The call runs on a node without the scope's shard: not delegated, or the shard has just moved away. */
+static void
+report_not_local(Oid table, text *scope)
+{
+	int64		shard;
+	char	   *nodes = shard_placements(table, scope, &shard);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("idempotency: the key's shard is not on this node; the call was not delegated to it"),
+			 errdetail("Scope \"%s\" lives in shard %lld of idempotency_keys, on %s. A claim holds its key "
+					   "only on the node that stores its row.",
+					   text_to_cstring(scope), (long long) shard, nodes),
+			 errhint("Call it so that Citus delegates it: as a statement of its own "
+					 "(SELECT * FROM idem_claim(...)) with the scope a constant or a bound parameter, or "
+					 "from a procedure distributed by its scope argument with force_delegation. A call made "
+					 "while its shard moved away: retry it, Citus delegates it to the new node.")));
+}
+
+/*
+ * The direct path on the local shard. A Citus router modification locks its shard's metadata (ShareLock on
+ * the advisory tag of the shard's co-location group and index, AcquireMetadataLocks in Citus's executor) and
+ * only then reads where the shard is placed; a shard move blocks writes by taking that lock in ExclusiveLock
+ * on every node with metadata (BlockWritesToShardList), from before its last copy until its metadata commits.
+ * This takes the same lock, then reads the placement with a snapshot taken after it: either the move waits
+ * for this transaction, or it has committed and the placement read shows the shard elsewhere.
+ */
+#define CITUS_COLOCATED_SHARDS_METADATA_LOCK 8	/* Citus's ADV_LOCKTAG_CLASS_CITUS_COLOCATED_SHARDS_METADATA */
+
+/* The scope's shard: its id, and the co-location and index of its metadata lock; remembered per scope. */
+static void
+shard_of_scope(Oid table, text *scope, ScopeShard *out)
+{
+	Oid			types[2] = {REGCLASSOID, TEXTOID};
+	Datum		values[2] = {ObjectIdGetDatum(table), PointerGetDatum(scope)};
+	int			length = VARSIZE_ANY_EXHDR(scope);
+	bool		isnull;
+	bool		found;
+	int			rc;
+	ScopeShard *entry = NULL;
+
+	if (scope_shards == NULL || scope_shards_stale ||
+		hash_get_num_entries(scope_shards) >= SCOPE_SHARD_ENTRIES)
+	{
+		HASHCTL		ctl;
+
+		if (scope_shards != NULL)
+			hash_destroy(scope_shards);
+		ctl.keysize = SCOPE_SHARD_KEY;
+		ctl.entrysize = sizeof(ScopeShard);
+		scope_shards = hash_create("idempotency scope shards", 256, &ctl, HASH_ELEM | HASH_STRINGS);
+		scope_shards_stale = false;
+	}
+	memset(out, 0, sizeof(*out));
+	if (length < SCOPE_SHARD_KEY && memchr(VARDATA_ANY(scope), '\0', length) == NULL)
+	{
+		memcpy(out->scope, VARDATA_ANY(scope), length);
+		entry = hash_search(scope_shards, out->scope, HASH_FIND, &found);
+		if (entry != NULL)
+		{
+			*out = *entry;
+			return;
+		}
+	}
+
+	SPI_connect();
+	/* The shard's index among the table's shards sorted by hash range, as Citus's metadata cache numbers them. */
+	if (shard_of_scope_plan == NULL)
+		shard_of_scope_plan = prepare_kept(
+			"SELECT s.shardid, p.colocationid,"
+			"       (SELECT pg_catalog.count(*)::pg_catalog.int4 FROM pg_catalog.pg_dist_shard o"
+			"        WHERE o.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
+			"          AND o.shardminvalue::pg_catalog.int4 OPERATOR(pg_catalog.<) s.shardminvalue::pg_catalog.int4),"
+			"       (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)"
+			" FROM pg_catalog.pg_dist_shard s"
+			" JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
+			" WHERE s.shardid OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column($1, $2)",
+			2, types);
+	rc = SPI_execute_plan(shard_of_scope_plan, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "idempotency: reading Citus's shard of a scope failed: %s", SPI_result_code_string(rc));
+	out->shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	out->colocation = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	out->index = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	local_group = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	if (isnull)
+		local_group = -1;
+	SPI_finish();
+	/* The invalidations SPI took in may have marked the cache stale: then it is rebuilt on the next call. */
+	if (out->scope[0] != '\0' && !scope_shards_stale)
+	{
+		entry = hash_search(scope_shards, out->scope, HASH_ENTER, &found);
+		*entry = *out;
+	}
+}
+
+/*
+ * Whether this node's group holds a placement of the shard, read from pg_dist_placement by its shardid
+ * index with the latest snapshot: taken after the lock, it shows a move that committed before it.
+ */
+static bool
+placement_is_local(int64 shard)
+{
+	Oid			placements = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
+	Oid			by_shard = get_relname_relid("pg_dist_placement_shardid_index", PG_CATALOG_NAMESPACE);
+	Relation	relation;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	AttrNumber	shardid_column;
+	AttrNumber	groupid_column;
+	Snapshot	snapshot;
+	bool		local = false;
+
+	if (!OidIsValid(placements) || !OidIsValid(by_shard) || local_group < 0)
+		elog(ERROR, "idempotency: Citus's pg_dist_placement or this node's group is missing");
+	relation = table_open(placements, AccessShareLock);
+	shardid_column = get_attnum(placements, "shardid");
+	groupid_column = get_attnum(placements, "groupid");
+	if (shardid_column == InvalidAttrNumber || groupid_column == InvalidAttrNumber)
+		elog(ERROR, "idempotency: Citus's pg_dist_placement has no shardid or groupid column");
+	/* In heap column numbers: systable_beginscan maps them to the index. */
+	ScanKeyInit(&key, shardid_column, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shard));
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan = systable_beginscan(relation, by_shard, true, snapshot, 1, &key);
+	while (!local && HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Datum		group = heap_getattr(tuple, groupid_column, RelationGetDescr(relation), &isnull);
+
+		local = !isnull && DatumGetInt32(group) == local_group;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(relation, AccessShareLock);
+	return local;
+}
+
+static Oid
+lock_local_shard(Relation keys, text *scope)
 {
 	Oid			table = RelationGetRelid(keys);
-	int64		shard;
-	char	   *nodes;
+	ScopeShard	shard;
+	LOCKTAG		tag;
+	Oid			relation;
+
+	if (local_scope_known(table, scope) && OidIsValid(local_scope.shard))
+		return local_scope.shard;
+
+	shard_of_scope(table, scope, &shard);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) shard.index, (uint32) shard.colocation,
+						 CITUS_COLOCATED_SHARDS_METADATA_LOCK);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	if (!placement_is_local(shard.shard))
+	{
+		/* The shard moved away, or the remembered one is gone (a split): the retry reads it again. */
+		scope_shards_stale = true;
+		report_not_local(table, scope);
+	}
+	relation = get_relname_relid(psprintf("%s_%lld", RelationGetRelationName(keys), (long long) shard.shard),
+								 RelationGetNamespace(keys));
+	local_scope.scope = MemoryContextStrdup(TopTransactionContext, text_to_cstring(scope));
+	local_scope.table = table;
+	local_scope.shard = relation;
+	local_scope.valid = OidIsValid(relation);
+	return relation;
+}
+
+bool
+citus_route_key_call(Relation keys, bool partitioned, text *scope, Oid *local_shard)
+{
+	Oid			table = RelationGetRelid(keys);
 
 	switch (key_layout(table))
 	{
@@ -237,19 +458,18 @@ citus_route_key_call(Relation keys, bool partitioned, text *scope)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("idempotency: partitioned storage is not supported on a Citus-distributed key table"),
 				 errhint("Switch back with SELECT idem_set_storage('table') on the coordinator.")));
-	if (!shard_is_local(table, scope))
+	/*
+	 * The direct path only where the statements would read and write the shard with no more checks than the
+	 * direct path makes on it: no row level security on the distributed table either.
+	 */
+	if (local_shard != NULL && idem_citus_direct &&
+		check_enable_rls(table, InvalidOid, true) != RLS_ENABLED)
 	{
-		nodes = shard_placements(table, scope, &shard);
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("idempotency: the key's shard is not on this node; the call was not delegated to it"),
-				 errdetail("Scope \"%s\" lives in shard %lld of idempotency_keys, on %s. A claim holds its key "
-						   "only on the node that stores its row.",
-						   text_to_cstring(scope), (long long) shard, nodes),
-				 errhint("Call it so that Citus delegates it: as a statement of its own "
-						 "(SELECT * FROM idem_claim(...)) with the scope a constant or a bound parameter, or "
-						 "from a procedure distributed by its scope argument with force_delegation.")));
+		*local_shard = lock_local_shard(keys, scope);
+		return true;
 	}
+	if (!shard_is_local(table, scope))
+		report_not_local(table, scope);
 	return true;
 }
 

@@ -17,11 +17,15 @@
 
 /*
  * For key_store.c, before each call reads or writes a key: true when the key table is distributed by Citus,
- * in which case the caller takes the SQL statements, never the direct path. ERROR when the scope's shard has
- * no placement on this node (the call was not delegated), or when the layout is one that cannot keep the
- * guarantee (keys local beside distributed tables, keys as a reference table, partitioned storage).
+ * in which case the caller never takes the direct path on keys itself. With local_shard (lookups and inserts)
+ * and idempotency.citus_direct on, *local_shard is the scope's shard relation on this node, locked as a
+ * Citus write locks it for the rest of the transaction, so that the caller may take the direct path on it;
+ * InvalidOid (and always for callers passing NULL): take the SQL statements, which Citus routes. ERROR when
+ * the scope's shard has no placement on this node (the call was not delegated, or the shard moved away), or
+ * when the layout is one that cannot keep the guarantee (keys local beside distributed tables, keys as a
+ * reference table, partitioned storage).
  */
-bool		citus_route_key_call(Relation keys, bool partitioned, text *scope);
+bool		citus_route_key_call(Relation keys, bool partitioned, text *scope, Oid *local_shard);
 
 /*
  * For cleanup.c, before a batch: the relation the batch deletes from. Unchanged without Citus; on a Citus

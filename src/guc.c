@@ -36,6 +36,7 @@ static const struct config_enum_entry wal_compression_methods[] = {
 #define DEFAULT_SWEEPER_WAL_COMPRESSION 1
 #endif
 int			idem_cleanup_wal_compression = DEFAULT_SWEEPER_WAL_COMPRESSION;
+bool		idem_citus_direct = true;
 
 const char *
 cleanup_wal_compression_method(void)
@@ -61,6 +62,18 @@ settings_init(void)
 							NULL,
 							NULL,
 							NULL);
+
+	DefineCustomBoolVariable("idempotency.citus_direct",
+							 "On a Citus worker, read and write keys in the local shard directly.",
+							 "Under the shard metadata lock a Citus write takes; off sends the key store's "
+							 "statements through Citus's planner instead.",
+							 &idem_citus_direct,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
 
 	DefineCustomIntVariable("idempotency.mismatch_status",
 							"HTTP status answered when a key is reused with another payload.",

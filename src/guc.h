@@ -11,6 +11,7 @@ extern int	idem_cleanup_batch_size;
 extern int	idem_cleanup_keys_per_second;
 extern int	idem_partition_lock_timeout_ms;
 extern int	idem_cleanup_wal_compression;
+extern bool idem_citus_direct;
 
 /* The wal_compression value idempotency.cleanup_wal_compression names. */
 const char *cleanup_wal_compression_method(void);

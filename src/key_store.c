@@ -2,6 +2,7 @@
 #include "postgres.h"
 
 #include "access/relation.h"
+#include "utils/acl.h"
 #include "catalog/pg_class.h"
 #include "commands/sequence.h"
 #include "access/xact.h"
@@ -104,6 +105,7 @@ open_key_table(Oid namespace_oid, KeyTable *table)
 	table->namespace_oid = namespace_oid;
 	table->has_lease_columns = located.has_lease_columns;
 	table->plain = relation_open(located.table_oid, AccessShareLock);
+	table->shell = NULL;
 	if (!located.mode_known)
 	{
 		located.partitioned = twin_has_range_partitions();
@@ -117,6 +119,8 @@ static void
 close_key_table(KeyTable *table)
 {
 	relation_close(table->plain, NoLock);
+	if (table->shell != NULL)
+		relation_close(table->shell, NoLock);
 }
 
 bool
@@ -129,6 +133,36 @@ key_store_partitioned(Oid namespace_oid)
 	return table.partitioned;
 }
 
+/*
+ * The table the direct path works on: idempotency_keys itself, or on Citus the scope's local shard (locked
+ * by citus.c; the direct path checks the distributed table's privileges, as a statement on it would). False:
+ * take the statements.
+ */
+static bool
+direct_table(KeyTable *table, const KeyRef *ref, AclMode mode)
+{
+	Oid			shard = InvalidOid;
+
+	if (!citus_route_key_call(table->plain, table->partitioned, ref->scope, &shard))
+		return !table->partitioned;
+	if (!OidIsValid(shard))
+		return false;
+	table->shell = table->plain;
+	table->plain = relation_open(shard, mode == ACL_SELECT ? AccessShareLock : RowExclusiveLock);
+	return true;
+}
+
+/* The direct path did not apply on the shard after all: the statements run on the distributed table. */
+static void
+back_to_shell(KeyTable *table)
+{
+	if (table->shell == NULL)
+		return;
+	relation_close(table->plain, NoLock);
+	table->plain = table->shell;
+	table->shell = NULL;
+}
+
 void
 key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 {
@@ -136,11 +170,12 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 	bool		done;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
-	/* On Citus only the statements reach the shard (citus.c). */
-	done = !citus_route_key_call(table.plain, table.partitioned, ref->scope) &&
-		!table.partitioned && key_direct_lookup(&table, ref, snapshot, out);
+	done = direct_table(&table, ref, ACL_SELECT) && key_direct_lookup(&table, ref, snapshot, out);
 	if (!done)
+	{
+		back_to_shell(&table);
 		key_spi_lookup(&table, ref, snapshot, out);
+	}
 	close_key_table(&table);
 }
 
@@ -151,11 +186,13 @@ key_store_write(const KeyRef *ref, const KeyWrite *row)
 	bool		done;
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = !citus_route_key_call(table.plain, table.partitioned, ref->scope) &&
-		!table.partitioned && !row->replaces_expired_row &&
+	done = !row->replaces_expired_row && direct_table(&table, ref, ACL_INSERT) &&
 		key_direct_insert(&table, ref, row);
 	if (!done)
+	{
+		back_to_shell(&table);
 		key_spi_write(&table, ref, row);
+	}
 	close_key_table(&table);
 }
 
@@ -193,7 +230,7 @@ key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
-	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope);
+	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope, NULL);
 	key_spi_take_lease(&table, ref, how, grant);
 	grant->fencing_number = next_fencing_number(table.namespace_oid);
 	close_key_table(&table);
@@ -208,7 +245,7 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 
 	open_key_table(get_func_namespace(ref->extension_function), &table);
 	require_lease_columns(&table);
-	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope);
+	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope, NULL);
 	/*
 	 * Under REPEATABLE READ and SERIALIZABLE an UPDATE of a row changed since the
 	 * snapshot fails with 40001. Whether the token is still current is read from

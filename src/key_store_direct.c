@@ -5,7 +5,8 @@
  * store it, with no SQL statement to plan and start. It is taken only where it
  * behaves exactly like the statements in key_store_spi.c: table storage, no row
  * level security, no triggers or CHECK constraints on the table; privileges are
- * checked as the statements would check them.
+ * checked as the statements would check them. On Citus it works on the scope's local shard, locked by
+ * citus.c, with the privileges of the distributed table.
  */
 #include "postgres.h"
 
@@ -215,7 +216,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 		index_close(index, NoLock);
 		return false;
 	}
-	require_privilege(table, ACL_SELECT);
+	require_privilege(key_table->shell ? key_table->shell : table, ACL_SELECT);
 
 	/* As a new SQL statement would: see this transaction's own earlier writes. */
 	CommandCounterIncrement();
@@ -330,7 +331,7 @@ key_direct_insert(const KeyTable *key_table, const KeyRef *ref, const KeyWrite *
 	if (!fast_path_applies(key_table, true))
 		return false;
 	LockRelationOid(RelationGetRelid(table), RowExclusiveLock);
-	require_privilege(table, ACL_INSERT);
+	require_privilege(key_table->shell ? key_table->shell : table, ACL_INSERT);
 	tuple = form_key_row(RelationGetDescr(table), ref, row);
 	if (!insert_with_primary_key_only(table, ref, tuple))
 		insert_with_executor(table, tuple);

@@ -6,6 +6,8 @@
 #   single       one node, no Citus
 #   coordinator  every client on the coordinator, which delegates each call to the worker of its account
 #   workers      clients spread over both workers (libpq load_balance_hosts), each call delegated from there
+#   workers_sql  the same with idempotency.citus_direct = off on every node: the key store's SQL statements,
+#                routed by Citus, instead of the direct path on the local shard
 # Every payment is a new key of one of 40 accounts. Prints each window's tps and, per mode, the median; then per
 # worker and projected to N workers. Run as root; ports 56120-56123. Needs scripts/build-citus.sh done.
 set -euo pipefail
@@ -59,12 +61,21 @@ target() {
     case $1 in
         single) echo "host=127.0.0.1 port=${port[single]} dbname=app user=postgres" ;;
         coordinator) echo "host=127.0.0.1 port=${port[coordinator]} dbname=app user=postgres" ;;
-        workers) echo "host=127.0.0.1,127.0.0.1 port=${port[worker1]},${port[worker2]} load_balance_hosts=random dbname=app user=postgres" ;;
+        workers | workers_sql) echo "host=127.0.0.1,127.0.0.1 port=${port[worker1]},${port[worker2]} load_balance_hosts=random dbname=app user=postgres" ;;
     esac
 }
+# idempotency.citus_direct on every Citus node, for the windows that follow.
+set_direct() {
+    for n in coordinator worker1 worker2; do
+        q "$n" -c "ALTER SYSTEM SET idempotency.citus_direct = $1" -c "SELECT pg_reload_conf()" >/dev/null
+    done
+    sleep 1
+}
+modes="single coordinator workers workers_sql"
 declare -A results
 for round in $(seq "$rounds"); do
-    for mode in single coordinator workers; do
+    for mode in $modes; do
+        if [ "$mode" = workers_sql ]; then set_direct off; else set_direct on; fi
         for function in post_payment post_payment_bare; do
             tps=$("$PG_BIN/pgbench" -n -M simple -c "$clients" -j 2 -T "$seconds" -f "$work/$function.sql" \
                   "$(target $mode)" 2>&1 | awk '/^tps = / {print $3}')
@@ -75,7 +86,7 @@ for round in $(seq "$rounds"); do
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo
-for mode in single coordinator workers; do
+for mode in $modes; do
     with=$(median <<<"${results[$mode/post_payment]}")
     bare=$(median <<<"${results[$mode/post_payment_bare]}")
     declare "tps_$mode=$with"
@@ -83,8 +94,9 @@ for mode in single coordinator workers; do
         printf "%-12s median tps: post_payment %.0f, post_payment_bare (no key) %.0f: the key costs %.0f%% of the rate\n",
                m, w, b, 100 * (1 - w / b) }'
 done
-awk -v s="$tps_single" -v c="$tps_coordinator" -v w="$tps_workers" 'BEGIN {
+awk -v s="$tps_single" -v c="$tps_coordinator" -v w="$tps_workers" -v q="$tps_workers_sql" 'BEGIN {
     printf "post_payment on Citus / on one node: %.2fx through the coordinator, %.2fx through the workers\n", c / s, w / s
+    printf "through the workers, direct path / SQL path: %.2fx\n", w / q
     printf "per worker (2 workers): %.0f tps through the coordinator, %.0f through the workers\n", c / 2, w / 2
 }'
 echo "(the four servers and pgbench share this machine's $(nproc) cores: see the README, Scaling out with Citus)"

@@ -69,7 +69,7 @@ SERVICES = {
         "argv": ["node", "service/server.js"],
         "env": {},
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     "python": {
         "dir": "python",
@@ -88,7 +88,7 @@ SERVICES = {
         "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "psycopg"],
         "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     # FastAPI with a SQLAlchemy 1.4 Session on psycopg2, ORM writes (idempotency_pg.asgi.SQLAlchemyBackend)
     "python-sqlalchemy": {
@@ -98,7 +98,7 @@ SERVICES = {
         "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "sqlalchemy"],
         "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     # Django 3.2 under waitress, the claim inside transaction.atomic() (idempotency_pg.django.idempotent)
     "python-django": {
@@ -108,7 +108,7 @@ SERVICES = {
         "argv": ["/usr/bin/python3", "-m", "payments_service.django_app"],
         "env": {"PYTHONPATH": "src", "THREADS": "10"},
         "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409"},
+                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
 }
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http): the same binary, built

@@ -124,3 +124,86 @@ export const PROBLEM_BASE: string;
 export const CLAIM_SQL: string;
 export const COMPLETE_SQL: string;
 export const RETRYABLE: Set<string>;
+
+// ---- Lease mode (extension 1.1+): runLease
+
+/** What runLease needs of node-postgres: a pg.Pool (its own connections for the lease, heartbeat, each step). */
+export interface LeasePoolLike extends PoolLike {
+  query(text: string, values?: unknown[]): Promise<any>;
+}
+
+/** What each step and finish get. */
+export interface LeaseContext<State extends Record<string, unknown> = Record<string, any>> {
+  readonly key: string;
+  readonly scope: string;
+  /** The lease token (uuid text). */
+  readonly token: string;
+  /** The lease's fencing number (1.2; strictly increasing across takeovers of a key), null on a 1.1 database. */
+  readonly fencingNumber: bigint | null;
+  /** The last step recorded before the current one (null: none yet). */
+  recoveryPoint: string | null;
+  /** The recovery state: what earlier steps recorded (restored on a takeover); recorded with each checkpoint. */
+  state: State;
+  /** The step running now (null in finish). */
+  readonly step: string | null;
+  /** Aborted with a LeaseLostError when the heartbeat finds the lease taken over: pass it to fetch(). */
+  readonly signal: AbortSignal;
+  /**
+   * Run fn in a transaction that first checks the lease is still this holder's and last records the current step
+   * with `state` (idem_checkpoint): the step's local writes and its recovery point commit together. Rejects with
+   * LeaseLostError when the lease was taken over.
+   */
+  transaction<T>(fn: (client: PoolClientLike, ctx: LeaseContext<State>) => Promise<T> | T): Promise<T>;
+  /** Stop extending the lease until the current step ends (a stalled holder, in tests). */
+  stopHeartbeat(): void;
+}
+
+export interface LeaseStep<State extends Record<string, unknown> = Record<string, any>> {
+  /** The recovery point recorded once the step is done (non-empty, at most 255 bytes, unique in the run). */
+  name: string;
+  /** The outside call with no transaction open, then the local writes in ctx.transaction(). */
+  run(ctx: LeaseContext<State>): Promise<unknown> | unknown;
+}
+
+interface LeaseOptionsBase<State extends Record<string, unknown>> {
+  /** The tenant the key belongs to (default ''). */
+  scope?: string;
+  steps?: Array<LeaseStep<State>>;
+  /** Builds the response in the completing transaction; stored with idem_lease_complete unless a 5xx. */
+  finish(client: PoolClientLike, ctx: LeaseContext<State>): Promise<CapturedResponse> | CapturedResponse;
+  /** The lease's length in seconds (default 30). */
+  leaseSeconds?: number;
+  /** How often the heartbeat extends the lease (default a third of the lease). */
+  heartbeatMs?: number;
+  /** How long the completed key replays (interval text such as '24 hours'); default the server's idempotency.ttl. */
+  ttl?: string | null;
+  replayHeaders?: string[] | null;
+  problemBase?: string;
+  logger?: Logger;
+}
+
+/**
+ * The fingerprint: idem_hash of {method, path, body} in SQL (as the middleware computes it), or a SHA-256 of yours
+ * (64 hex digits, as idem_hash returns).
+ */
+export type LeaseOptions<State extends Record<string, unknown> = Record<string, any>> = LeaseOptionsBase<State> & (
+  | { method?: string; path: string; body: string | Buffer; requestHash?: undefined }
+  | { requestHash: string; method?: undefined; path?: undefined; body?: undefined }
+);
+
+/**
+ * Lease `key`, run the steps after its recovery point, then finish. Resolves with the response to send (replay,
+ * 422 mismatch, 409 in progress or lease taken over, finish's response); rejects with a step's error after giving
+ * the lease back (the retry resumes after the last recorded step).
+ */
+export function runLease<State extends Record<string, unknown> = Record<string, any>>(
+  pool: LeasePoolLike, key: string, options: LeaseOptions<State>): Promise<CapturedResponse>;
+
+/** The lease was taken over (SQLSTATE 55000): stop, write nothing more. */
+export class LeaseLostError extends Error {
+  readonly code: '55000';
+  readonly key: string;
+}
+export const LEASE_LOST: '55000';
+
+export function jsonResponse(status: number, body: unknown, headers?: Array<[string, string]>): CapturedResponse;

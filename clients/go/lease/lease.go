@@ -106,12 +106,19 @@ func (r *Run) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 }
 
 // Finish runs fn's local writes and stores the response it returns (idem_lease_complete) in one transaction. A
-// 5xx is not stored: the lease is released with the recovery point kept, and the 5xx is answered.
+// 5xx is not stored, and neither are fn's writes: the transaction rolls back, the lease is released with the
+// recovery point kept, and the 5xx is answered; the retry runs Finish again (as the transactional middleware rolls
+// a 5xx's writes back, so a retry does not write twice).
 func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Response, error)) error {
-	return r.inTx(ctx, func(tx pgx.Tx) error {
+	var failed *idempotency.Response
+	err := r.inTx(ctx, func(tx pgx.Tx) error {
 		resp, err := fn(tx)
 		if err != nil {
 			return err
+		}
+		if resp.Status >= 500 && resp.Status <= 599 {
+			failed = resp
+			return errServerError // rolls fn's writes back
 		}
 		body, headers := idempotency.StoredForm(resp, nil)
 		var canon *string
@@ -125,7 +132,18 @@ func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Respo
 		r.response, r.recorded = resp, true
 		return nil
 	})
+	if failed == nil || !errors.Is(err, errServerError) {
+		return err
+	}
+	if err := r.runner.release(r); err != nil {
+		return err
+	}
+	r.response, r.recorded = failed, true
+	return nil
 }
+
+// errServerError rolls back the transaction of a Finish whose response is a 5xx.
+var errServerError = errors.New("lease: the response is a 5xx")
 
 func (r *Run) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	if r.hb.lost() {
@@ -176,7 +194,9 @@ func (rn *Runner) Run(ctx context.Context, req Request, steps []Step) *idempoten
 	r.hb = startHeartbeat(rn, r, leaseLen, logger)
 	err = rn.steps(ctx, r, steps)
 	r.hb.stop()
-	if err == nil && r.hb.lost() {
+	// After Finish the lease is over (completed, or released on a 5xx), so the heartbeat's extend may get 55000
+	// then: that is not a lost lease, and the answer stands.
+	if err == nil && r.response == nil && r.hb.lost() {
 		err = ErrLeaseLost
 	}
 	switch {
@@ -191,9 +211,7 @@ func (rn *Runner) Run(ctx context.Context, req Request, steps []Step) *idempoten
 		err = errors.New("the last step did not call Finish")
 	}
 	logger.Printf("lease: key %q: %v (lease released, recovery point kept)", r.Key, err)
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, rerr := rn.Pool.Exec(rctx, `SELECT idem_lease_release($1::text, $2::uuid, $3::text)`, r.Key, r.token, r.Scope); rerr != nil {
+	if rerr := rn.release(r); rerr != nil {
 		logger.Printf("lease: release %q: %v", r.Key, rerr)
 	}
 	return idempotency.Problem(rn.ProblemBase, http.StatusInternalServerError, "internal-error",
@@ -218,6 +236,10 @@ func (rn *Runner) steps(ctx context.Context, r *Run, steps []Step) error {
 		if err := s.Do(ctx, r); err != nil {
 			return asLost(err)
 		}
+		if r.response != nil { // Finished: the lease is over, a heartbeat's 55000 after it means nothing
+			r.Point = s.Name
+			return nil
+		}
 		if r.hb.lost() {
 			return ErrLeaseLost
 		}
@@ -228,11 +250,17 @@ func (rn *Runner) steps(ctx context.Context, r *Run, steps []Step) error {
 		}
 		r.hb.resume()
 		r.Point = s.Name
-		if r.response != nil {
-			return nil
-		}
 	}
 	return nil
+}
+
+// release gives the lease back with its recovery point kept (idem_lease_release), on a context of its own so that
+// a cancelled request still releases it.
+func (rn *Runner) release(r *Run) error {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := rn.Pool.Exec(rctx, `SELECT idem_lease_release($1::text, $2::uuid, $3::text)`, r.Key, r.token, r.Scope)
+	return asLost(err)
 }
 
 // lease calls idem_lease (autocommit) and maps the outcomes that end the request at once.

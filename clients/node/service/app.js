@@ -3,6 +3,7 @@
 import express from 'express';
 import { HttpProblem, errorStatus, idempotency, problem, sendResponse, transactional } from '../src/index.js';
 import { STATUS_CODES } from 'node:http';
+import { ridesHandler } from './rides.js';
 
 const BEARER = /^[Bb][Ee][Aa][Rr][Ee][Rr] +([a-z0-9_]{1,64})$/;
 const CURRENCY = /^[A-Z]{3}$/;
@@ -90,9 +91,11 @@ export function paymentHandler({ faults = false } = {}) {
 /**
  * The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header; `batching` is the middleware's option
  * of that name; `bench` adds POST /payments-autocommit (the handler's one INSERT in autocommit: the benchmark's
- * unprotected reference).
+ * unprotected reference); `ridesLeaseSeconds` is the lease of POST /rides (lease mode).
  */
-export function createApp({ pool, faults = false, logger = console, batching = 'auto', bench = false } = {}) {
+export function createApp({
+  pool, faults = false, logger = console, batching = 'auto', bench = false, ridesLeaseSeconds = 30,
+} = {}) {
   const app = express();
   app.disable('x-powered-by');
   app.disable('etag');
@@ -110,6 +113,8 @@ export function createApp({ pool, faults = false, logger = console, batching = '
   app.all('/payments', notAllowed('POST'));
   app.post('/payments-unprotected', tx(pay));
   app.all('/payments-unprotected', notAllowed('POST'));
+  app.post('/rides', ridesHandler({ pool, authenticate, validatePayment, leaseSeconds: ridesLeaseSeconds, faults, logger }));
+  app.all('/rides', notAllowed('POST'));
 
   if (bench) {
     app.post('/payments-autocommit', express.json(), async (req, res, next) => {

@@ -27,8 +27,15 @@ const pipeline = process.env.PG_PIPELINE === '1';
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max, min, idleTimeoutMillis, pipeline });
 pool.on('error', (err) => console.error('payments: idle database connection failed:', err.message));
 
+// POST /rides' lease (lease mode): RIDES_LEASE_SECONDS, default 30 (the e2e suite uses 2 so takeovers are quick).
+const ridesLeaseSeconds = Number(process.env.RIDES_LEASE_SECONDS || 30);
+if (!(ridesLeaseSeconds > 0)) {
+  console.error(`payments: RIDES_LEASE_SECONDS must be a number of seconds > 0, not ${process.env.RIDES_LEASE_SECONDS}`);
+  process.exit(2);
+}
+
 const app = createApp({
-  pool, faults, batching: process.env.IDEM_BATCHING || 'auto', bench: process.env.PAYMENTS_BENCH === '1',
+  pool, faults, batching: process.env.IDEM_BATCHING || 'auto', bench: process.env.PAYMENTS_BENCH === '1', ridesLeaseSeconds,
 });
 const server = app.listen(port, host, () => {
   console.log(`payments: listening on http://${host}:${port}${faults ? ' (X-Fault enabled)' : ''}`);

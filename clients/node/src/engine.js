@@ -60,7 +60,7 @@ export function sqlLiteral(value) {
 }
 
 /** Run queries on `client`, all written before the first answer is read; rejects with the first error. */
-async function pipelined(client, texts, params) {
+export async function pipelined(client, texts, params) {
   const results = await Promise.allSettled(texts.map((t, i) => client.query(t, params[i])));
   const failed = results.find((r) => r.status === 'rejected');
   if (failed) throw failed.reason;

@@ -18,3 +18,4 @@ export { interceptResponse, sendResponse } from './capture.js';
 export { koaIdempotency } from './koa.js';
 export { fastifyIdempotency } from './fastify.js';
 export { sqlLiteral } from './engine.js';
+export { runLease, LeaseLostError, LEASE_LOST } from './lease.js';

@@ -172,7 +172,7 @@ def test_in_progress_is_409_at_once(app, database_url, db, account):
             assert r.status == 409
             assert r.header("Retry-After") == "1"
             assert body_json(r)["status"] == 409
-            assert elapsed < 0.2
+            assert elapsed < 2.0  # the holder holds the key until the test rolls back: a waiting claim never returns
             raise psycopg.Rollback(tx)
     assert pay(app, account, "held").status == 201  # the holder rolled back: the key is free
     assert len(ledger(db, account)) == 1

@@ -56,12 +56,31 @@ def test_a_failed_step_releases_and_the_retry_resumes_after_the_last_checkpoint(
                                                      ("two", "one", {"one": 1})]
 
 
-def test_5xx_is_not_stored_and_keeps_the_recovery_point(pool, account):
+def test_5xx_is_not_stored_and_keeps_the_recovery_point(pool, db, account):
+    """finish's writes roll back with its 5xx (the retry runs finish again: kept, they would be written twice),
+    and the lease is released at once with the recovery point kept."""
     log = []
-    r = go(pool, account, "k", steps_log(log), fin=lambda conn, ctx: problem(503, "down", "Down"))
+
+    def down(conn, ctx):
+        conn.execute(RIDE_SQL, (ctx.scope, ctx.key))
+        return problem(503, "down", "Down")
+    def up(conn, ctx):
+        conn.execute(RIDE_SQL, (ctx.scope, ctx.key))
+        return finish(conn, ctx)
+    r = go(pool, account, "k", steps_log(log), fin=down)
     assert r.status == 503
-    r = go(pool, account, "k", steps_log(log))
+    assert rides(db, account) == 0
+    r = go(pool, account, "k", steps_log(log), fin=up)
     assert r.status == 201 and len(log) == 2  # resumed after "two": no step ran again
+    assert rides(db, account) == 1
+
+
+RIDE_SQL = ("INSERT INTO rides (account, idempotency_key, amount_cents, currency, charge_id) "
+            "VALUES (%s, %s, 1, 'EUR', 'ch')")
+
+
+def rides(db, account):
+    return db.execute("SELECT count(*) FROM rides WHERE account = %s", (account,)).fetchone()[0]
 
 
 def test_in_progress_while_leased(pool, account):

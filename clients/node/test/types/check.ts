@@ -2,8 +2,9 @@
 // package's own name and its "exports", type the documented uses and refuse wrong ones.
 import { createServer } from 'node:http';
 import {
-  HttpProblem, errorStatus, fastifyIdempotency, idempotency, koaIdempotency, parseIdempotencyKey, transactional,
-  type IdempotencyHandle, type IdempotencyOptions, type PoolLike,
+  HttpProblem, LeaseLostError, errorStatus, fastifyIdempotency, idempotency, jsonResponse, koaIdempotency,
+  parseIdempotencyKey, runLease, transactional,
+  type IdempotencyHandle, type IdempotencyOptions, type LeasePoolLike, type LeaseStep, type PoolLike,
 } from 'idempotency-pg';
 
 declare const pool: PoolLike;
@@ -43,3 +44,35 @@ void status;
 idempotency({});
 // @ts-expect-error batching is one of auto, pipeline, multi, off
 idempotency({ pool, batching: 'sometimes' });
+
+// Lease mode: steps with a typed recovery state, finish in the completing transaction.
+declare const leasePool: LeasePoolLike;
+type RideState = { charge_id?: string; ride_id?: number };
+const charge: LeaseStep<RideState> = {
+  name: 'charge_created',
+  async run(ctx) {
+    const fencing: bigint | null = ctx.fencingNumber;
+    const res = await fetch('https://provider.example/charges', { method: 'POST', signal: ctx.signal });
+    await ctx.transaction(async (client) => {
+      await client.query('INSERT INTO rides (charge_id, fencing_number) VALUES ($1, $2)', [res.status, fencing]);
+      ctx.state.charge_id = 'ch_1';
+    });
+  },
+};
+void (async () => {
+  try {
+    const answer = await runLease<RideState>(leasePool, 'key', {
+      scope: 'acct', method: 'POST', path: '/rides', body: '{}', leaseSeconds: 30, steps: [charge],
+      finish: (client, ctx) => jsonResponse(201, { charge_id: ctx.state.charge_id }, [['Location', '/rides/1']]),
+    });
+    const status: number = answer.status;
+    void status;
+  } catch (e) {
+    if (e instanceof LeaseLostError) void e.code;
+  }
+  void runLease(leasePool, 'key', { requestHash: 'ab'.repeat(32), finish: () => jsonResponse(200, {}) });
+  // @ts-expect-error finish is required
+  void runLease(leasePool, 'key', { path: '/rides', body: '{}' });
+  // @ts-expect-error a body goes with a path, not with a requestHash
+  void runLease(leasePool, 'key', { requestHash: 'ab'.repeat(32), body: '{}', finish: () => jsonResponse(200, {}) });
+})();

@@ -21,21 +21,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from . import core
-from .header import KeyHeaderError, parse_idempotency_key
-from .responses import (
-    MAX_BODY_BYTES,
-    PROBLEM_BASE,
-    BodyTooLarge,
-    HTTPProblem,
-    NotExecuted,
-    Response,
-    body_too_large,
-    claim_response,
-    parse_json_body,
-    problem,
-    sent_form,
-    stored_form_of,
-)
+from .header import parse_idempotency_key
+from .responses import (MAX_BODY_BYTES, BodyTooLarge, HTTPProblem, NotExecuted, Response, claim_response,
+                        sent_form, stored_form_of)
 
 log = logging.getLogger("idempotency_pg")
 
@@ -211,7 +199,7 @@ class _SQLAlchemyTx:
 
 # --------------------------------------------------------------------------- the middleware
 
-class IdempotencyASGIMiddleware:
+class IdempotencyASGIMiddleware(core.Options):
     """Wrap an ASGI app so that each request with an ``Idempotency-Key`` runs at most once.
 
     ``backend``: :class:`PsycopgBackend` or :class:`SQLAlchemyBackend`.  ``scope(asgi_scope) -> str`` (may be
@@ -224,19 +212,11 @@ class IdempotencyASGIMiddleware:
     :class:`NotExecuted` or :func:`mark_not_executed` roll back; 40001/40P01 runs it all again (``max_retries``).
     """
 
-    def __init__(self, app, backend, *, scope=None, methods=("POST", "PUT", "PATCH", "DELETE"), when=None,
-                 ttl=None, max_retries=3, replay_headers=None, problem_base=PROBLEM_BASE,
-                 max_body_bytes=MAX_BODY_BYTES):
+    def __init__(self, app, backend, *, when=None, **options):
+        super().__init__(**options)  # scope, methods, ttl, max_retries, replay_headers, problem_base, max_body_bytes
         self.app = app
         self.backend = backend
-        self.scope_of = scope or (lambda s: "")
-        self.methods = frozenset(m.upper() for m in methods)
         self.when = when
-        self.ttl = ttl
-        self.max_retries = max_retries
-        self.replay_headers = replay_headers
-        self.problem_base = problem_base
-        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope, receive, send):
         if (scope["type"] != "http" or scope["method"].upper() not in self.methods
@@ -247,53 +227,32 @@ class IdempotencyASGIMiddleware:
         await send_response(send, response)
 
     async def handle(self, scope, receive):
-        base = self.problem_base
         try:
-            tenant = self.scope_of(scope)
+            tenant = self.scope(scope)
             if inspect.isawaitable(tenant):
                 tenant = await tenant
-        except HTTPProblem as p:
-            return p.response
-        values = [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"idempotency-key"]
-        try:
-            key = parse_idempotency_key(values or None)
-        except KeyHeaderError as e:
-            return problem(400, e.slug, "Invalid Idempotency-Key" if e.slug.endswith("invalid")
-                           else "Idempotency-Key required", str(e), (), base)
-        try:
+            key = parse_idempotency_key([v.decode("latin-1") for k, v in scope["headers"]
+                                         if k.lower() == b"idempotency-key"] or None)
             raw = await read_body(scope, receive, self.max_body_bytes)
-        except BodyTooLarge:
-            return body_too_large(self.max_body_bytes, base)
-        try:
-            body_text = parse_json_body(raw)
-        except ValueError:
-            return self._bad_body()
-        path = (scope.get("root_path", "") + scope["path"]) or "/"
-        params = core.claim_params(key, scope["method"].upper(), path, body_text, self.ttl, tenant)
+            params = self.claim_params(key, scope["method"].upper(), scope.get("root_path", "") + scope["path"],
+                                       raw, tenant)
+        except core.REFUSED as e:
+            return self.refused(e)
         try:
             async with self.backend.transaction() as tx:
                 for attempt in range(self.max_retries + 1):
                     try:
                         return await self._attempt(tx, scope, receive, raw, params, attempt)
-                    except core.BadBody:
-                        return self._bad_body()
+                    except core.BadBody as e:
+                        return self.refused(e)
                     except Exception as e:
                         if not self.backend.retryable(e):
                             raise
                         log.info("idempotency: %s on attempt %d, retrying", self.backend.sqlstate(e), attempt + 1)
-                return problem(409, "transaction-conflict", "Conflict",
-                               "the request kept conflicting with concurrent requests; retry it",
-                               [("Retry-After", "1")], base)
+                return self.conflict()
         except Exception as e:
             log.exception("idempotency: request failed")
-            state = self.backend.sqlstate(e)
-            detail = ("database error (SQLSTATE %s); the request was rolled back" % state if state
-                      else "the request failed and was rolled back")
-            return problem(500, "internal-error", "Internal Server Error", detail, (), base)
-
-    def _bad_body(self):
-        return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON",
-                       (), self.problem_base)
+            return self.failed(self.backend.sqlstate(e))
 
     async def _attempt(self, tx, scope, receive, raw, params, attempt):
         row = await tx.claim(params)

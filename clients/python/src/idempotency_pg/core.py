@@ -1,4 +1,5 @@
-"""The statements of the transactional flow, shared by the WSGI and ASGI middleware (psycopg 3, sync and async).
+"""The transactional flow shared by the adapters: its statements (psycopg 3, sync and async) for the WSGI and ASGI
+middleware, and :class:`Options` (settings, claim parameters, refusals) for those two and the Django decorator.
 
 Round trips (clients/CONTRACT.md "Round trips"): ``BEGIN`` travels with the claim and ``COMMIT`` with
 ``idem_complete``, each pair as one multi-statement message of the simple query protocol (a ``ClientCursor``:
@@ -15,7 +16,18 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg.pq import TransactionStatus
 
-from .responses import sent_form, stored_form_of
+from .header import KeyHeaderError
+from .responses import (
+    MAX_BODY_BYTES,
+    PROBLEM_BASE,
+    BodyTooLarge,
+    HTTPProblem,
+    body_too_large,
+    parse_json_body,
+    problem,
+    sent_form,
+    stored_form_of,
+)
 
 CLAIM_SELECT = (
     "SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text "
@@ -39,6 +51,65 @@ BAD_BODY = (pgerrors.InvalidTextRepresentation, pgerrors.UntranslatableCharacter
 
 class BadBody(Exception):
     """PostgreSQL refused the request body as jsonb (the claim rolled back; answer 400)."""
+
+
+class Options:
+    """What the WSGI middleware, the ASGI middleware and the Django decorator share: their settings, the request's
+    claim parameters, and the answers they give before and around the claim.
+
+    ``scope(request) -> str``: the key's scope, the authenticated tenant (may raise :class:`HTTPProblem`, e.g. a
+    401); ``methods``: the ones claimed, others pass through; ``ttl``: how long a stored answer is kept (an
+    interval, the extension's default if None); ``max_retries``: runs again after 40001/40P01;
+    ``replay_headers``: the response headers stored and replayed (see :func:`stored_form_of`);
+    ``problem_base``: the prefix of problem+json ``type``; ``max_body_bytes``: over it, 413.
+    """
+
+    def __init__(self, *, scope=None, methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None, max_retries=3,
+                 replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES):
+        self.scope = scope or (lambda request: "")
+        self.methods = frozenset(m.upper() for m in methods)
+        self.ttl = ttl
+        self.max_retries = max_retries
+        self.replay_headers = replay_headers
+        self.problem_base = problem_base
+        self.max_body_bytes = max_body_bytes
+
+    def claim_params(self, key, method, path, raw, tenant):
+        """The claim's parameters for a request; :class:`BadBody` if ``raw`` is not JSON."""
+        try:
+            body_text = parse_json_body(raw)
+        except ValueError:
+            raise BadBody() from None
+        return claim_params(key, method, path or "/", body_text, self.ttl, tenant)
+
+    def refused(self, exc):
+        """The answer to one of :data:`REFUSED`, raised before the claim (or :class:`BadBody` by the claim)."""
+        base = self.problem_base
+        if isinstance(exc, HTTPProblem):
+            return exc.response
+        if isinstance(exc, KeyHeaderError):
+            return problem(400, exc.slug, "Invalid Idempotency-Key" if exc.slug.endswith("invalid")
+                           else "Idempotency-Key required", str(exc), (), base)
+        if isinstance(exc, BodyTooLarge):
+            return body_too_large(self.max_body_bytes, base)
+        return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON",
+                       (), base)
+
+    def conflict(self):
+        """Every attempt ended in 40001/40P01."""
+        return problem(409, "transaction-conflict", "Conflict",
+                       "the request kept conflicting with concurrent requests; retry it", [("Retry-After", "1")],
+                       self.problem_base)
+
+    def failed(self, state=None):
+        """The request failed (a database error with SQLSTATE ``state``, or an exception) and rolled back."""
+        detail = ("database error (SQLSTATE %s); the request was rolled back" % state if state
+                  else "the request failed and was rolled back")
+        return problem(500, "internal-error", "Internal Server Error", detail, (), self.problem_base)
+
+
+#: What the adapters answer at once, without a claim (or after the claim refused the body): :meth:`Options.refused`.
+REFUSED = (HTTPProblem, KeyHeaderError, BodyTooLarge, BadBody)
 
 
 def claim_params(key, method, path, body_text, ttl, scope):

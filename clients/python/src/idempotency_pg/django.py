@@ -24,22 +24,12 @@ and the completion are one statement each (5 with the view's INSERT, where the p
 
 import functools
 import logging
+from contextlib import contextmanager
 
 from . import core
-from .header import KeyHeaderError, parse_idempotency_key
-from .responses import (
-    MAX_BODY_BYTES,
-    PROBLEM_BASE,
-    HTTPProblem,
-    NotExecuted,
-    Response,
-    body_too_large,
-    claim_response,
-    parse_json_body,
-    problem,
-    sent_form,
-    stored_form_of,
-)
+from .header import parse_idempotency_key
+from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyTooLarge, HTTPProblem, NotExecuted, Response,
+                        claim_response, problem, sent_form, stored_form_of)
 
 log = logging.getLogger("idempotency_pg")
 
@@ -78,67 +68,55 @@ def from_django(dresp):
 def idempotent(scope=None, *, using="default", methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None,
                max_retries=3, replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES):
     """Decorate a Django view so that each request with an ``Idempotency-Key`` runs at most once."""
-    scope_of = scope or (lambda request: "")
-    methods = frozenset(m.upper() for m in methods)
+    opts = core.Options(scope=scope, methods=methods, ttl=ttl, max_retries=max_retries,
+                        replay_headers=replay_headers, problem_base=problem_base, max_body_bytes=max_body_bytes)
 
     def decorator(view):
         @functools.wraps(view)
         def wrapper(request, *args, **kwargs):
-            if request.method.upper() not in methods:
+            if request.method.upper() not in opts.methods:
                 return view(request, *args, **kwargs)
             return _handle(request, view, args, kwargs)
-
-        def _bad_body():
-            return to_django(problem(400, "request-body-not-json", "Malformed request body",
-                                     "the request body is not JSON", (), problem_base))
 
         def _handle(request, view, args, kwargs):
             from django.db import OperationalError
 
             try:
-                tenant = scope_of(request)
-            except HTTPProblem as p:
-                return to_django(p.response)
-            try:
+                tenant = opts.scope(request)
                 key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
-            except KeyHeaderError as e:
-                return to_django(problem(400, e.slug, "Invalid Idempotency-Key" if e.slug.endswith("invalid")
-                                         else "Idempotency-Key required", str(e), (), problem_base))
-            try:
-                length = int(request.META.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                length = 0
-            if length > max_body_bytes:  # refused before Django reads the body
-                return to_django(body_too_large(max_body_bytes, problem_base))
-            raw = request.body
-            if len(raw) > max_body_bytes:
-                return to_django(body_too_large(max_body_bytes, problem_base))
-            try:
-                body_text = parse_json_body(raw)
-            except ValueError:
-                return _bad_body()
-            params = core.claim_params(key, request.method.upper(), request.path or "/", body_text, ttl, tenant)
-            for attempt in range(max_retries + 1):
+                params = opts.claim_params(key, request.method.upper(), request.path, _body(request), tenant)
+            except core.REFUSED as e:
+                return to_django(opts.refused(e))
+            for attempt in range(opts.max_retries + 1):
                 try:
                     return _attempt(request, view, args, kwargs, params, attempt)
-                except core.BadBody:
-                    return _bad_body()
+                except core.BadBody as e:
+                    return to_django(opts.refused(e))
                 except OperationalError as e:
                     if _sqlstate(e) not in ("40001", "40P01"):
                         return _failed(e)
                     log.info("idempotency: %s on attempt %d, retrying", _sqlstate(e), attempt + 1)
                 except Exception as e:  # noqa: BLE001 - a database error outside the view
                     return _failed(e)
-            return to_django(problem(409, "transaction-conflict", "Conflict",
-                                     "the request kept conflicting with concurrent requests; retry it",
-                                     [("Retry-After", "1")], problem_base))
+            return to_django(opts.conflict())
+
+        def _body(request):
+            """The body, refused (:class:`BodyTooLarge`) over the limit: by its ``Content-Length`` before Django
+            reads it, else by its length."""
+            try:
+                length = int(request.META.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                length = 0
+            if length > opts.max_body_bytes:
+                raise BodyTooLarge(length)
+            raw = request.body
+            if len(raw) > opts.max_body_bytes:
+                raise BodyTooLarge(len(raw))
+            return raw
 
         def _failed(e):
             log.exception("idempotency: request failed")
-            state = _sqlstate(e)
-            detail = ("database error (SQLSTATE %s); the request was rolled back" % state if state
-                      else "the request failed and was rolled back")
-            return to_django(problem(500, "internal-error", "Internal Server Error", detail, (), problem_base))
+            return to_django(opts.failed(_sqlstate(e)))
 
         def _attempt(request, view, args, kwargs, params, attempt):
             from django.core.handlers.exception import response_for_exception
@@ -153,7 +131,7 @@ def idempotent(scope=None, *, using="default", methods=("POST", "PUT", "PATCH", 
                             raise core.BadBody() from e
                         raise
                     row = cur.fetchone()
-                early = claim_response(*row, base=problem_base)
+                early = claim_response(*row, base=opts.problem_base)
                 if early is not None:
                     transaction.set_rollback(True, using=using)
                     return to_django(early)
@@ -173,12 +151,12 @@ def idempotent(scope=None, *, using="default", methods=("POST", "PUT", "PATCH", 
                 if getattr(dresp, "streaming", False):
                     transaction.set_rollback(True, using=using)
                     return to_django(problem(500, "internal-error", "Internal Server Error",
-                                             "a streaming response cannot be stored", (), problem_base))
+                                             "a streaming response cannot be stored", (), opts.problem_base))
                 if ctx.not_executed or 500 <= dresp.status_code <= 599:
                     transaction.set_rollback(True, using=using)
                     return dresp
                 response = from_django(dresp)
-                stored = stored_form_of(response, replay_headers)
+                stored = stored_form_of(response, opts.replay_headers)
                 with connections[using].cursor() as cur:
                     cur.execute(core.COMPLETE_SELECT, core.complete_params(params, response.status, stored))
                     stored.read_back = cur.fetchone()[1]
@@ -196,4 +174,53 @@ def idempotent(scope=None, *, using="default", methods=("POST", "PUT", "PATCH", 
     return decorator
 
 
-__all__ = ["RequestContext", "idempotent", "to_django", "from_django"]
+# --------------------------------------------------------------------------- lease mode
+
+def lease_pool(using="default"):
+    """Django's own connection as the pool of :func:`idempotency_pg.lease.run`, so that a step's ``commit`` and
+    the ``finish`` run in ``transaction.atomic(using=using)`` and may write with the ORM::
+
+        from idempotency_pg.django import lease_pool
+        from idempotency_pg.lease import Step, run
+
+        response = to_django(run(lease_pool(), key=..., steps=[...], finish=...))
+
+    ``conn.execute(sql, params)`` (psycopg's call, on Django's cursor) returns the cursor.  Django keeps one
+    connection per thread: the heartbeat's thread gets one of its own, closed when the heartbeat ends."""
+    return _DjangoLeasePool(using)
+
+
+class _DjangoLeasePool:
+    def __init__(self, using):
+        self.using = using
+
+    @contextmanager
+    def connection(self):
+        from django.db import connections
+
+        yield _DjangoConnection(connections[self.using], self.using)
+
+    def close_thread(self):
+        from django.db import connections
+
+        connections[self.using].close()
+
+
+class _DjangoConnection:
+    """The two calls of a psycopg connection that the lease steps use, on a Django connection."""
+
+    def __init__(self, connection, using):
+        self.connection, self.using = connection, using
+
+    def execute(self, sql, params=None):
+        cur = self.connection.cursor()
+        cur.execute(sql, params)
+        return cur
+
+    def transaction(self):
+        from django.db import transaction
+
+        return transaction.atomic(using=self.using)
+
+
+__all__ = ["RequestContext", "idempotent", "lease_pool", "to_django", "from_django"]

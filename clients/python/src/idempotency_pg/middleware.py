@@ -6,20 +6,9 @@ import logging
 import psycopg
 
 from . import core
-from .core import BAD_BODY, CLAIM_SELECT, COMPLETE_SELECT, RETRYABLE, BadBody
-from .header import KeyHeaderError, parse_idempotency_key
-from .responses import (
-    MAX_BODY_BYTES,
-    PROBLEM_BASE,
-    BodyTooLarge,
-    HTTPProblem,
-    NotExecuted,
-    Response,
-    body_too_large,
-    claim_response,
-    parse_json_body,
-    problem,
-)
+from .core import BAD_BODY, CLAIM_SELECT, COMPLETE_SELECT, RETRYABLE, BadBody  # noqa: F401 - 1.0 names
+from .header import parse_idempotency_key
+from .responses import MAX_BODY_BYTES, BodyTooLarge, HTTPProblem, NotExecuted, Response, claim_response
 
 log = logging.getLogger("idempotency_pg")
 
@@ -39,7 +28,7 @@ def get_connection(environ):
     return environ[CONNECTION]
 
 
-class IdempotencyMiddleware:
+class IdempotencyMiddleware(core.Options):
     """Wrap a WSGI app so that each request with an ``Idempotency-Key`` runs at most once.
 
     ``pool`` is a ``psycopg_pool.ConnectionPool`` (see :func:`idempotency_pg.connection_pool`).
@@ -57,18 +46,10 @@ class IdempotencyMiddleware:
     completion and COMMIT as four round trips instead of two (for comparison only).
     """
 
-    def __init__(self, app, pool, *, scope=None, methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None,
-                 max_retries=3, replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES,
-                 combine=True):
+    def __init__(self, app, pool, *, combine=True, **options):
+        super().__init__(**options)  # scope, methods, ttl, max_retries, replay_headers, problem_base, max_body_bytes
         self.app = app
         self.pool = pool
-        self.scope = scope or (lambda environ: "")
-        self.methods = frozenset(m.upper() for m in methods)
-        self.ttl = ttl
-        self.max_retries = max_retries
-        self.replay_headers = replay_headers
-        self.problem_base = problem_base
-        self.max_body_bytes = max_body_bytes
         self.combine = combine
 
     def __call__(self, environ, start_response):
@@ -80,28 +61,14 @@ class IdempotencyMiddleware:
 
     def handle(self, environ):
         """Run the request and return the :class:`Response` to send."""
-        base = self.problem_base
         try:
-            scope = self.scope(environ)
-        except HTTPProblem as p:
-            return p.response
-        try:
+            tenant = self.scope(environ)
             key = parse_idempotency_key(environ.get("HTTP_IDEMPOTENCY_KEY"))
-        except KeyHeaderError as e:
-            return problem(400, e.slug, "Invalid Idempotency-Key" if e.slug.endswith("invalid")
-                           else "Idempotency-Key required", str(e), (), base)
-        try:
             raw = read_body(environ, self.max_body_bytes)
-        except BodyTooLarge:
-            return body_too_large(self.max_body_bytes, base)
-        try:
-            body_text = parse_json_body(raw)
-        except ValueError:
-            return self._bad_body()
-
-        params = core.claim_params(key, environ.get("REQUEST_METHOD", "POST").upper(),
-                                   (environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")) or "/",
-                                   body_text, self.ttl, scope)
+            params = self.claim_params(key, environ.get("REQUEST_METHOD", "POST").upper(),
+                                       environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""), raw, tenant)
+        except core.REFUSED as e:
+            return self.refused(e)
         try:
             with self.pool.connection() as conn:
                 if conn.prepare_threshold is not None:
@@ -111,23 +78,15 @@ class IdempotencyMiddleware:
                         return self._attempt(conn, environ, raw, params, attempt)
                     except RETRYABLE as e:
                         log.info("idempotency: %s on attempt %d, retrying", e.sqlstate, attempt + 1)
-                    except BadBody:
-                        return self._bad_body()
-                return problem(409, "transaction-conflict", "Conflict",
-                               "the request kept conflicting with concurrent requests; retry it",
-                               [("Retry-After", "1")], base)
+                    except BadBody as e:
+                        return self.refused(e)
+                return self.conflict()
         except psycopg.Error as e:
             log.exception("idempotency: database error")
-            return problem(500, "internal-error", "Internal Server Error",
-                           "database error (SQLSTATE %s); the request was rolled back" % (e.sqlstate,), (), base)
+            return self.failed(e.sqlstate)
         except Exception:
             log.exception("idempotency: handler error")
-            return problem(500, "internal-error", "Internal Server Error",
-                           "the request failed and was rolled back", (), base)
-
-    def _bad_body(self):
-        return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON",
-                       (), self.problem_base)
+            return self.failed()
 
     def _attempt(self, conn, environ, raw, params, attempt):
         """One transaction: returns the response to send, committed or rolled back as it says."""

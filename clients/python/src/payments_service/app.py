@@ -28,8 +28,13 @@ MAX_CENTS = 2 ** 63 - 1
 
 
 def account_scope(environ):
-    """The account from ``Authorization: Bearer <account>``; the idempotency scope.  401 otherwise."""
-    m = BEARER_RE.match(environ.get("HTTP_AUTHORIZATION", ""))
+    """The account of a WSGI request: :func:`account_from_authorization`."""
+    return account_from_authorization(environ.get("HTTP_AUTHORIZATION", ""))
+
+
+def account_from_authorization(value):
+    """The account from an ``Authorization: Bearer <account>`` value; the idempotency scope.  401 otherwise."""
+    m = BEARER_RE.match(value or "")
     if not m or not ACCOUNT_RE.match(m.group(1)):
         raise HTTPProblem(401, "unauthorized", "Unauthorized",
                           "send Authorization: Bearer <account>, the account being [a-z0-9_]{1,64}",
@@ -138,28 +143,16 @@ class PaymentsApp:
 
     def rides(self, environ):
         """POST /rides: lease mode (payments_service.rides)."""
-        from idempotency_pg import KeyHeaderError, parse_idempotency_key
+        from idempotency_pg import parse_idempotency_key
 
-        from .rides import handle_ride
+        from .rides import REFUSED, Ride, handle_ride, refused
         try:
             account = account_scope(environ)
             key = parse_idempotency_key(environ.get("HTTP_IDEMPOTENCY_KEY"))
-            raw = read_body(environ, MAX_BODY_BYTES)
-            body_text = parse_json_body(raw)
-            return handle_ride(self.pool, account, key, body_text, self._fault(environ))
-        except HTTPProblem as p:
-            return p.response
-        except KeyHeaderError as e:
-            return problem(400, e.slug, "Invalid Idempotency-Key", str(e))
-        except BodyTooLarge:
-            return body_too_large(MAX_BODY_BYTES)
-        except NotExecuted as e:
-            return e.response
-        except ValueError:
-            return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON")
-        except Exception:
-            log.exception("rides failed")
-            return problem(500, "internal-error", "Internal Server Error", "the ride failed; retry it")
+            ride = Ride(account, key, read_body(environ, MAX_BODY_BYTES), self._fault(environ))
+        except REFUSED as e:
+            return refused(e)
+        return handle_ride(self.pool, ride)
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")

@@ -1,7 +1,9 @@
 """The payment service of clients/CONTRACT.md on Django 3.2 (WSGI, Django's own connection and ORM), with
-:func:`idempotency_pg.django.idempotent`.  ``python -m payments_service.django_app`` serves it with waitress on
-127.0.0.1:$PORT against $DATABASE_URL (same environment as ``python -m payments_service``; ``THREADS``, default
-10, is also the number of database connections: Django keeps one per thread)."""
+:func:`idempotency_pg.django.idempotent`, and ``POST /rides`` (lease mode, :mod:`payments_service.rides`) on
+Django's own connection (:func:`idempotency_pg.django.lease_pool`).  ``python -m payments_service.django_app``
+serves it with waitress on 127.0.0.1:$PORT against $DATABASE_URL (same environment as ``python -m
+payments_service``; ``THREADS``, default 10, is also the number of database connections: Django keeps one per
+thread)."""
 
 import os
 import sys
@@ -9,7 +11,7 @@ import threading
 import time
 from urllib.parse import unquote, urlsplit
 
-from .app import ACCOUNT_RE, BEARER_RE, SLEEP_RE, validate_payment
+from .app import SLEEP_RE, account_from_authorization, validate_payment
 
 
 def database_settings(url):
@@ -56,13 +58,17 @@ def _json(status, obj, headers=()):
 
 
 def account_scope(request):
-    from idempotency_pg import HTTPProblem
-    m = BEARER_RE.match(request.META.get("HTTP_AUTHORIZATION", ""))
-    if not m or not ACCOUNT_RE.match(m.group(1)):
-        raise HTTPProblem(401, "unauthorized", "Unauthorized",
-                          "send Authorization: Bearer <account>, the account being [a-z0-9_]{1,64}",
-                          [("WWW-Authenticate", "Bearer")])
-    return m.group(1)
+    return account_from_authorization(request.META.get("HTTP_AUTHORIZATION", ""))
+
+
+def _body(request):
+    """The request body; :class:`BodyTooLarge` when its ``Content-Length`` is over 1 MiB, before reading it."""
+    from idempotency_pg import MAX_BODY_BYTES, BodyTooLarge
+
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > MAX_BODY_BYTES:
+        raise BodyTooLarge(length)
+    return request.body
 
 
 def _fault(request):
@@ -97,7 +103,7 @@ def _pay(request, account, key):
 
 def payments(request):
     if request.method != "POST":
-        return _problem(405, "method-not-allowed", "Method Not Allowed", "use POST", [("Allow", "POST")])
+        return _not_allowed()
     return _protected(request)
 
 
@@ -107,20 +113,19 @@ def _payments_view(request):
 
 def unprotected(request):
     from django.db import transaction
-    from idempotency_pg import HTTPProblem, NotExecuted
+    from idempotency_pg import MAX_BODY_BYTES, BodyTooLarge, HTTPProblem, NotExecuted
     from idempotency_pg.django import to_django
-    from idempotency_pg.responses import parse_json_body
+    from idempotency_pg.responses import body_too_large, parse_json_body
 
     if request.method != "POST":
-        return _problem(405, "method-not-allowed", "Method Not Allowed", "use POST", [("Allow", "POST")])
+        return _not_allowed()
     try:
         account = account_scope(request)
+        parse_json_body(_body(request))
     except HTTPProblem as p:
         return to_django(p.response)
-    if int(request.META.get("CONTENT_LENGTH") or 0) > 1024 * 1024:
-        return _problem(413, "request-too-large", "Request body too large", "over 1048576 bytes")
-    try:
-        parse_json_body(request.body)
+    except BodyTooLarge:
+        return to_django(body_too_large(MAX_BODY_BYTES))
     except ValueError:
         return _problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON")
     try:
@@ -128,6 +133,28 @@ def unprotected(request):
             return _pay(request, account, "")
     except NotExecuted as e:
         return to_django(e.response)
+
+
+def rides(request):
+    """POST /rides: lease mode (payments_service.rides) on Django's own connection."""
+    from idempotency_pg import parse_idempotency_key
+    from idempotency_pg.django import lease_pool, to_django
+
+    from .rides import REFUSED, Ride, handle_ride, refused
+
+    if request.method != "POST":
+        return _not_allowed()
+    try:
+        account = account_scope(request)
+        key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
+        ride = Ride(account, key, _body(request), _fault(request))
+    except REFUSED as e:
+        return to_django(refused(e))
+    return to_django(handle_ride(lease_pool(), ride))
+
+
+def _not_allowed():
+    return _problem(405, "method-not-allowed", "Method Not Allowed", "use POST", [("Allow", "POST")])
 
 
 _warm = threading.Event()
@@ -187,7 +214,8 @@ _protected = _payments_protected()
 
 def _urlpatterns():
     from django.urls import path
-    return [path("payments", payments), path("payments-unprotected", unprotected), path("healthz", healthz)]
+    return [path("payments", payments), path("payments-unprotected", unprotected), path("rides", rides),
+            path("healthz", healthz)]
 
 
 urlpatterns = _urlpatterns()

@@ -5,17 +5,17 @@
 * ``sqlalchemy``: :class:`SQLAlchemyBackend`, a SQLAlchemy 1.4 ``Session`` (psycopg2); the endpoint is ``def``
   (FastAPI runs it in a worker thread) and writes with the ORM (``session.add(Ledger(...))``).
 
-Run with ``python -m payments_service.asgi_main psycopg|sqlalchemy``.
+``POST /rides`` (lease mode, :mod:`payments_service.rides`) is the same in both: ``lease.run_async`` on psycopg's
+async pool.  Run with ``python -m payments_service.asgi_main psycopg|sqlalchemy``.
 """
 
 import logging
-import re
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response as FastAPIResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from idempotency_pg import HTTPProblem, NotExecuted, json_response, problem
+from idempotency_pg import HTTPProblem, NotExecuted, json_response, parse_idempotency_key, problem
 from idempotency_pg.asgi import (
     IdempotencyASGIMiddleware,
     PsycopgBackend,
@@ -25,7 +25,8 @@ from idempotency_pg.asgi import (
 )
 from idempotency_pg.responses import parse_json_body
 
-from .app import ACCOUNT_RE, BEARER_RE, SLEEP_RE, validate_payment
+from .app import SLEEP_RE, account_from_authorization, validate_payment
+from .rides import REFUSED, Ride, handle_ride_async, refused
 
 log = logging.getLogger("payments_service")
 
@@ -34,17 +35,12 @@ INSERT_SQL = ("INSERT INTO ledger (account, amount_cents, currency, idempotency_
 
 
 def account_of(scope):
-    """The account from ``Authorization: Bearer <account>`` in an ASGI scope: the idempotency scope, else 401."""
+    """The account of an ASGI request (:func:`account_from_authorization`): the idempotency scope, else 401."""
     auth = ""
     for k, v in scope["headers"]:
         if k.lower() == b"authorization":
             auth = v.decode("latin-1")
-    m = BEARER_RE.match(auth)
-    if not m or not ACCOUNT_RE.match(m.group(1)):
-        raise HTTPProblem(401, "unauthorized", "Unauthorized",
-                          "send Authorization: Bearer <account>, the account being [a-z0-9_]{1,64}",
-                          [("WWW-Authenticate", "Bearer")])
-    return m.group(1)
+    return account_from_authorization(auth)
 
 
 def to_fastapi(response):
@@ -91,17 +87,29 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
     async def healthz():
         return to_fastapi(json_response(200, {"ok": True}))
 
+    # psycopg 3's async pool: the psycopg variant's backend, and POST /rides (lease mode) in both variants.
+    pool = async_connection_pool(dsn, min_size=min(4, pool_size), max_size=pool_size, timeout=10)
+
+    @app.on_event("startup")
+    async def open_pool():
+        await pool.open(wait=True, timeout=30)
+
+    @app.on_event("shutdown")
+    async def close_pool():
+        await pool.close()
+
+    @app.post("/rides")
+    async def rides(request: Request):
+        try:
+            account = account_of(request.scope)
+            key = parse_idempotency_key(request.headers.getlist("idempotency-key") or None)
+            ride = Ride(account, key, await request.body(), fault_of(request))
+        except REFUSED as e:
+            return to_fastapi(refused(e))
+        return to_fastapi(await handle_ride_async(pool, ride))
+
     if variant == "psycopg":
-        pool = async_connection_pool(dsn, min_size=min(4, pool_size), max_size=pool_size, timeout=10)
         backend = PsycopgBackend(pool)
-
-        @app.on_event("startup")
-        async def open_pool():
-            await pool.open(wait=True, timeout=30)
-
-        @app.on_event("shutdown")
-        async def close_pool():
-            await pool.close()
 
         @app.post("/payments")
         async def payments(request: Request):
@@ -121,11 +129,7 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
 
         @app.post("/payments-unprotected")
         async def unprotected(request: Request):
-            account, raw = await _unprotected_input(request)
-            try:
-                amount, currency = validate_payment(raw)
-            except NotExecuted as e:
-                return to_fastapi(e.response)
+            account, amount, currency = await _unprotected_input(request)
             async with pool.connection() as conn:
                 async with conn.transaction():
                     cur = await conn.execute(INSERT_SQL, (account, -amount, currency, ""))
@@ -181,11 +185,7 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
 
         @app.post("/payments-unprotected")
         async def unprotected(request: Request):
-            account, raw = await _unprotected_input(request)
-            try:
-                amount, currency = validate_payment(raw)
-            except NotExecuted as e:
-                return to_fastapi(e.response)
+            account, amount, currency = await _unprotected_input(request)
             from starlette.concurrency import run_in_threadpool
 
             def write():
@@ -212,18 +212,18 @@ def _body_of(request):
 
 
 async def _unprotected_input(request):
+    """``(account, amount, currency)`` of a /payments-unprotected request, or :class:`_Answer` with the refusal."""
     try:
         account = account_of(request.scope)
-    except HTTPProblem as p:
-        raise _Answer(p.response)
-    raw = await request.body()
-    if len(raw) > 1024 * 1024:
-        raise _Answer(problem(413, "request-too-large", "Request body too large", "over 1048576 bytes"))
-    try:
+        raw = await request.body()
+        if len(raw) > 1024 * 1024:
+            raise _Answer(problem(413, "request-too-large", "Request body too large", "over 1048576 bytes"))
         parse_json_body(raw)
+        return (account,) + validate_payment(raw)
+    except (HTTPProblem, NotExecuted) as p:
+        raise _Answer(p.response) from None
     except ValueError:
         raise _Answer(problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON"))
-    return account, raw
 
 
 class _Answer(Exception):

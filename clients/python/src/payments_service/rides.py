@@ -1,82 +1,181 @@
-"""POST /rides (clients/CONTRACT.md "lease-rides"): the rocket-rides story in lease mode, on the WSGI service.
+"""POST /rides (clients/CONTRACT.md "lease-rides"): the rocket-rides story in lease mode, on every Python service.
 
 Steps: ``charge_created`` (the simulated provider's charge, then the ride row and the checkpoint in one
 transaction) and ``receipt_sent`` (the simulated mailer); then the 201 is stored with ``idem_lease_complete``.
+:func:`handle_ride` runs them with :func:`idempotency_pg.lease.run` on a sync pool (the WSGI service's psycopg
+pool, or Django's own connection through ``idempotency_pg.django.lease_pool()``); :func:`handle_ride_async`
+with :func:`idempotency_pg.lease.run_async` on the FastAPI service's async pool.  What the two share (the
+request, the statements, the faults, the answers) is written here once; they differ only in ``await``.
 """
 
+import asyncio
 import logging
 import os
 import re
 import time
 
-from idempotency_pg import HTTPProblem, NotExecuted, json_response, problem
-from idempotency_pg.lease import Step, run
+from idempotency_pg import BodyTooLarge, HTTPProblem, KeyHeaderError, NotExecuted, json_response, problem
+from idempotency_pg.lease import Step, run, run_async
+from idempotency_pg.responses import MAX_BODY_BYTES, body_too_large, parse_json_body
 
-from .app import account_scope, validate_payment
+from .app import validate_payment
 
 log = logging.getLogger("payments_service")
 
 STALL_RE = re.compile(r"stall=(\d{1,7})\Z")
 CRASH_STATUS = 70  # the process exits with it on the crash-* faults
 
+# The "provider call": one autocommit statement, idempotent on the key (a repeated call returns the first charge).
+CHARGE_SQL = ("INSERT INTO provider_charges (account, idempotency_key, amount_cents, currency) "
+              "VALUES (%s, %s, %s, %s) ON CONFLICT (account, idempotency_key) "
+              "DO UPDATE SET amount_cents = EXCLUDED.amount_cents RETURNING charge_id")
+RIDE_SQL = ("INSERT INTO rides (account, idempotency_key, amount_cents, currency, charge_id, fencing_number) "
+            "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id")
+# The "mailer": idempotent on the key.
+RECEIPT_SQL = ("INSERT INTO receipts (account, idempotency_key, ride_id) VALUES (%s, %s, %s) "
+               "ON CONFLICT DO NOTHING")
+RECEIPT_SENT_SQL = "UPDATE rides SET receipt_sent = true WHERE id = %s"
+
+#: What :func:`refused` answers: before any lease, nothing is written.
+REFUSED = (HTTPProblem, KeyHeaderError, BodyTooLarge, NotExecuted, ValueError)
+
 
 def lease_seconds():
     return float(os.environ.get("RIDES_LEASE_SECONDS", "30"))
 
 
-def handle_ride(pool, account, key, body_text, fault):
-    """The ride for a parsed, authenticated request: returns the Response to send."""
-    amount, currency = validate_payment(body_text)  # NotExecuted: answered before any lease
+class Ride:
+    """A parsed ride request: ``body`` over the limit -> :class:`BodyTooLarge`, not JSON -> ``ValueError``,
+    invalid -> :class:`NotExecuted` (a 422 before any lease)."""
+
+    def __init__(self, account, key, raw, fault=None):
+        if len(raw) > MAX_BODY_BYTES:
+            raise BodyTooLarge(len(raw))
+        self.body_text = parse_json_body(raw)
+        self.amount, self.currency = validate_payment(raw)
+        self.account, self.key, self.fault = account, key, fault
+
+    def run_args(self, steps, finish):
+        return dict(key=self.key, scope=self.account, method="POST", path="/rides", body_text=self.body_text,
+                    steps=steps, finish=finish, lease_seconds=lease_seconds())
+
+    def charge_args(self):
+        return (self.account, self.key, self.amount, self.currency)
+
+    def ride_args(self, ctx, state):
+        return (self.account, self.key, self.amount, self.currency, state["charge_id"], ctx.fencing_number)
+
+    def receipt_args(self, ctx):
+        return (self.account, self.key, ctx.state["ride_id"])
+
+    def before_charge(self):
+        if self.fault == "provider-503":
+            raise ProviderDown()
+
+    def after_charge(self, ctx):
+        """The faults right after the provider call: exit, or the seconds to stall (the heartbeat stopped)."""
+        if self.fault == "crash-after-charge":
+            os._exit(CRASH_STATUS)
+        m = STALL_RE.match(self.fault or "")
+        if not m:
+            return 0
+        ctx.stop_heartbeat()  # a stalled holder: no heartbeat, the lease runs out, another attempt takes over
+        return int(m.group(1)) / 1000.0
+
+    def before_receipt(self):
+        if self.fault == "crash-after-checkpoint":
+            os._exit(CRASH_STATUS)
+
+    def created(self, state):
+        ride_id = state["ride_id"]
+        return json_response(201, {"ride_id": ride_id, "account": self.account, "amount_cents": self.amount,
+                                   "currency": self.currency, "charge_id": state["charge_id"]},
+                             [("Location", "/rides/%d" % ride_id)])
+
+
+def handle_ride(pool, ride):
+    """The ride on a sync pool: returns the Response to send."""
 
     def charge(ctx):
-        if fault == "provider-503":
-            raise _ProviderDown()
-        with pool.connection() as conn:  # the "provider call": one autocommit statement, idempotent on the key
-            (charge_id,) = conn.execute(
-                "INSERT INTO provider_charges (account, idempotency_key, amount_cents, currency) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (account, idempotency_key) "
-                "DO UPDATE SET amount_cents = EXCLUDED.amount_cents RETURNING charge_id",
-                (account, key, amount, currency)).fetchone()
-        if fault == "crash-after-charge":
-            os._exit(CRASH_STATUS)
-        m = STALL_RE.match(fault or "")
-        if m:
-            ctx.stop_heartbeat()  # a stalled holder: no heartbeat, the lease runs out, another attempt takes over
-            time.sleep(int(m.group(1)) / 1000.0)
+        ride.before_charge()
+        with pool.connection() as conn:
+            (charge_id,) = conn.execute(CHARGE_SQL, ride.charge_args()).fetchone()
+        time.sleep(ride.after_charge(ctx))
         return {"charge_id": charge_id}
 
     def insert_ride(conn, ctx, state):
-        (ride_id,) = conn.execute(
-            "INSERT INTO rides (account, idempotency_key, amount_cents, currency, charge_id, fencing_number) "
-            "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
-            (account, key, amount, currency, state["charge_id"], ctx.fencing_number)).fetchone()
+        (ride_id,) = conn.execute(RIDE_SQL, ride.ride_args(ctx, state)).fetchone()
         return dict(state, ride_id=ride_id)
 
     def receipt(ctx):
-        if fault == "crash-after-checkpoint":
-            os._exit(CRASH_STATUS)
-        with pool.connection() as conn:  # the "mailer": idempotent on the key
-            conn.execute("INSERT INTO receipts (account, idempotency_key, ride_id) VALUES (%s, %s, %s) "
-                         "ON CONFLICT DO NOTHING", (account, key, ctx.state["ride_id"]))
+        ride.before_receipt()
+        with pool.connection() as conn:
+            conn.execute(RECEIPT_SQL, ride.receipt_args(ctx))
         return ctx.state
 
     def finish(conn, ctx):
-        conn.execute("UPDATE rides SET receipt_sent = true WHERE id = %s", (ctx.state["ride_id"],))
-        ride_id = ctx.state["ride_id"]
-        return json_response(201, {"ride_id": ride_id, "account": account, "amount_cents": amount,
-                                   "currency": currency, "charge_id": ctx.state["charge_id"]},
-                             [("Location", "/rides/%d" % ride_id)])
+        conn.execute(RECEIPT_SENT_SQL, (ctx.state["ride_id"],))
+        return ride.created(ctx.state)
 
     steps = [Step("charge_created", action=charge, commit=insert_ride), Step("receipt_sent", action=receipt)]
     try:
-        return run(pool, key=key, scope=account, method="POST", path="/rides", body_text=body_text, steps=steps,
-                   finish=finish, lease_seconds=lease_seconds())
-    except _ProviderDown:
+        return run(pool, **ride.run_args(steps, finish))
+    except Exception as e:  # noqa: BLE001 - the answer to any failure of a step
+        return failed(e)
+
+
+async def handle_ride_async(pool, ride):
+    """The ride on a ``psycopg_pool.AsyncConnectionPool``: returns the Response to send."""
+
+    async def charge(ctx):
+        ride.before_charge()
+        async with pool.connection() as conn:
+            (charge_id,) = await (await conn.execute(CHARGE_SQL, ride.charge_args())).fetchone()
+        await asyncio.sleep(ride.after_charge(ctx))
+        return {"charge_id": charge_id}
+
+    async def insert_ride(conn, ctx, state):
+        (ride_id,) = await (await conn.execute(RIDE_SQL, ride.ride_args(ctx, state))).fetchone()
+        return dict(state, ride_id=ride_id)
+
+    async def receipt(ctx):
+        ride.before_receipt()
+        async with pool.connection() as conn:
+            await conn.execute(RECEIPT_SQL, ride.receipt_args(ctx))
+        return ctx.state
+
+    async def finish(conn, ctx):
+        await conn.execute(RECEIPT_SENT_SQL, (ctx.state["ride_id"],))
+        return ride.created(ctx.state)
+
+    steps = [Step("charge_created", action=charge, commit=insert_ride), Step("receipt_sent", action=receipt)]
+    try:
+        return await run_async(pool, **ride.run_args(steps, finish))
+    except Exception as e:  # noqa: BLE001
+        return failed(e)
+
+
+def refused(exc):
+    """The answer to one of :data:`REFUSED`, raised while reading the request."""
+    if isinstance(exc, (HTTPProblem, NotExecuted)):
+        return exc.response
+    if isinstance(exc, KeyHeaderError):
+        return problem(400, exc.slug, "Invalid Idempotency-Key", str(exc))
+    if isinstance(exc, BodyTooLarge):
+        return body_too_large(MAX_BODY_BYTES)
+    return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON")
+
+
+def failed(exc):
+    """The answer when a step failed (the lease was released, its recovery point kept)."""
+    if isinstance(exc, ProviderDown):
         return problem(503, "provider-unavailable", "Service Unavailable", "the payment provider answered 503")
+    log.error("rides failed", exc_info=exc)
+    return problem(500, "internal-error", "Internal Server Error", "the ride failed; retry it")
 
 
-class _ProviderDown(Exception):
+class ProviderDown(Exception):
     pass
 
 
-__all__ = ["handle_ride", "HTTPProblem", "NotExecuted", "account_scope"]
+__all__ = ["REFUSED", "Ride", "handle_ride", "handle_ride_async", "refused"]
