@@ -58,8 +58,7 @@ if [ "$status" -eq 3 ]; then
 fi
 [ "$status" -eq 0 ] || { count citus-build 0 1; finish; }
 mkdir -p "$work/src"
-tar -C "$root" --exclude=./.git --exclude=./bench --exclude=./clients --exclude='*.o' --exclude='*.so' \
-    --exclude='*.bc' -cf - . | tar -C "$work/src" -xf -
+copy_source_tree "$work/src"
 if ! nice -n 10 make -C "$work/src" -j2 PG_CONFIG="$PG_BIN/pg_config" >"$log_dir/make.log" 2>&1 ||
    ! make -C "$work/src" -s PG_CONFIG="$PG_BIN/pg_config" install >>"$log_dir/make.log" 2>&1; then
     cat "$log_dir/make.log"

@@ -4,7 +4,7 @@
 # skipped when already built), builds the extension there with zero warnings, and on a throwaway cluster of that
 # version runs pg_regress, the isolation specs, pgTAP and the worker's Perl TAP test. With 17 in the list it also
 # upgrades a PostgreSQL 15 cluster holding completed keys (table and partitioned storage) with 17's pg_upgrade and
-# checks every key still replays. Ports 55490-55499.
+# checks every key still replays. Ports 56490-56499 (outside the clients' e2e range, 55480-55529).
 # Prints one line per suite per version, "<suite>-pgMAJOR N passed, N failed", then the total "N passed, N failed".
 # IDEM_VERSIONS_UPGRADE_ONLY=1: only the builds and the pg_upgrade test.
 # IDEM_VERSIONS_TAP: the Perl TAP tests to run (default "010_worker.pl"; "all" for every test/tap/*.pl).
@@ -40,18 +40,10 @@ trap cleanup EXIT
 scripts/install-deps.sh
 
 # A copy of the sources, built apart from the clone's own build (test.sh's, for 15).
-copy_tree() {  # copy_tree DIR
-    mkdir -p "$1"
-    tar -C "$root" --exclude=./.git --exclude=./bench --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
-        --exclude=./results --exclude=./output_iso --exclude=./regression.diffs --exclude=./regression.out \
-        -cf - . | tar -C "$1" -xf -
-    chown -R postgres "$1"
-}
-
 # build_extension PG_CONFIG DIR NAME: builds and installs; a warning fails the suite.
 build_extension() {
     local pg_config=$1 dir=$2 name=$3 warnings
-    copy_tree "$dir"
+    copy_source_tree "$dir"
     if ! make -C "$dir" PG_CONFIG="$pg_config" >"$log_dir/$name.log" 2>&1 ||
         ! make -C "$dir" -s PG_CONFIG="$pg_config" install >>"$log_dir/$name.log" 2>&1; then
         cat "$log_dir/$name.log"
@@ -94,7 +86,7 @@ replays_sql() {
 upgrade_test() {  # upgrade_test NEW_MAJOR
     local new=$1 name=upgrade-pg$1 old_bin=/usr/lib/postgresql/15/bin new_bin=$pg_root/$1/bin
     local dir=$work/upgrade n=50 ok=0 bad=0 got
-    local old_port=55495 new_port=55496
+    local old_port=56495 new_port=56496
     check() {  # check DESCRIPTION EXPECTED ACTUAL
         if [ "$2" = "$3" ]; then ok=$((ok + 1)); echo "ok - $1"; else bad=$((bad + 1)); echo "not ok - $1: expected '$2', got '$3'"; fi
     }
@@ -179,7 +171,7 @@ for major in "${majors[@]}"; do
         continue
     fi
     cluster=$work/pg$major/cluster
-    port=$((55490 + major % 10))
+    port=$((56490 + major % 10))
     PG_BIN=$prefix/bin
     start_cluster "$cluster" "$port" "shared_preload_libraries = 'idempotency'" "max_prepared_transactions = 10"
     clusters+=("$PG_BIN|$cluster")

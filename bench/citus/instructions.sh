@@ -32,9 +32,7 @@ cleanup() {
 trap cleanup EXIT
 
 [ -f "$prefix/.idem-citus-built" ] || { echo "run scripts/build-citus.sh first" >&2; exit 1; }
-mkdir -p "$work/src"
-tar --exclude=./.git --exclude=./bench --exclude=./clients --exclude='*.o' --exclude='*.so' --exclude='*.bc' -cf - . |
-    tar -C "$work/src" -xf -
+copy_source_tree "$work/src"
 nice -n 10 make -C "$work/src" -s -j2 PG_CONFIG="$PG_BIN/pg_config" >/dev/null
 make -C "$work/src" -s PG_CONFIG="$PG_BIN/pg_config" install >/dev/null
 

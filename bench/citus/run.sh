@@ -26,9 +26,7 @@ declare -A port=([single]=56120 [coordinator]=56121 [worker1]=56122 [worker2]=56
 
 [ -f "$prefix/.idem-citus-built" ] || { echo "run scripts/build-citus.sh first" >&2; exit 1; }
 # Built from a copy: the clone's own objects belong to its PostgreSQL 15 build.
-mkdir -p "$work/src"
-tar --exclude=./.git --exclude=./bench --exclude=./clients --exclude='*.o' --exclude='*.so' --exclude='*.bc' -cf - . |
-    tar -C "$work/src" -xf -
+copy_source_tree "$work/src"
 nice -n 10 make -C "$work/src" -s -j2 PG_CONFIG="$PG_BIN/pg_config" >/dev/null
 make -C "$work/src" -s PG_CONFIG="$PG_BIN/pg_config" install >/dev/null
 

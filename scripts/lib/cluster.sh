@@ -12,6 +12,9 @@
 #   start_cluster DIR PORT [LINE...]  init_cluster, then start; the server log is DIR/server.log
 #   cluster_ctl DIR start|stop|restart [PG_CTL-OPTION...]   pg_ctl as user postgres on an initialised DIR
 #   stop_cluster DIR                  stop at once (-m immediate) and remove DIR: the end of a throwaway cluster
+#   copy_source_tree DIR              the extension's sources copied into DIR (owned by postgres; no .git, bench/,
+#                                     clients/ or build products), to build them for another PostgreSQL than the
+#                                     checkout's own build
 #
 # Every function returns non-zero on failure, after printing the end of initdb's or the server's log to stderr.
 # Connect over the socket: psql -h DIR -p PORT -U postgres (trust authentication); TCP on 127.0.0.1 works too.
@@ -66,4 +69,14 @@ stop_cluster() {
     [ -f "$dir/data/postmaster.pid" ] && cluster_ctl "$dir" stop -m immediate
     rm -rf "$dir"
     return 0
+}
+
+copy_source_tree() {
+    local root
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    mkdir -p "$1"
+    tar -C "$root" --exclude=./.git --exclude=./bench --exclude=./clients --exclude='*.o' --exclude='*.so' \
+        --exclude='*.bc' --exclude=./results --exclude=./output_iso --exclude=./regression.diffs \
+        --exclude=./regression.out -cf - . | tar -C "$1" -xf -
+    chown -R postgres "$1"
 }
