@@ -22,7 +22,7 @@ seed=${SMITH_SEED:-42}
 queries=${SMITH_QUERIES:-2000}
 storage=${SMITH_STORAGE:-table}
 dir=$(mktemp -d /tmp/idem-sqlsmith.XXXXXX)
-stop() { su postgres -c "$PG_BIN/pg_ctl -D '$dir/data' -m immediate -w stop" >/dev/null 2>&1; }
+stop() { cluster_ctl "$dir" stop -m immediate 2>/dev/null; }  # the logs in $dir stay for a failure
 trap stop EXIT
 start_cluster "$dir" "$port" "shared_preload_libraries = 'idempotency'" "max_prepared_transactions = 10" ||
     { echo "cluster did not start"; exit 1; }

@@ -21,21 +21,16 @@ cmp -s "$module" "$root/idempotency.so" 2>/dev/null ||
 
 mkdir -p "$dir/vg" && chown -R postgres "$dir"
 cp "$module" "$dir/loaded.so"    # what the server runs, in case make install replaces it meanwhile
-su postgres -c "$PG_BIN/initdb -D '$dir/data' -A trust -U postgres --no-sync" >/dev/null || exit 1
-cat >>"$dir/data/postgresql.conf" <<EOF
-port = $port
-unix_socket_directories = '$dir'
-listen_addresses = ''
-fsync = off
-max_prepared_transactions = 10
-shared_preload_libraries = 'idempotency'
-EOF
+source "$root/scripts/lib/cluster.sh"
+# The cluster as every test makes it, but started under valgrind rather than by pg_ctl.
+init_cluster "$dir" "$port" "listen_addresses = ''" "max_prepared_transactions = 10" \
+    "shared_preload_libraries = 'idempotency'" || exit 1
 # --error-exitcode makes a process with an error exit 128, which the postmaster treats as a crash: errors
 # also show up as failed tests and in server.log, not only in the logs counted below.
 su postgres -c "valgrind --trace-children=yes --leak-check=no --track-origins=no --num-callers=40 \
     --error-exitcode=128 --suppressions='$here/postgresql15.supp' --log-file='$dir/vg/vg.%p.log' \
     $PG_BIN/postgres -D '$dir/data' >'$dir/server.log' 2>&1 &"
-stop() { su postgres -c "$PG_BIN/pg_ctl -D '$dir/data' -m fast -w -t 300 stop" >/dev/null 2>&1; }
+stop() { cluster_ctl "$dir" stop -m fast -t 300 2>/dev/null; }
 trap stop EXIT
 export PGHOST=$dir PGPORT=$port PGUSER=postgres
 # Also after a crash restart (crash recovery under valgrind takes a while), so one crash fails few tests.
