@@ -3,7 +3,8 @@
 # (test/citus/schema.sql) through the coordinator and both workers in turn, each payment sent, then retried
 # once after its answer. A call that fails is retried on the next node until it is answered, at most --deadline
 # seconds. The fault, one of:
-#   --kill-data DIR   a few seconds in, that worker is killed (-9, the postmaster and every child) and restarted;
+#   --kill-data DIR   a few seconds in, that worker is killed (-9, the postmaster and every child) and restarted
+#                     (the clients keep paying until it is back);
 #   --move ACCOUNTS   the payments go to these busy tenants only, whose shards (co-located: keys, accounts and
 #                     ledger together) are moved between the two workers --move-rounds times each with
 #                     citus_move_shard_placement, cycling through --move-modes, while the clients pay (they keep
@@ -35,8 +36,9 @@ my @ports = split /,/, $ports;
 $| = 1;
 my $results = tempdir(CLEANUP => 1);
 my @accounts = $move ? split(/,/, $move) : map { "acct-$_" } 1 .. 40;
-# While this file exists the moves are still running: the clients keep paying.
-my $moving = "$results/moving";
+# While this file exists the fault is still under way (the moves, or the kill and the restart): the clients keep
+# paying past --keys, so the fault always lands on calls in flight however fast the machine pays.
+my $busy = "$results/busy";
 
 sub connect_to {
     my ($port) = @_;
@@ -58,7 +60,7 @@ sub client {
     $errors = 0;
     open my $out, '>', "$results/client-$c" or die $!;
     my $turn = $c;
-    for (my $i = $c; $i < $keys || -e $moving; $i += $clients) {
+    for (my $i = $c; $i < $keys || -e $busy; $i += $clients) {
         my ($account, $key, $amount) = payment($i);
         for my $call (1, 2) {
             my $give_up = time + $deadline;
@@ -98,7 +100,7 @@ sub lease_client {
     $turn = 0;
     open my $out, '>', "$results/fencing" or die $!;
     select((select($out), $| = 1)[0]);
-    while (-e $moving) {
+    while (-e $busy) {
         for my $account (@accounts) {
             my $port = $ports[$turn++ % @ports];
             $dbh{$port} = connect_to($port) unless $dbh{$port} && $dbh{$port}->ping;
@@ -114,7 +116,7 @@ sub lease_client {
 }
 
 my (@pids, $lease_pid);
-open my $flag, '>', $moving or die $! if $move;
+open my $flag, '>', $busy or die $!;
 for my $c (0 .. $clients - 1) {
     my $pid = fork // die "fork: $!";
     client($c) if $pid == 0;
@@ -158,7 +160,7 @@ if ($move) {
     }
     # Payments still running when the last move finished: the moves happened under load.
     $clients_running_at_end = grep { waitpid($_, WNOHANG) == 0 } @pids;
-    unlink $moving;
+    unlink $busy;
 } else {
     # The crash: the worker's postmaster and its children, by pid, then a restart with crash recovery.
     sleep 4;
@@ -175,6 +177,8 @@ if ($move) {
     system("su postgres -c '$pg_bin/pg_ctl -D $kill_data -l $log -w start' >/dev/null") == 0
         or print "restarting the worker failed\n";
     print "worker restarted\n";
+    sleep 1;    # payments on the restarted worker too
+    unlink $busy;
 }
 
 waitpid($_, 0) for @pids;
