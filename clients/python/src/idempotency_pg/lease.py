@@ -35,8 +35,9 @@ Three ways to run the same steps:
 Each step's transaction takes the round trips of a bare ``BEGIN`` / the step's writes / ``COMMIT``: the fence
 (``idem_lease_extend``) is sent with ``BEGIN`` and the checkpoint (or the completion) with ``COMMIT``, as one
 message each, on a psycopg connection in autocommit mode (:func:`idempotency_pg.connect_kwargs`).  Django's
-connection keeps one statement per round trip: its ``transaction.atomic`` must own BEGIN and COMMIT (psycopg2
-refuses to leave autocommit inside a transaction it did not open, which ``commit``'s ORM writes would do).
+connection keeps one statement per round trip: its ``transaction.atomic`` keeps the transaction's state itself
+(its autocommit flag, the atomic blocks open), so a BEGIN or COMMIT sent behind its back would leave the ORM writes
+of ``commit`` and ``finish`` in a transaction Django does not know it is in.
 
 The steps are written once (:func:`_run`, a coroutine); a sync pool's calls never suspend it, so :func:`run`
 drives it to the end with one ``send`` and no event loop.
@@ -167,7 +168,7 @@ BEGIN_FENCE_MESSAGE = "BEGIN; " + EXTEND_SQL
 
 def _combinable(conn):
     """Only a psycopg connection in autocommit mode takes a hand-written BEGIN / COMMIT (one that is not would send
-    a BEGIN of its own first; Django's connection tracks its transactions itself: ``transaction.atomic``)."""
+    a BEGIN of its own first; Django's connection keeps its transaction state itself: ``transaction.atomic``)."""
     return isinstance(conn, (psycopg.Connection, psycopg.AsyncConnection)) and conn.autocommit
 
 
