@@ -1,6 +1,8 @@
 """idempotency_pg.lease: the step API (lease, heartbeat, a checkpoint per step, complete, stop on 55000)."""
 
+import contextlib
 import json
+import re
 import time
 
 import pytest
@@ -129,3 +131,93 @@ def test_heartbeat_keeps_a_long_step_alive(pool, account):
     r = go(pool, account, "k", [Step("one", action=long_step), Step("two", action=probe)], lease=2.0)
     assert r.status == 201, r
     assert seen[0].status == 409  # still ours: no takeover happened during the long step
+
+
+# --------------------------------------------------------------------------- round trips (libpq's trace)
+
+def traced_round_trips(path):
+    """Each round trip of a libpq trace, named by what it sends: a simple query (Query) or an extended-protocol
+    exchange (Parse ... Sync) becomes e.g. "BEGIN; idem_lease_extend" or "idem_checkpoint; COMMIT" (the idem_
+    function called, else the statement's text); psycopg waits for the answer of each before sending the next."""
+    def name(sql):
+        called = [f for f in re.findall(r"\b(idem_\w+)\(", sql) if f != "idem_hash"]
+        label = called[0] if called else sql.strip()
+        begin, commit = sql.startswith("BEGIN;"), sql.endswith("; COMMIT")
+        return ("BEGIN; " if begin else "") + label + ("; COMMIT" if commit else "")
+
+    trips, parsed = [], None
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")  # F(rontend)/B(ackend), length, message, its fields
+            if fields[0] != "F" or len(fields) < 3:
+                continue
+            if fields[2] == "Query":
+                trips.append(name(re.match(r'\s*"(.*)"$', fields[3]).group(1)))
+            elif fields[2] == "Parse":
+                parsed = name(re.match(r'\s*"[^"]*" "(.*)" \d+', fields[3]).group(1))
+            elif fields[2] == "Sync":
+                trips.append(parsed)
+    return trips
+
+
+class OneConnection:
+    """A pool of one autocommit connection (traced, or checked for a transaction left open)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    @contextlib.contextmanager
+    def connection(self):
+        yield self.conn
+
+
+def test_a_step_transaction_takes_the_round_trips_of_a_bare_one(database_url, account, tmp_path):
+    """BEGIN travels with the fence, the checkpoint and the completion with COMMIT: a step whose commit writes one
+    statement is 3 round trips (BEGIN + fence, the write, checkpoint + COMMIT), finish with no statement 2."""
+    import psycopg
+    from psycopg.pq import Trace
+
+    trace = tmp_path / "trace"
+    with psycopg.connect(database_url, autocommit=True, prepare_threshold=None) as conn, open(trace, "w") as f:
+        conn.pgconn.trace(f.fileno())
+        conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS)
+        steps = [Step("charged", commit=lambda c, ctx, state: c.execute("SELECT 1") and dict(state, charged=1))]
+        r = run(OneConnection(conn), key="k", scope=account, method="POST", path="/t", body_text="{}",
+                steps=steps, finish=finish, lease_seconds=30)
+        conn.pgconn.untrace()  # flushes the trace
+    assert r.status == 201
+    assert traced_round_trips(trace) == [
+        "idem_lease",  # autocommit
+        "BEGIN; idem_lease_extend", "SELECT 1", "idem_checkpoint; COMMIT",  # the step
+        "BEGIN; idem_lease_extend", "idem_lease_complete; COMMIT",  # finish
+    ]
+
+
+def test_a_fenced_off_or_5xx_step_transaction_is_rolled_back_before_the_connection_goes_back(pool, database_url, db,
+                                                                                             account):
+    """The BEGIN sent with the fence and finish's writes before a 5xx are not left open on the connection."""
+    import psycopg
+    from psycopg.pq import TransactionStatus
+
+    def down(conn, ctx):
+        conn.execute(RIDE_SQL, (ctx.scope, ctx.key))
+        return problem(503, "down", "Down")
+
+    def takeover_during(ctx):
+        ctx.stop_heartbeat()
+        time.sleep(1.2)  # past the 1 s lease
+        other = go(pool, account, "k2", [Step("one", action=lambda c: {"by": "second"})], lease=5.0)
+        assert other.status == 201, other
+        return {"by": "stalled"}
+
+    with psycopg.connect(database_url, autocommit=True, prepare_threshold=None) as conn:
+        one = OneConnection(conn)
+        assert go(one, account, "k", [], fin=down).status == 503
+        assert conn.info.transaction_status == TransactionStatus.IDLE and rides(db, account) == 0
+        assert go(one, account, "k", []).status == 201  # released at once: the retry runs finish again
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        wrote = []
+        r = go(one, account, "k2", [Step("one", action=takeover_during, commit=lambda c, ctx, st: wrote.append(st))],
+               lease=1.0)
+        assert r.status == 409 and wrote == []  # 55000 from the fence, sent with BEGIN: nothing written
+        assert conn.info.transaction_status == TransactionStatus.IDLE

@@ -162,3 +162,48 @@ def test_the_sync_run_refuses_an_async_step(pool, account):
     r = run(pool, key="k", scope=account, method="POST", path="/t", body_text="{}", steps=[],
             finish=lambda conn, ctx: json_response(201, {}))
     assert r.status == 201  # the failed run released its lease at once
+
+
+def test_a_step_transaction_takes_the_round_trips_of_a_bare_one(database_url, account, tmp_path):
+    """run_async as run (test_lease's test of the same name): BEGIN with the fence, COMMIT with the checkpoint and
+    with the completion."""
+    import contextlib
+
+    import psycopg
+    from psycopg.pq import Trace
+
+    from test_lease import traced_round_trips
+
+    class OneTracedConnection:
+        def __init__(self, conn):
+            self.conn = conn
+
+        @contextlib.asynccontextmanager
+        async def connection(self):
+            yield self.conn
+
+    async def commit(conn, ctx, state):
+        await conn.execute("SELECT 1")
+        return dict(state, charged=1)
+
+    trace = tmp_path / "trace"
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True,
+                                                         prepare_threshold=None) as conn:
+            with open(trace, "w") as f:
+                conn.pgconn.trace(f.fileno())
+                conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS)
+                try:
+                    return await run_async(OneTracedConnection(conn), key="k", scope=account, method="POST",
+                                           path="/t", body_text="{}", steps=[Step("charged", commit=commit)],
+                                           finish=finish, lease_seconds=30)
+                finally:
+                    conn.pgconn.untrace()  # flushes the trace
+
+    assert asyncio.run(main()).status == 201
+    assert traced_round_trips(trace) == [
+        "idem_lease",
+        "BEGIN; idem_lease_extend", "SELECT 1", "idem_checkpoint; COMMIT",
+        "BEGIN; idem_lease_extend", "SELECT count(*) FROM rides WHERE account = $1", "idem_lease_complete; COMMIT",
+    ]

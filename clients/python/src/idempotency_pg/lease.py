@@ -32,6 +32,13 @@ Three ways to run the same steps:
 * :func:`run` with ``idempotency_pg.django.lease_pool()``: Django's own connection, so ``commit`` and ``finish``
   can write with the ORM in the checkpoint's transaction (``transaction.atomic``).
 
+Each step's transaction takes the round trips of a bare ``BEGIN`` / the step's writes / ``COMMIT``: the fence
+(``idem_lease_extend``) is sent with ``BEGIN`` and the checkpoint (or the completion) with ``COMMIT``, as one
+message each, on a psycopg connection in autocommit mode (:func:`idempotency_pg.connect_kwargs`).  Django's
+connection keeps one statement per round trip: its ``transaction.atomic`` keeps the transaction's state itself
+(its autocommit flag, the atomic blocks open), so a BEGIN or COMMIT sent behind its back would leave the ORM writes
+of ``commit`` and ``finish`` in a transaction Django does not know it is in.
+
 The steps are written once (:func:`_run`, a coroutine); a sync pool's calls never suspend it, so :func:`run`
 drives it to the end with one ``send`` and no event loop.
 """
@@ -44,6 +51,9 @@ import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+import psycopg
+
+from .core import rollback, rollback_async
 from .responses import claim_response, problem, sent_form, stored_form_of
 
 log = logging.getLogger("idempotency_pg")
@@ -119,21 +129,19 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
             if step.action is not None:
                 async with db.heartbeat(ctx):
                     state = await db.call(step.action, ctx)
-            async with db.transaction() as conn:
-                await _fence(db, conn, ctx)
+            async with db.fenced_transaction(ctx) as tx:
                 if step.commit is not None:
-                    state = await db.call(step.commit, conn, ctx, state)
-                await db.execute(conn, CHECKPOINT_SQL, (key, ctx.token, step.name, json.dumps(state), scope))
+                    state = await db.call(step.commit, tx.conn, ctx, state)
+                await tx.commit_with(CHECKPOINT_SQL, (key, ctx.token, step.name, json.dumps(state), scope))
             ctx.state, ctx.recovery_point = state, step.name
-        async with db.transaction() as conn:
-            await _fence(db, conn, ctx)
-            response = await db.call(finish, conn, ctx)
+        async with db.fenced_transaction(ctx) as tx:
+            response = await db.call(finish, tx.conn, ctx)
             if 500 <= response.status <= 599:
                 raise _NotStored(response)  # finish's writes roll back: the retry runs finish again
             stored = stored_form_of(response, replay_headers)
-            out = await db.execute(conn, COMPLETE_SQL, {"key": key, "token": ctx.token, "status": response.status,
-                                                        "body": stored.body, "headers": stored.headers,
-                                                        "scope": scope})
+            out = await tx.commit_with(COMPLETE_SQL, {"key": key, "token": ctx.token, "status": response.status,
+                                                      "body": stored.body, "headers": stored.headers,
+                                                      "scope": scope})
         stored.read_back = out[1]
         return sent_form(response, stored)
     except _NotStored as e:
@@ -147,11 +155,50 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
         raise
 
 
-async def _fence(db, conn, ctx):
-    """First in a step's transaction: the token is still the key's (else 55000, before any local write), and the
-    key's row stays locked by this transaction until it commits, so no takeover can slip in before the checkpoint
-    or the completion."""
-    await db.execute(conn, EXTEND_SQL, ctx.extend_args())
+# A step's transaction in the round trips of a bare one (BEGIN / the step's writes / COMMIT): the fence travels
+# with BEGIN and the checkpoint (or the completion) with COMMIT, each pair as one multi-statement message of the
+# simple query protocol (a ClientCursor binds the parameters on the client, as core.CLAIM_MESSAGE does).
+#
+# The fence (idem_lease_extend) comes first: the token is still the key's (else 55000, before any local write), and
+# the key's row stays locked by this transaction until it commits, so no takeover can slip in before the
+# checkpoint or the completion.  If the fence fails, the message stops there (BEGIN ran, nothing else); if the
+# checkpoint fails, COMMIT does not run: either way the transaction is rolled back before the connection goes back.
+BEGIN_FENCE_MESSAGE = "BEGIN; " + EXTEND_SQL
+
+
+def _combinable(conn):
+    """Only a psycopg connection in autocommit mode takes a hand-written BEGIN / COMMIT (one that is not would send
+    a BEGIN of its own first; Django's connection keeps its transaction state itself: ``transaction.atomic``)."""
+    return isinstance(conn, (psycopg.Connection, psycopg.AsyncConnection)) and conn.autocommit
+
+
+class _SyncTx:
+    """A step's open transaction on a sync connection: ``conn`` for the step's writes, ``commit_with`` to end it."""
+
+    def __init__(self, conn, combined):
+        self.conn, self.combined = conn, combined
+
+    async def commit_with(self, sql, params):
+        """Run ``sql`` (one row back) and commit: one message if combined, else the statement and the caller's
+        ``transaction()`` block commits on exit."""
+        if not self.combined:
+            return self.conn.execute(sql, params).fetchone()
+        cur = psycopg.ClientCursor(self.conn)
+        cur.execute(sql + "; COMMIT", params)  # raises if either failed (then COMMIT did not run)
+        return cur.fetchone()
+
+
+class _AsyncTx:
+    def __init__(self, conn, combined):
+        self.conn, self.combined = conn, combined
+
+    async def commit_with(self, sql, params):
+        if not self.combined:
+            cur = await self.conn.execute(sql, params)
+            return await cur.fetchone()
+        cur = psycopg.AsyncClientCursor(self.conn)
+        await cur.execute(sql + "; COMMIT", params)
+        return await cur.fetchone()
 
 
 class _NotStored(Exception):
@@ -224,13 +271,19 @@ class _SyncDB:
             ctx._heartbeat = None
 
     @asynccontextmanager
-    async def transaction(self):
-        with self.pool.connection() as conn, conn.transaction():
-            yield conn
-
-    @staticmethod
-    async def execute(conn, sql, params):
-        return conn.execute(sql, params).fetchone()
+    async def fenced_transaction(self, ctx):
+        with self.pool.connection() as conn:
+            if not _combinable(conn):  # Django's connection: one statement per round trip inside atomic()
+                with conn.transaction():
+                    conn.execute(EXTEND_SQL, ctx.extend_args())
+                    yield _SyncTx(conn, combined=False)
+                return
+            try:
+                psycopg.ClientCursor(conn).execute(BEGIN_FENCE_MESSAGE, ctx.extend_args())
+                yield _SyncTx(conn, combined=True)
+            except BaseException:
+                rollback(conn)  # the fence, a step's write, the checkpoint or finish failed (or finish's 5xx)
+                raise
 
     @staticmethod
     async def call(fn, *args):
@@ -306,15 +359,19 @@ class _AsyncDB:
             await asyncio.wait([hb.task])  # no extend left running (waits, never raises the task's cancellation)
 
     @asynccontextmanager
-    async def transaction(self):
+    async def fenced_transaction(self, ctx):
         async with self.pool.connection() as conn:
-            async with conn.transaction():
-                yield conn
-
-    @staticmethod
-    async def execute(conn, sql, params):
-        cur = await conn.execute(sql, params)
-        return await cur.fetchone()
+            if not _combinable(conn):
+                async with conn.transaction():
+                    await conn.execute(EXTEND_SQL, ctx.extend_args())
+                    yield _AsyncTx(conn, combined=False)
+                return
+            try:
+                await psycopg.AsyncClientCursor(conn).execute(BEGIN_FENCE_MESSAGE, ctx.extend_args())
+                yield _AsyncTx(conn, combined=True)
+            except BaseException:
+                await rollback_async(conn)
+                raise
 
     @staticmethod
     async def call(fn, *args):
