@@ -1,6 +1,6 @@
 # idempotency: PostgreSQL extension with a C++17 core. Build with PGXS.
 EXTENSION = idempotency
-EXTVERSION = 1.2
+EXTVERSION = 1.3
 MODULE_big = idempotency
 
 # As pgvector keeps them: extension/idempotency.sql is always the current full script, built into
@@ -8,10 +8,12 @@ MODULE_big = idempotency
 # stays installable (idempotency--1.0.sql) for the update tests. The SQL-language functions live in
 # extension/functions.sql, appended to both the install script and the newest update script, so a fresh install
 # and an updated one define them from the same text (test/tap/148_install_equals_update.pl compares them).
-# extension/citus.sql, when present, is appended the same way.
-SQL_TAIL = extension/functions.sql $(wildcard extension/citus.sql)
-DATA_built = $(EXTENSION)--$(EXTVERSION).sql $(EXTENSION)--1.1--$(EXTVERSION).sql
-DATA = extension/$(EXTENSION)--1.0.sql extension/$(EXTENSION)--1.0--1.1.sql
+# extension/citus.sql is appended the same way. Update scripts of released steps are frozen: written out whole
+# and never edited (extension/README.md says how to cut the next version).
+PREVVERSION = 1.2
+SQL_TAIL = extension/functions.sql extension/citus.sql
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql $(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql
+DATA = extension/$(EXTENSION)--1.0.sql extension/$(EXTENSION)--1.0--1.1.sql extension/$(EXTENSION)--1.1--1.2.sql
 
 CORE_SRCS = $(wildcard src/core/*.cpp)
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c)) $(CORE_SRCS:.cpp=.o)
@@ -46,7 +48,7 @@ COMPILE.cxx.bc += $(PG_CXXFLAGS)
 $(EXTENSION)--$(EXTVERSION).sql: extension/$(EXTENSION).sql $(SQL_TAIL)
 	cat $^ >$@
 
-$(EXTENSION)--1.1--$(EXTVERSION).sql: extension/$(EXTENSION)--1.1--$(EXTVERSION).sql $(SQL_TAIL)
+$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql: extension/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql $(SQL_TAIL)
 	cat $^ >$@
 
 # The core stays free of PostgreSQL headers: no -I to the server include directory.
@@ -64,5 +66,5 @@ prove_installcheck:
 versioncheck:
 	@grep -q "^default_version = '$(EXTVERSION)'" $(EXTENSION).control || { echo "$(EXTENSION).control: default_version is not $(EXTVERSION)"; exit 1; }
 	@grep -q '"version": "$(EXTVERSION)"' META.json || { echo "META.json: version is not $(EXTVERSION)"; exit 1; }
-	@test -f extension/$(EXTENSION)--1.1--$(EXTVERSION).sql || { echo "no update script to $(EXTVERSION)"; exit 1; }
+	@test -f extension/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql || { echo "no update script to $(EXTVERSION)"; exit 1; }
 	@echo "version $(EXTVERSION): control file, META.json and update script agree"

@@ -7,7 +7,7 @@
 -- The one supported layout in one call, on the coordinator: idempotency_keys distributed by scope and co-located
 -- with the tenant's business tables, so that a key's row and the business rows of its tenant live on one node and
 -- commit in one local transaction there; every function taking a scope delegated to that node.
-CREATE FUNCTION @extschema@.idem_citus_distribute(colocate_with regclass)
+CREATE OR REPLACE FUNCTION @extschema@.idem_citus_distribute(colocate_with regclass)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -162,7 +162,7 @@ COMMENT ON FUNCTION @extschema@.idem_citus_distribute(pg_catalog.regclass) IS
     'function taking a scope to the node of its shard.';
 
 -- The counters of every node (idem_stats is this node's), one row per node as jsonb, on a Citus coordinator.
-CREATE FUNCTION @extschema@.idem_citus_stats(OUT node text, OUT stats jsonb)
+CREATE OR REPLACE FUNCTION @extschema@.idem_citus_stats(OUT node text, OUT stats jsonb)
 RETURNS SETOF record
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -198,7 +198,7 @@ COMMENT ON FUNCTION @extschema@.idem_citus_stats() IS
 -- the coordinator before each move, this puts the target node's sequence a billion past the largest value on any
 -- node: the source would have to grant that many leases during the move for a number to go backwards. Only ever
 -- forward (setval to a lower value would hand out numbers twice); returns the target's value afterwards.
-CREATE FUNCTION @extschema@.idem_citus_fencing_before_move(target_node_name text, target_node_port integer)
+CREATE OR REPLACE FUNCTION @extschema@.idem_citus_fencing_before_move(target_node_name text, target_node_port integer)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp

@@ -1,5 +1,5 @@
--- idempotency 1.2: the SQL-language functions. Appended to both the install script (idempotency--1.2.sql) and
--- the update script (idempotency--1.1--1.2.sql) by the Makefile, so the two define them from the same text.
+-- idempotency 1.3: the SQL-language functions. Appended to both the install script (idempotency--1.3.sql) and
+-- the update script (idempotency--1.2--1.3.sql) by the Makefile, so the two define them from the same text.
 -- OR REPLACE is for the update; in CREATE EXTENSION, replacing a function that is not the extension's own fails
 -- ("is not a member of extension"), so a pre-created look-alike is never adopted.
 --

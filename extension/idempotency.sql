@@ -1,5 +1,5 @@
--- idempotency 1.2: the install script, built into idempotency--1.2.sql together with extension/functions.sql
--- (the SQL-language functions, shared with the update script idempotency--1.1--1.2.sql, so that a fresh install
+-- idempotency 1.3: the install script, built into idempotency--1.3.sql together with extension/functions.sql
+-- (the SQL-language functions, shared with the update script idempotency--1.2--1.3.sql, so that a fresh install
 -- and an updated one define them from the same text). Older versions are reached through
 -- idempotency--1.0.sql and the update scripts beside it.
 -- Plain CREATE for every object here (no OR REPLACE, no IF NOT EXISTS): an object of the same name made by

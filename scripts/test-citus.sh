@@ -91,8 +91,8 @@ q coordinator -c "SELECT citus_set_coordinator_host('127.0.0.1', ${port[coordina
     -c "SELECT citus_add_node('127.0.0.1', ${port[worker2]})" >/dev/null
 # Citus propagates CREATE and ALTER EXTENSION to the workers.
 q coordinator -c "CREATE EXTENSION idempotency"
-if [ "$(q coordinator -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" != 1.2 ]; then
-    q coordinator -c "ALTER EXTENSION idempotency UPDATE TO '1.2'"
+if [ "$(q coordinator -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" != 1.3 ]; then
+    q coordinator -c "ALTER EXTENSION idempotency UPDATE TO '1.3'"
 fi
 
 # ---------- checks ----------

@@ -47,8 +47,8 @@ done
 q coordinator -c "SELECT citus_set_coordinator_host('127.0.0.1', ${port[coordinator]})" \
     -c "SELECT citus_add_node('127.0.0.1', ${port[worker]})" >/dev/null
 q coordinator -c "CREATE EXTENSION idempotency"
-[ "$(q coordinator -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" = 1.2 ] ||
-    q coordinator -c "ALTER EXTENSION idempotency UPDATE TO '1.2'"
+[ "$(q coordinator -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" = 1.3 ] ||
+    q coordinator -c "ALTER EXTENSION idempotency UPDATE TO '1.3'"
 q coordinator -f test/citus/schema.sql -f test/citus/distribute.sql -c "SELECT idem_citus_distribute('accounts')" >/dev/null
 
 # The worker again, under callgrind.

@@ -44,8 +44,8 @@ q coordinator -c "SELECT citus_set_coordinator_host('127.0.0.1', ${port[coordina
     -c "SELECT citus_add_node('127.0.0.1', ${port[worker1]})" \
     -c "SELECT citus_add_node('127.0.0.1', ${port[worker2]})" >/dev/null
 q coordinator -c "CREATE EXTENSION idempotency"
-[ "$(q coordinator -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" = 1.2 ] ||
-    q coordinator -c "ALTER EXTENSION idempotency UPDATE TO '1.2'"
+[ "$(q coordinator -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" = 1.3 ] ||
+    q coordinator -c "ALTER EXTENSION idempotency UPDATE TO '1.3'"
 q coordinator -f test/citus/schema.sql -f test/citus/distribute.sql -c "SELECT idem_citus_distribute('accounts')" >/dev/null
 
 # pgbench substitutes :a and :k inside the literals: constant arguments, which Citus delegates.

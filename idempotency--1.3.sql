@@ -1,0 +1,945 @@
+-- idempotency 1.3: the install script, built into idempotency--1.3.sql together with extension/functions.sql
+-- (the SQL-language functions, shared with the update script idempotency--1.2--1.3.sql, so that a fresh install
+-- and an updated one define them from the same text). Older versions are reached through
+-- idempotency--1.0.sql and the update scripts beside it.
+-- Plain CREATE for every object here (no OR REPLACE, no IF NOT EXISTS): an object of the same name made by
+-- someone else makes CREATE EXTENSION fail instead of being adopted. Every name is schema-qualified. The C
+-- functions find their table and sequence by the OID of their own schema, so none of them depends on the
+-- caller's search_path or on the schema's name.
+
+\echo Use "CREATE EXTENSION idempotency" to load this file. \quit
+
+-- One row per completed key, or per lease (lease mode writes its row when it claims). A transactional
+-- claim writes no row: the key's advisory lock marks it in flight until idem_complete writes the row in the
+-- same transaction.
+-- No CHECK constraints: idem_complete validates status and hash before writing,
+-- and a CHECK would be re-parsed on every insert.
+CREATE TABLE @extschema@.idempotency_keys (
+    expires_at       timestamptz NOT NULL,
+    created_at       timestamptz NOT NULL,
+    http_status      integer,
+    scope            text COLLATE "C" NOT NULL,
+    key              text COLLATE "C" NOT NULL,
+    request_hash     bytea NOT NULL,
+    response_headers jsonb,
+    response_body    jsonb,
+    lease_until      timestamptz,
+    lease_token      uuid,
+    recovery_point   text,
+    recovery_state   jsonb,
+    -- key first: it tells rows apart at the first column, where scope ('' for
+    -- most callers) would make every index comparison look at both columns.
+    CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key, scope)
+);
+
+COMMENT ON TABLE @extschema@.idempotency_keys IS
+    'Stored responses of completed idempotent requests; written only by idem_complete.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.scope IS 'Tenant or account the key belongs to; '''' when unscoped.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.key IS 'The Idempotency-Key sent by the client.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.request_hash IS 'SHA-256 of the request payload, 32 bytes.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.http_status IS 'Stored status; never 5xx.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.expires_at IS 'After this the key behaves as absent.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.lease_until IS
+    'Lease mode: the lease runs until then; afterwards the next claim takes the key over. NULL for a completed key.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.lease_token IS
+    'Lease mode: fencing token of the current holder; only it may extend, checkpoint, complete or release.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.recovery_point IS
+    'Lease mode: the last step the holder recorded with idem_checkpoint; a takeover resumes there.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.recovery_state IS
+    'Lease mode: the state recorded with the recovery point (for example the external charge id).';
+
+-- The same rows in date-partitioned form. The storage mode is whether this table has range partitions
+-- beside its default one (idem_set_storage makes them all or drops them all); pg_dump writes them with their
+-- ATTACH, so a restored database comes back in the mode it was dumped in.
+-- A unique index cannot span partitions: the key's advisory lock keeps (scope, key) unique. Each partition has
+-- its own (key, scope) index, made with it (a partitioned index would collide with the dumped ones on restore).
+CREATE TABLE @extschema@.idempotency_keys_partitioned (
+    LIKE @extschema@.idempotency_keys INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS
+) PARTITION BY RANGE (expires_at);
+-- Rows beyond the partitions made ahead of time wait here until their partition exists.
+CREATE TABLE @extschema@.idempotency_keys_partitioned_default
+    PARTITION OF @extschema@.idempotency_keys_partitioned DEFAULT;
+CREATE INDEX idempotency_keys_partitioned_default_key_scope
+    ON @extschema@.idempotency_keys_partitioned_default (key, scope);
+
+COMMENT ON TABLE @extschema@.idempotency_keys_partitioned IS
+    'Stored responses when the storage mode is partitioned (see idem_set_storage); range partitions on expires_at.';
+
+-- Keys are application data: pg_dump keeps them.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_keys_partitioned_default', '');
+
+REVOKE ALL ON TABLE @extschema@.idempotency_keys FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.idempotency_keys_partitioned FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.idempotency_keys_partitioned_default FROM PUBLIC;
+
+-- A named row type rather than OUT parameters: a call in FROM then describes
+-- its result from the type cache instead of rebuilding it from pg_proc.
+CREATE TYPE @extschema@.idem_claim_result AS (
+    outcome          text,
+    http_status      integer,
+    response_body    jsonb,
+    response_headers jsonb,
+    expires_at       timestamptz);
+
+CREATE FUNCTION @extschema@.idem_claim(
+    key text,
+    request_hash text,
+    ttl interval DEFAULT NULL,
+    scope text DEFAULT '')
+RETURNS @extschema@.idem_claim_result
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_complete(
+    key text,
+    http_status integer,
+    response_body jsonb DEFAULT NULL,
+    response_headers jsonb DEFAULT NULL,
+    scope text DEFAULT '')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_release(
+    key text,
+    scope text DEFAULT '')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_hash(text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_hash_text'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@.idem_hash(bytea)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_hash_bytea'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@.idem_hash(jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_hash_jsonb'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_claim(text, text, interval, text) IS
+    'Claims a key, or answers replay, mismatch or in_progress without waiting.';
+COMMENT ON FUNCTION @extschema@.idem_complete(text, integer, jsonb, jsonb, text) IS
+    'Stores the response of a claimed key; a 5xx releases the key instead and returns false.';
+COMMENT ON FUNCTION @extschema@.idem_release(text, text) IS
+    'Gives a claimed key back without storing a response.';
+
+-- Expiry: one sweep of expired keys in this database (the background worker does the same, batch by batch).
+CREATE FUNCTION @extschema@.idem_cleanup()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_cleanup'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_cleanup() IS
+    'Deletes every expired key in batches of idempotency.cleanup_batch_size; returns how many.';
+
+-- Counters: cluster-wide when preloaded, this backend's own otherwise (see the column shared).
+CREATE FUNCTION @extschema@.idem_stats_read(
+    OUT shared boolean,
+    OUT claims bigint,
+    OUT replays bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT completions_stored bigint,
+    OUT released_5xx bigint,
+    OUT releases bigint,
+    OUT keys_removed bigint,
+    OUT partitions_created bigint,
+    OUT partitions_dropped bigint,
+    OUT last_sweep_database text,
+    OUT last_sweep_started_at timestamptz,
+    OUT last_sweep_duration_ms double precision,
+    OUT last_sweep_removed bigint,
+    OUT last_error text,
+    OUT last_error_database text,
+    OUT last_error_at timestamptz,
+    OUT stats_reset_at timestamptz,
+    OUT leases bigint,
+    OUT lease_takeovers bigint,
+    OUT checkpoints bigint,
+    OUT stale_tokens bigint,
+    OUT waits bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_stats_read'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+CREATE VIEW @extschema@.idem_stats AS SELECT * FROM @extschema@.idem_stats_read();
+
+CREATE FUNCTION @extschema@.idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_cleanup() FROM PUBLIC;
+
+CREATE TYPE @extschema@.idem_lease_result AS (
+    outcome          text,
+    http_status      integer,
+    response_body    jsonb,
+    response_headers jsonb,
+    expires_at       timestamptz,
+    lease_token      uuid,
+    lease_until      timestamptz,
+    recovery_point   text,
+    recovery_state   jsonb,
+    fencing_number   bigint);
+
+CREATE FUNCTION @extschema@.idem_lease(
+    key text,
+    request_hash text,
+    lease interval,
+    ttl interval DEFAULT NULL,
+    scope text DEFAULT '',
+    wait interval DEFAULT NULL)
+RETURNS @extschema@.idem_lease_result
+AS 'MODULE_PATHNAME', 'idem_lease'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_lease_extend(
+    key text,
+    lease_token uuid,
+    lease interval,
+    scope text DEFAULT '')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'idem_lease_extend'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_checkpoint(
+    key text,
+    lease_token uuid,
+    recovery_point text,
+    recovery_state jsonb DEFAULT NULL,
+    scope text DEFAULT '')
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_checkpoint'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_lease_complete(
+    key text,
+    lease_token uuid,
+    http_status integer,
+    response_body jsonb DEFAULT NULL,
+    response_headers jsonb DEFAULT NULL,
+    scope text DEFAULT '')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_lease_complete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_lease_release(
+    key text,
+    lease_token uuid,
+    scope text DEFAULT '')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_lease_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- idem_claim with a bounded wait for a key in flight; a separate name keeps idem_claim's 1.0 signature
+-- (an overload with a defaulted wait would make untyped calls ambiguous).
+CREATE FUNCTION @extschema@.idem_claim_wait(
+    key text,
+    request_hash text,
+    wait interval,
+    ttl interval DEFAULT NULL,
+    scope text DEFAULT '')
+RETURNS @extschema@.idem_claim_result
+AS 'MODULE_PATHNAME', 'idem_claim_wait'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_lease(text, text, interval, interval, text, interval) IS
+    'Lease mode: claims a key for a lease in a transaction of its own, or answers replay, mismatch or in_progress.';
+COMMENT ON FUNCTION @extschema@.idem_lease_extend(text, uuid, interval, text) IS
+    'Lease mode: the holder extends its lease to now() + lease; returns the new end.';
+COMMENT ON FUNCTION @extschema@.idem_checkpoint(text, uuid, text, jsonb, text) IS
+    'Lease mode: the holder records a recovery point in the transaction of that step''s local writes.';
+COMMENT ON FUNCTION @extschema@.idem_lease_complete(text, uuid, integer, jsonb, jsonb, text) IS
+    'Lease mode: the holder stores the response; a 5xx releases the lease instead (keeping the recovery point) and returns false.';
+COMMENT ON FUNCTION @extschema@.idem_lease_release(text, uuid, text) IS
+    'Lease mode: the holder gives the lease back at once, keeping the recovery point.';
+COMMENT ON FUNCTION @extschema@.idem_claim_wait(text, text, interval, interval, text) IS
+    'idem_claim that waits at most wait for a key in flight to finish, then answers replay or in_progress.';
+
+
+-- Field-subset fingerprints (IETF draft: the fingerprint may leave out fields that differ between retries,
+-- such as a request id or a client timestamp). Each entry of exclude is a path of object keys joined by
+-- '.', removed from the payload before hashing: '{request_id}' or 'meta.sent_at'.
+CREATE FUNCTION @extschema@.idem_hash(payload jsonb, exclude text[])
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_hash_jsonb_exclude'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_hash(jsonb, text[]) IS
+    'idem_hash of the payload without the fields named by exclude (paths of keys joined by ''.'').';
+
+CREATE FUNCTION @extschema@.idem_keys_in_flight_claims(
+    OUT scope text, OUT key text, OUT pid integer, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_keys_in_flight_claims'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION @extschema@.idem_keys_in_flight_claims() IS
+    'Transactional claims held now in this database (scope, key, holding pid, since), as the caller may see them.';
+
+-- Fencing numbers (1.2): idem_lease hands each grant the next one, so the numbers of one key's holders
+-- strictly increase across takeovers, expiry and re-claims. A sequence survives restarts, and pg_dump and
+-- pg_upgrade carry its position.
+CREATE SEQUENCE @extschema@.idempotency_fencing_numbers AS bigint;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_fencing_numbers', '');
+REVOKE ALL ON SEQUENCE @extschema@.idempotency_fencing_numbers FROM PUBLIC;
+COMMENT ON SEQUENCE @extschema@.idempotency_fencing_numbers IS
+    'Fencing numbers of idem_lease grants; read only by the extension''s C code.';
+
+-- The counters are for operators: the owner, pg_monitor, and whoever they grant both to.
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_read() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_read() TO pg_monitor;
+GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
+-- idempotency 1.3: the SQL-language functions. Appended to both the install script (idempotency--1.3.sql) and
+-- the update script (idempotency--1.2--1.3.sql) by the Makefile, so the two define them from the same text.
+-- OR REPLACE is for the update; in CREATE EXTENSION, replacing a function that is not the extension's own fails
+-- ("is not a member of extension"), so a pre-created look-alike is never adopted.
+--
+-- Nothing here binds a name at call time. The two SQL functions have SQL-standard bodies (BEGIN ATOMIC), which
+-- are parsed when created and refer to the objects they use by OID. The PL/pgSQL functions find the extension's
+-- schema by OID from pg_extension on every call and name their objects through it: a renamed schema, and
+-- same-named objects planted in a new schema of the old name, change nothing. Every function pins its
+-- search_path to pg_catalog, pg_temp, and every operator outside pg_catalog's own defaults is written out.
+
+-- The storage mode: whether idempotency_keys_partitioned has range partitions (C reads the same).
+CREATE OR REPLACE FUNCTION @extschema@.idem_partitions(
+    OUT partition_name name, OUT lower_bound timestamptz, OUT upper_bound timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT c.relname,
+           (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
+                                    'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+           (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
+                                    'TO \(''([^'']+)''\)'))[1]::timestamptz
+    FROM pg_catalog.pg_inherits i
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+    WHERE i.inhparent OPERATOR(pg_catalog.=) '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
+      AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.<>) 'DEFAULT'
+    ORDER BY 2;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_storage_mode()
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN EXISTS (SELECT FROM @extschema@.idem_partitions())
+    THEN 'partitioned' ELSE 'table' END;
+END;
+
+-- Makes one partition [lower, upper), taking over the rows parked for it in the default partition.
+-- Built aside and attached: the parent is locked only SHARE UPDATE EXCLUSIVE, but the default
+-- partition, which every claim reads, ACCESS EXCLUSIVE for the (short) rest of the transaction.
+-- At most 64 range partitions exist (every claim reads them all), whatever idempotency.ttl says: ERROR 54000.
+-- A relation of the partition's name that is not ours (names are predictable, and a role with CREATE on the
+-- schema may take one first) is left alone: the partition gets a name with a random suffix instead.
+CREATE OR REPLACE FUNCTION @extschema@.idem_create_partition(lower_bound timestamptz, upper_bound timestamptz)
+RETURNS name
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 0
+AS $$
+DECLARE
+    schema_oid oid := (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+                       WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_namespace n
+               WHERE n.oid OPERATOR(pg_catalog.=) schema_oid);
+    partition_name name := pg_catalog.format('idempotency_keys_p%s',
+                               pg_catalog.to_char(lower_bound AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS'));
+    existing integer;
+BEGIN
+    EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s.idem_partitions()', s) INTO existing;
+    IF existing OPERATOR(pg_catalog.>=) 64 THEN
+        RAISE EXCEPTION 'idempotency: %.idempotency_keys_partitioned already has 64 partitions', s
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Every claim reads every partition; lower idempotency.ttl or widen the partitions '
+                         'with idem_set_storage(''partitioned'', ...).';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_class c
+               WHERE c.relnamespace OPERATOR(pg_catalog.=) schema_oid
+                 AND c.relname OPERATOR(pg_catalog.=) partition_name) THEN
+        RAISE LOG 'idempotency: a relation named %.% exists already and is not a partition of ours; '
+                  'making the partition for % under another name', s, partition_name, lower_bound;
+        partition_name := pg_catalog.format('%s_%s', partition_name,
+                              pg_catalog.left(pg_catalog.md5(pg_catalog.gen_random_uuid()::text), 12));
+    END IF;
+    -- Claims read the default partition; attaching locks it ACCESS EXCLUSIVE. Take that lock
+    -- first, waiting at most idempotency.partition_lock_timeout, so that no claim still in
+    -- flight can add a row to the range between the move and the attach.
+    PERFORM pg_catalog.set_config('lock_timeout',
+                       coalesce(pg_catalog.current_setting('idempotency.partition_lock_timeout', true), '100ms'),
+                       true);
+    EXECUTE pg_catalog.format('LOCK TABLE %s.idempotency_keys_partitioned_default IN ACCESS EXCLUSIVE MODE', s);
+    EXECUTE pg_catalog.format('CREATE TABLE %s.%I (LIKE %s.idempotency_keys_partitioned'
+                   ' INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)', s, partition_name, s);
+    EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s.%I FROM PUBLIC', s, partition_name);
+    EXECUTE pg_catalog.format('CREATE INDEX ON %s.%I (key, scope)', s, partition_name);
+    EXECUTE pg_catalog.format('WITH moved AS (DELETE FROM %s.idempotency_keys_partitioned_default'
+                   ' WHERE expires_at OPERATOR(pg_catalog.>=) $1 AND expires_at OPERATOR(pg_catalog.<) $2'
+                   ' RETURNING *) INSERT INTO %s.%I SELECT * FROM moved', s, s, partition_name)
+        USING lower_bound, upper_bound;
+    EXECUTE pg_catalog.format('ALTER TABLE %s.idempotency_keys_partitioned ATTACH PARTITION %s.%I'
+                   ' FOR VALUES FROM (%L) TO (%L)', s, s, partition_name, lower_bound, upper_bound);
+    RETURN partition_name;
+END
+$$;
+
+-- Partitions ahead of time, up to now() + idempotency.ttl + two partitions, so a claim never
+-- lacks one. Returns how many it made. Waits for locks at most idempotency.partition_lock_timeout.
+-- A partition it cannot make (a busy default partition, the 64-partition cap, any other error) is logged and
+-- left for the next sweep; the sweep goes on to its deletes either way.
+CREATE OR REPLACE FUNCTION @extschema@.idem_premake_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 0
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    width interval;
+    last_upper timestamptz;
+    horizon timestamptz;
+    created integer := 0;
+BEGIN
+    -- The newest partition is never dropped, so its width is always known; none: table storage.
+    EXECUTE pg_catalog.format('SELECT upper_bound OPERATOR(pg_catalog.-) lower_bound, upper_bound'
+                              ' FROM %s.idem_partitions() ORDER BY upper_bound DESC LIMIT 1', s)
+        INTO width, last_upper;
+    IF width IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- No claim can expire in the past: after a long pause, start again at the current partition.
+    last_upper := GREATEST(last_upper, pg_catalog.date_bin(width, pg_catalog.now(),
+                                                            timestamptz '2000-01-01 00:00:00+00'));
+    -- OPERATOR() calls all share one precedence, left to right: the parentheses are needed.
+    horizon := (pg_catalog.now() OPERATOR(pg_catalog.+)
+                coalesce(pg_catalog.current_setting('idempotency.ttl', true), '1d')::interval)
+               OPERATOR(pg_catalog.+) (width OPERATOR(pg_catalog.*) 2::float8);
+    WHILE last_upper OPERATOR(pg_catalog.<) horizon LOOP
+        BEGIN
+            EXECUTE pg_catalog.format('SELECT %s.idem_create_partition($1, $2)', s)
+                USING last_upper, last_upper OPERATOR(pg_catalog.+) width;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                -- Claims in flight hold the default partition: try again at the next sweep.
+                RAISE LOG 'idempotency: the default partition is busy; making partitions at the next sweep';
+                RETURN created;
+            WHEN OTHERS THEN
+                RAISE LOG 'idempotency: could not make the partition from %: % (SQLSTATE %); '
+                          'trying again at the next sweep', last_upper, SQLERRM, SQLSTATE;
+                RETURN created;
+        END;
+        last_upper := last_upper OPERATOR(pg_catalog.+) width;
+        created := created OPERATOR(pg_catalog.+) 1;
+    END LOOP;
+    RETURN created;
+END
+$$;
+
+-- Drops every partition whose rows have all expired, with DROP TABLE: no row deletes, little WAL.
+-- A drop that cannot get its lock within idempotency.partition_lock_timeout, or fails otherwise, is logged and
+-- left for the next sweep, so claims never queue behind it for longer than that.
+CREATE OR REPLACE FUNCTION @extschema@.idem_drop_expired_partitions(OUT partitions_dropped integer,
+                                                                    OUT keys_removed bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 0
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    expired record;
+    keys bigint;
+BEGIN
+    partitions_dropped := 0;
+    keys_removed := 0;
+    -- The newest partition stays even when expired: it carries the width for the next ones.
+    FOR expired IN EXECUTE pg_catalog.format(
+            'SELECT partition_name FROM %s.idem_partitions() p'
+            ' WHERE p.upper_bound OPERATOR(pg_catalog.<=) pg_catalog.now()'
+            ' AND p.upper_bound OPERATOR(pg_catalog.<) (SELECT pg_catalog.max(upper_bound) FROM %s.idem_partitions())',
+            s, s) LOOP
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout',
+                coalesce(pg_catalog.current_setting('idempotency.partition_lock_timeout', true), '100ms'), true);
+            EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s.%I', s, expired.partition_name)
+                INTO keys;
+            EXECUTE pg_catalog.format('DROP TABLE %s.%I', s, expired.partition_name);
+            partitions_dropped := partitions_dropped OPERATOR(pg_catalog.+) 1;
+            keys_removed := keys_removed OPERATOR(pg_catalog.+) keys;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                RAISE LOG 'idempotency: partition % is busy; dropping it at the next sweep', expired.partition_name;
+            WHEN OTHERS THEN
+                RAISE LOG 'idempotency: could not drop partition %: % (SQLSTATE %); trying again at the next sweep',
+                          expired.partition_name, SQLERRM, SQLSTATE;
+        END;
+    END LOOP;
+END
+$$;
+
+-- Switches the storage mode, moving every live key (expired ones are dropped on the way). The mode is
+-- whether idempotency_keys_partitioned has range partitions: it makes them all or drops them all.
+-- Takes ACCESS EXCLUSIVE locks on both tables: claims arriving meanwhile wait and then use the new mode.
+CREATE OR REPLACE FUNCTION @extschema@.idem_set_storage(mode text, partition_interval interval DEFAULT interval '1 day')
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    ttl_setting text := coalesce(pg_catalog.current_setting('idempotency.ttl', true), '1d');
+    ttl interval := ttl_setting::interval;
+    current_mode text;
+    moved bigint;
+    first_lower timestamptz;
+    last_upper timestamptz;
+    horizon timestamptz;
+    old_partition record;
+    distributed boolean := false;
+BEGIN
+    IF mode IS NULL OR partition_interval IS NULL THEN
+        RAISE EXCEPTION 'idem_set_storage: mode and partition_interval must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF mode OPERATOR(pg_catalog.<>) ALL (ARRAY['table', 'partitioned']) THEN
+        RAISE EXCEPTION 'idem_set_storage: unknown storage mode "%"', mode
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''table'' or ''partitioned''.';
+    END IF;
+    IF partition_interval OPERATOR(pg_catalog.<) interval '1 minute'
+       OR EXTRACT(month FROM partition_interval) OPERATOR(pg_catalog.<>) 0
+       OR EXTRACT(year FROM partition_interval) OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'idem_set_storage: partition_interval must be at least 1 minute and have no months or years'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- The move reads with a snapshot taken after the locks are granted; a transaction snapshot
+    -- taken before them would miss keys completed while waiting, and TRUNCATE would lose them.
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION 'idem_set_storage must run in a READ COMMITTED transaction'
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    -- Every claim reads every partition (the key does not tell which): keep them few.
+    IF mode OPERATOR(pg_catalog.=) 'partitioned' AND
+       ((ttl OPERATOR(pg_catalog.+) (partition_interval OPERATOR(pg_catalog.*) 2::float8))
+        OPERATOR(pg_catalog./) 64::float8) OPERATOR(pg_catalog.>) partition_interval THEN
+        RAISE EXCEPTION 'idem_set_storage: partition_interval % is too small for idempotency.ttl %',
+                        partition_interval, ttl_setting
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'At most 64 partitions may cover idempotency.ttl plus two partitions.';
+    END IF;
+
+    -- A distributed key table (idem_citus_distribute) has one layout: hash shards by scope.
+    IF mode OPERATOR(pg_catalog.=) 'partitioned'
+       AND EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p'
+                ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)'
+            INTO distributed USING pg_catalog.format('%s.idempotency_keys', s);
+        IF distributed THEN
+            RAISE EXCEPTION 'idem_set_storage: partitioned storage is not supported for keys distributed by Citus'
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = 'Citus shards idempotency_keys by scope; expired keys are swept shard by shard.';
+        END IF;
+    END IF;
+
+    EXECUTE pg_catalog.format('LOCK TABLE %s.idempotency_keys IN ACCESS EXCLUSIVE MODE', s);
+    EXECUTE pg_catalog.format('LOCK TABLE %s.idempotency_keys_partitioned IN ACCESS EXCLUSIVE MODE', s);
+    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO current_mode;
+
+    -- Tenants separated by row level security on one table must stay separated on the other.
+    IF EXISTS (SELECT FROM pg_catalog.pg_class source, pg_catalog.pg_class target
+               WHERE source.relnamespace OPERATOR(pg_catalog.=) target.relnamespace
+                 AND source.relnamespace OPERATOR(pg_catalog.=) (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+                                                  WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+                 AND source.relname OPERATOR(pg_catalog.=) (CASE WHEN mode OPERATOR(pg_catalog.=) 'partitioned'
+                         THEN 'idempotency_keys' ELSE 'idempotency_keys_partitioned' END)
+                 AND target.relname OPERATOR(pg_catalog.=) (CASE WHEN mode OPERATOR(pg_catalog.=) 'partitioned'
+                         THEN 'idempotency_keys_partitioned' ELSE 'idempotency_keys' END)
+                 AND ((source.relrowsecurity AND NOT target.relrowsecurity)
+                      OR (source.relforcerowsecurity AND NOT target.relforcerowsecurity)
+                      OR (SELECT pg_catalog.count(*) FROM pg_catalog.pg_policy p
+                          WHERE p.polrelid OPERATOR(pg_catalog.=) source.oid)
+                         OPERATOR(pg_catalog.>)
+                         (SELECT pg_catalog.count(*) FROM pg_catalog.pg_policy p
+                          WHERE p.polrelid OPERATOR(pg_catalog.=) target.oid))) THEN
+        RAISE EXCEPTION 'idem_set_storage: row level security on the current table is missing on the other one'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Enable (and force) row level security and create the same policies on both '
+                         'idempotency_keys and idempotency_keys_partitioned, then switch.';
+    END IF;
+
+    IF mode OPERATOR(pg_catalog.=) 'partitioned' THEN
+        EXECUTE pg_catalog.format('SELECT pg_catalog.max(upper_bound) FROM %s.idem_partitions()', s) INTO last_upper;
+        -- Partitions of the new width from the current one (or after the last existing one) onwards.
+        first_lower := coalesce(last_upper, pg_catalog.date_bin(partition_interval, pg_catalog.now(),
+                                                                 timestamptz '2000-01-01 00:00:00+00'));
+        horizon := (pg_catalog.now() OPERATOR(pg_catalog.+) ttl)
+                   OPERATOR(pg_catalog.+) (partition_interval OPERATOR(pg_catalog.*) 2::float8);
+        last_upper := first_lower;
+        LOOP
+            EXECUTE pg_catalog.format('SELECT %s.idem_create_partition($1, $2)', s)
+                USING last_upper, last_upper OPERATOR(pg_catalog.+) partition_interval;
+            last_upper := last_upper OPERATOR(pg_catalog.+) partition_interval;
+            EXIT WHEN last_upper OPERATOR(pg_catalog.>=) horizon;
+        END LOOP;
+        IF current_mode OPERATOR(pg_catalog.=) 'partitioned' THEN
+            RETURN pg_catalog.format('partitioned: new partitions of %s', partition_interval);
+        END IF;
+        EXECUTE pg_catalog.format('INSERT INTO %s.idempotency_keys_partitioned SELECT * FROM %s.idempotency_keys'
+                                  ' WHERE expires_at OPERATOR(pg_catalog.>) pg_catalog.now()', s, s);
+        GET DIAGNOSTICS moved = ROW_COUNT;
+        EXECUTE pg_catalog.format('TRUNCATE %s.idempotency_keys', s);
+        RETURN pg_catalog.format('partitioned: %s live keys moved, partitions of %s', moved, partition_interval);
+    END IF;
+
+    IF current_mode OPERATOR(pg_catalog.=) 'table' THEN
+        RETURN 'table: already';
+    END IF;
+    EXECUTE pg_catalog.format('INSERT INTO %s.idempotency_keys SELECT * FROM %s.idempotency_keys_partitioned'
+                              ' WHERE expires_at OPERATOR(pg_catalog.>) pg_catalog.now()', s, s);
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    FOR old_partition IN EXECUTE pg_catalog.format('SELECT partition_name FROM %s.idem_partitions()', s) LOOP
+        EXECUTE pg_catalog.format('DROP TABLE %s.%I', s, old_partition.partition_name);
+    END LOOP;
+    EXECUTE pg_catalog.format('TRUNCATE %s.idempotency_keys_partitioned_default', s);
+    RETURN pg_catalog.format('table: %s live keys moved', moved);
+END
+$$;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_set_storage(text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_create_partition(timestamptz, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_premake_partitions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_drop_expired_partitions() FROM PUBLIC;
+
+-- Both kinds of keys in flight: transactional claims (pid of the holder) and live leases (rows read as the
+-- caller, pid NULL). On a Citus coordinator whose keys are distributed, the transactional claims held on the
+-- other nodes are listed too (holder 'transaction@host:port': the pid is that node's); live leases are rows,
+-- which Citus reads from every shard anyway. Citus is reached only through dynamic SQL once it is found.
+CREATE OR REPLACE FUNCTION @extschema@.idem_keys_in_flight(
+    OUT scope text, OUT key text, OUT pid integer, OUT since timestamptz,
+    OUT lease_until timestamptz, OUT holder text)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    active text;
+    remote record;
+    cluster_wide boolean := false;
+BEGIN
+    RETURN QUERY EXECUTE pg_catalog.format(
+        'SELECT c.scope, c.key, c.pid, c.since, NULL::pg_catalog.timestamptz, ''transaction''::pg_catalog.text'
+        ' FROM %s.idem_keys_in_flight_claims() c', s);
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        EXECUTE 'SELECT pg_catalog.citus_is_coordinator() AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition p'
+                ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)'
+            INTO cluster_wide USING pg_catalog.format('%s.idempotency_keys', s);
+    END IF;
+    IF cluster_wide THEN
+        FOR remote IN EXECUTE
+            'SELECT nodename, nodeport, success, result FROM pg_catalog.run_command_on_workers($1)'
+            USING pg_catalog.format('SELECT COALESCE(pg_catalog.json_agg(c), ''[]'')'
+                                    ' FROM %s.idem_keys_in_flight_claims() c', s)
+        LOOP
+            IF NOT remote.success THEN
+                RAISE WARNING 'idem_keys_in_flight: node %:% did not answer: %', remote.nodename, remote.nodeport,
+                              remote.result;
+                CONTINUE;
+            END IF;
+            RETURN QUERY
+                SELECT r.scope, r.key, r.pid, r.since, NULL::timestamptz,
+                       pg_catalog.format('transaction@%s:%s', remote.nodename, remote.nodeport)
+                FROM pg_catalog.json_to_recordset(remote.result::json) AS r(scope text, key text, pid integer,
+                                                                             since timestamptz);
+        END LOOP;
+    END IF;
+    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO active;
+    RETURN QUERY EXECUTE pg_catalog.format(
+        'SELECT k.scope::pg_catalog.text, k.key::pg_catalog.text, NULL::pg_catalog.int4, k.created_at,'
+        ' k.lease_until, ''lease''::pg_catalog.text FROM %s.%I k'
+        ' WHERE k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()'
+        ' AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()',
+        s, CASE active WHEN 'partitioned' THEN 'idempotency_keys_partitioned' ELSE 'idempotency_keys' END);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_keys_in_flight() IS
+    'Keys in flight: transactional claims (holder ''transaction'', pid of the backend) and live leases '
+    '(holder ''lease''), as the caller may see them; join pg_stat_activity USING (pid).';
+-- ---------------------------------------------------------------------------
+-- Scaling out with Citus (README, "Scaling out with Citus"). Appended after functions.sql to both the install
+-- script and the update script, under the same rules: every PL/pgSQL function finds the extension's schema by OID
+-- on each call. Nothing here needs Citus to be installed: its functions and catalogs are reached only through
+-- EXECUTE, after pg_extension shows citus.
+
+-- The one supported layout in one call, on the coordinator: idempotency_keys distributed by scope and co-located
+-- with the tenant's business tables, so that a key's row and the business rows of its tenant live on one node and
+-- commit in one local transaction there; every function taking a scope delegated to that node.
+CREATE OR REPLACE FUNCTION @extschema@.idem_citus_distribute(colocate_with regclass)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    keys pg_catalog.regclass;
+    storage_mode text;
+    keys_method text;
+    keys_colocation integer;
+    business_method text;
+    business_replication text;
+    business_colocation integer;
+    business_column text;
+    column_type pg_catalog.oid;
+    column_collation pg_catalog.oid;
+    scope_collation pg_catalog.oid;
+    unscoped bigint;
+    fn pg_catalog.regprocedure;
+    delegated integer := 0;
+    is_coordinator boolean;
+BEGIN
+    IF colocate_with IS NULL THEN
+        RAISE EXCEPTION 'idem_citus_distribute: colocate_with must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    keys := pg_catalog.format('%s.idempotency_keys', s)::pg_catalog.regclass;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_citus_distribute: Citus is not installed in this database'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Put citus first in shared_preload_libraries (''citus,idempotency''), CREATE EXTENSION '
+                         'citus, add the workers, distribute the business tables, then call this again.';
+    END IF;
+    EXECUTE 'SELECT pg_catalog.citus_is_coordinator()' INTO is_coordinator;
+    IF NOT is_coordinator THEN
+        RAISE EXCEPTION 'idem_citus_distribute must run on the Citus coordinator'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Partitioned storage keeps its rows in a local partitioned twin that Citus cannot co-locate by scope.
+    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO storage_mode;
+    IF storage_mode OPERATOR(pg_catalog.<>) 'table' THEN
+        RAISE EXCEPTION 'idem_citus_distribute: partitioned storage is not supported on Citus'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Switch back first: SELECT idem_set_storage(''table'').';
+    END IF;
+
+    -- The business table: distributed by hash, by a column of scope's type and collation.
+    EXECUTE 'SELECT p.partmethod::pg_catalog.text, p.repmodel::pg_catalog.text, p.colocationid,'
+            '       pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)'
+            ' FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO business_method, business_replication, business_colocation, business_column USING colocate_with;
+    IF business_method IS NULL THEN
+        RAISE EXCEPTION 'idem_citus_distribute: % is not distributed by Citus', colocate_with
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = pg_catalog.format('Distribute it by its tenant column first: '
+                                           'SELECT create_distributed_table(%L, ''<tenant column>'').', colocate_with);
+    END IF;
+    IF business_method OPERATOR(pg_catalog.<>) 'h' THEN
+        RAISE EXCEPTION 'idem_citus_distribute: % is a % table, not distributed by a tenant column', colocate_with,
+                        CASE WHEN business_replication OPERATOR(pg_catalog.=) 't' THEN 'reference'
+                             WHEN business_colocation OPERATOR(pg_catalog.<>) 0 THEN 'single-shard'
+                             ELSE 'Citus local' END
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Keys are claimed on the one node that holds their tenant''s rows; a reference or local '
+                           'table has no such node, and keys beside it would commit apart from it.',
+                  HINT = 'Pass a table distributed with create_distributed_table(table, tenant column).';
+    END IF;
+    SELECT a.atttypid, a.attcollation INTO column_type, column_collation
+    FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) colocate_with AND a.attname OPERATOR(pg_catalog.=) business_column;
+    SELECT a.attcollation INTO scope_collation
+    FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) keys AND a.attname OPERATOR(pg_catalog.=) 'scope';
+    IF column_type OPERATOR(pg_catalog.<>) 'pg_catalog.text'::pg_catalog.regtype
+       OR column_collation OPERATOR(pg_catalog.<>) scope_collation THEN
+        RAISE EXCEPTION 'idem_citus_distribute: %.% is % COLLATE %, but idempotency_keys.scope is text COLLATE "C"',
+                        colocate_with, business_column, pg_catalog.format_type(column_type, NULL),
+                        coalesce((SELECT pg_catalog.quote_ident(c.collname::text) FROM pg_catalog.pg_collation c
+                                  WHERE c.oid OPERATOR(pg_catalog.=) column_collation), 'none')
+            USING ERRCODE = 'datatype_mismatch',
+                  DETAIL = 'Citus co-locates tables only when their distribution columns have one type and '
+                           'collation: the same tenant then hashes to the same shard in both.',
+                  HINT = pg_catalog.format('Make the tenant column text COLLATE "C" and pass the tenant as the '
+                                           'scope: SELECT undistribute_table(%L); ALTER TABLE %s ALTER COLUMN %I '
+                                           'TYPE text COLLATE "C"; SELECT create_distributed_table(%L, %L); then '
+                                           'call idem_citus_distribute(%L) again.',
+                                           colocate_with, colocate_with, business_column, colocate_with,
+                                           business_column, colocate_with);
+    END IF;
+
+    EXECUTE 'SELECT p.partmethod::pg_catalog.text, p.colocationid FROM pg_catalog.pg_dist_partition p'
+            ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO keys_method, keys_colocation USING keys;
+    IF keys_method IS NOT NULL AND (keys_method OPERATOR(pg_catalog.<>) 'h'
+                                    OR keys_colocation OPERATOR(pg_catalog.<>) business_colocation) THEN
+        RAISE EXCEPTION 'idem_citus_distribute: idempotency_keys is already in Citus''s metadata, not co-located with %',
+                        colocate_with
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Citus refuses to undistribute a table that an extension owns.',
+                  HINT = 'Keep one tenant layout for all business tables, or start from a fresh CREATE EXTENSION idempotency.';
+    END IF;
+
+    IF keys_method IS NULL THEN
+        -- The strongest lock first: distributing and then truncating the local rows would otherwise upgrade
+        -- this transaction's lock while the sweeper upgrades its own (a deadlock, seen in the tests).
+        EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', keys);
+        -- Every unscoped key hashes to one shard, so one node takes all of them.
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s WHERE scope OPERATOR(pg_catalog.=) $1', keys)
+            INTO unscoped USING ''::text;
+        IF unscoped OPERATOR(pg_catalog.>) 0 THEN
+            RAISE WARNING 'idem_citus_distribute: % stored keys have no scope; all unscoped keys land on one shard',
+                          unscoped
+                USING HINT = 'Pass the tenant (the value of the business table''s distribution column) as scope.';
+        END IF;
+        EXECUTE 'SELECT pg_catalog.create_distributed_table($1, ''scope'', colocate_with => $2)'
+            USING keys, colocate_with::text;
+        -- The rows were copied into the shards; left in the coordinator's shell they would only mislead.
+        EXECUTE 'SELECT pg_catalog.truncate_local_data_after_distributing_table($1)' USING keys;
+    END IF;
+
+    -- Every function that takes a scope as input runs on the node of that scope's shard, also inside a
+    -- transaction block (force_delegation). Not the ones returning a scope: Citus 14.0.1 crashes a backend that
+    -- calls a function force-delegated by an output parameter in a transaction block.
+    FOR fn IN
+        SELECT p.oid::pg_catalog.regprocedure
+        FROM pg_catalog.pg_proc p
+        JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                   AND d.objid OPERATOR(pg_catalog.=) p.oid
+                                   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                                   AND d.deptype OPERATOR(pg_catalog.=) 'e'
+        JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+                                      AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
+        WHERE p.proargmodes IS NULL AND 'scope' OPERATOR(pg_catalog.=) ANY (p.proargnames)
+        ORDER BY p.proname, p.oid
+    LOOP
+        EXECUTE 'SELECT pg_catalog.create_distributed_function($1, ''scope'', colocate_with => $2,'
+                ' force_delegation => true)'
+            USING fn, keys::text;
+        delegated := delegated OPERATOR(pg_catalog.+) 1;
+    END LOOP;
+    RETURN pg_catalog.format('idempotency_keys distributed by scope, co-located with %s; %s functions delegated by scope',
+                             colocate_with, delegated);
+END
+$$;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_citus_distribute(pg_catalog.regclass) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_citus_distribute(pg_catalog.regclass) IS
+    'Citus: distributes idempotency_keys by scope, co-located with the given tenant table, and delegates every '
+    'function taking a scope to the node of its shard.';
+
+-- The counters of every node (idem_stats is this node's), one row per node as jsonb, on a Citus coordinator.
+CREATE OR REPLACE FUNCTION @extschema@.idem_citus_stats(OUT node text, OUT stats jsonb)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    remote record;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_citus_stats: Citus is not installed in this database'
+            USING ERRCODE = 'feature_not_supported', HINT = 'Read idem_stats on a single node.';
+    END IF;
+    FOR remote IN EXECUTE
+        'SELECT n.nodename, n.nodeport, r.success, r.result FROM pg_catalog.run_command_on_all_nodes($1) r'
+        ' JOIN pg_catalog.pg_dist_node n ON n.nodeid OPERATOR(pg_catalog.=) r.nodeid ORDER BY n.groupid'
+        USING pg_catalog.format('SELECT pg_catalog.row_to_json(t) FROM %s.idem_stats t', s)
+    LOOP
+        node := pg_catalog.format('%s:%s', remote.nodename, remote.nodeport);
+        stats := CASE WHEN remote.success THEN remote.result::jsonb
+                      ELSE pg_catalog.jsonb_build_object('error', remote.result) END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_citus_stats() IS
+    'Citus: idem_stats of every node of the cluster, one jsonb row per node.';
+
+-- Fencing numbers across a shard move. A lease's fencing number comes from the sequence of the node that holds its
+-- scope's shard; a shard moved to another node continues from that node's sequence, which may be behind. Called on
+-- the coordinator before each move, this puts the target node's sequence a billion past the largest value on any
+-- node: the source would have to grant that many leases during the move for a number to go backwards. Only ever
+-- forward (setval to a lower value would hand out numbers twice); returns the target's value afterwards.
+CREATE OR REPLACE FUNCTION @extschema@.idem_citus_fencing_before_move(target_node_name text, target_node_port integer)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    seq text;
+    failed text;
+    highest bigint;
+    result text;
+    ok boolean;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_citus_fencing_before_move: Citus is not installed in this database'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    EXECUTE 'SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_dist_node WHERE nodename OPERATOR(pg_catalog.=) $1'
+            ' AND nodeport OPERATOR(pg_catalog.=) $2 AND isactive)'
+        INTO ok USING target_node_name, target_node_port;
+    IF ok THEN
+        RAISE EXCEPTION 'idem_citus_fencing_before_move: %:% is not an active node of this cluster',
+                        target_node_name, target_node_port
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the target node of citus_move_shard_placement as it is in pg_dist_node.';
+    END IF;
+    seq := pg_catalog.format('%s.idempotency_fencing_numbers', s);
+    EXECUTE 'SELECT pg_catalog.max(r.result::bigint), pg_catalog.string_agg(r.result, ''; '') FILTER (WHERE NOT r.success)'
+            ' FROM pg_catalog.run_command_on_all_nodes($1) r'
+        INTO highest, failed
+        USING pg_catalog.format('SELECT last_value FROM %s', seq);
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'idem_citus_fencing_before_move: reading the fencing numbers of every node failed: %', failed
+            USING ERRCODE = 'connection_failure';
+    END IF;
+    highest := highest OPERATOR(pg_catalog.+) 1000000000;
+    EXECUTE 'SELECT r.success, r.result FROM pg_catalog.master_run_on_worker(ARRAY[$1], ARRAY[$2], ARRAY[$3], false) r'
+        INTO ok, result
+        USING target_node_name, target_node_port,
+              pg_catalog.format('SELECT COALESCE((SELECT pg_catalog.setval(%L, %s) FROM %s'
+                                ' WHERE last_value OPERATOR(pg_catalog.<) %s), (SELECT last_value FROM %s))',
+                                seq, highest, seq, highest, seq);
+    IF NOT ok THEN
+        RAISE EXCEPTION 'idem_citus_fencing_before_move: advancing the fencing numbers of %:% failed: %',
+                        target_node_name, target_node_port, result
+            USING ERRCODE = 'connection_failure';
+    END IF;
+    RETURN result::bigint;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_citus_fencing_before_move(text, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_citus_fencing_before_move(text, integer) IS
+    'Citus: before citus_move_shard_placement to this node, puts its fencing numbers past those of every node, so a '
+    'moved lease''s numbers keep increasing.';
