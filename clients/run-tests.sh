@@ -35,8 +35,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# One stack on ports 55480-55529 at a time (pytest's own stack takes the same lock).
-exec 9>/tmp/idempotency-clients-e2e.lock
+# One stack on ports 55480-55529 (IDEM_E2E_PORT_BASE moves them) at a time (pytest's own stack takes the same lock).
+exec 9>"/tmp/idempotency-clients-e2e-${IDEM_E2E_PORT_BASE:-55480}.lock"
 flock 9
 
 if ! env_lines=$("$py" "$clients/e2e/harness.py" stack-up "$stack"); then

@@ -17,7 +17,6 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-LOCK = "/tmp/idempotency-clients-e2e.lock"
 
 # Checks that come after every other check of every service, in this order: the idle spell (test_e2e.py; one
 # wait then serves all services, where a wait per service cost 12 s each, 18 times) and the last word on the
@@ -44,8 +43,8 @@ def stack():
     if given:
         yield given
         return
-    lock = open(LOCK, "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one stack on ports 55480-55489 at a time
+    lock = open(harness.LOCK, "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one stack on its ports at a time
     d = tempfile.mkdtemp(prefix="idem-e2e.")
     try:
         harness.stack_up(d)

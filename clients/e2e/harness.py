@@ -30,8 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENTS = os.path.dirname(HERE)
 REPO = os.path.dirname(CLIENTS)
 
-PG_PORT = 55480
-BOUNCER_PORT = 55481
+# IDEM_E2E_PORT_BASE moves the whole range (base .. base+49), so two checkouts can each run a stack at once.
+PORT_BASE = int(os.environ.get("IDEM_E2E_PORT_BASE", "55480"))
+LOCK = f"/tmp/idempotency-clients-e2e-{PORT_BASE}.lock"
+PG_PORT = PORT_BASE
+BOUNCER_PORT = PORT_BASE + 1
 DB = "payments"
 DIRECT_URL = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{DB}"
 BOUNCER_URL = f"postgresql://postgres@127.0.0.1:{BOUNCER_PORT}/{DB}"
@@ -129,11 +132,11 @@ if os.environ.get("E2E_REF_SERVICE"):
                        "capabilities": set(os.environ.get("E2E_REF_CAPABILITIES", "").split(",")) - {""}}
 
 LANGS = tuple(SERVICES)
-FIRST_SERVICE_PORT, LAST_SERVICE_PORT = 55482, 55529
+FIRST_SERVICE_PORT, LAST_SERVICE_PORT = PORT_BASE + 2, PORT_BASE + 49
 SERVICE_PORTS = {(name, mode): FIRST_SERVICE_PORT + 2 * i + j
                  for i, name in enumerate(SERVICES) for j, mode in enumerate(MODES)}
 if max(SERVICE_PORTS.values()) > LAST_SERVICE_PORT:
-    raise SystemExit(f"harness.py: {len(SERVICES)} services need more ports than 55482-{LAST_SERVICE_PORT}")
+    raise SystemExit(f"harness.py: {len(SERVICES)} services need more ports than {FIRST_SERVICE_PORT}-{LAST_SERVICE_PORT}")
 for _name, _spec in SERVICES.items():
     _unknown = set(_spec.get("capabilities", ())) - CAPABILITIES
     if _unknown:
