@@ -54,6 +54,24 @@ export function problem(status, slug, title, detail = '', headers = [], base = P
   );
 }
 
+/** The headers of `answer` to set on a framework's response: all but the framing ones, which it sets itself. */
+export function wireHeaders(answer) {
+  return answer.headers.filter(([k]) => !/^(content-length|transfer-encoding)$/i.test(k));
+}
+
+/** The bytes of a framework's response body: a Buffer, a string, a stream (read to its end), or an object as JSON. */
+export async function bytesOf(body) {
+  if (body === null || body === undefined) return Buffer.alloc(0);
+  if (Buffer.isBuffer(body)) return body;
+  if (typeof body === 'string') return Buffer.from(body, 'utf8');
+  if (typeof body.pipe === 'function') {
+    const chunks = [];
+    for await (const chunk of body) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
+    return Buffer.concat(chunks);
+  }
+  return Buffer.from(JSON.stringify(body), 'utf8');
+}
+
 export function jsonResponse(status, obj, headers = []) {
   return new CapturedResponse(status, [['Content-Type', 'application/json'], ...headers], Buffer.from(JSON.stringify(obj)));
 }
@@ -177,9 +195,17 @@ export function storedForm(response, replayHeaders = null) {
   return { body: bodyJson, headers: JSON.stringify(headers), json: bodyJson !== null && !(BODY_ENCODING_HEADER in headers) };
 }
 
-/** The request body as text if it is JSON (UTF-8), else throws. */
+function hasNul(v) {
+  if (typeof v === 'string') return v.includes('\0');
+  if (v === null || typeof v !== 'object') return false;
+  return Object.entries(v).some(([k, x]) => k.includes('\0') || hasNul(x));
+}
+
+/** The request body as text and value if it is JSON that PostgreSQL's jsonb accepts (UTF-8, no \u0000), else throws. */
 export function parseJsonBody(raw) {
   const text = decodeUtf8(raw);
   if (text === null) throw new SyntaxError('the request body is not UTF-8');
-  return { text, value: JSON.parse(text) };
+  const value = JSON.parse(text);
+  if (text.includes('u0000') && hasNul(value)) throw new SyntaxError('the request body holds \\u0000');
+  return { text, value };
 }
