@@ -8,6 +8,7 @@ export async function listen(app) {
   const url = `http://127.0.0.1:${server.address().port}`;
   return {
     url,
+    server,
     async close() {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
