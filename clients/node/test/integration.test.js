@@ -196,6 +196,20 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
     assert.deepEqual(await stored(acct, 'kv'), [{ http_status: 201 }]);
   });
 
+  test('amount_cents as written: 1e2 and 100.0 are 422 as in Go and Python; 2^63-1 is paid exactly', async () => {
+    const acct = account();
+    for (const amount of ['1e2', '100.0', '9223372036854775808']) {
+      const r = await post(`${srv.url}/payments`, `{"amount_cents": ${amount}, "currency": "EUR"}`, auth(acct, 'ke'));
+      assert.equal(r.status, 422, amount);
+      assert.equal(r.json.detail, 'amount_cents must be an integer greater than 0');
+    }
+    const max = '9223372036854775807';
+    const r = await post(`${srv.url}/payments`, `{"amount_cents": ${max}, "currency": "EUR"}`, auth(acct, 'ke'));
+    assert.equal(r.status, 201);
+    assert.match(r.text, /"amount_cents": 9223372036854775807[,}]/);
+    assert.deepEqual((await rows(acct)).map((x) => x.amount_cents), [`-${max}`]);
+  });
+
   test('an HTTP error thrown after the insert: 422 stored as sent with the debit, 502 rolled back', async () => {
     const acct = account();
     const body = { amount_cents: 7, currency: 'EUR' };
