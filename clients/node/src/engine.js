@@ -138,9 +138,9 @@ function tooLarge(cfg, limit) {
 /**
  * The whole body of `stream` (a node:http request, or a Fastify payload stream), or HttpProblem: 413 at once when
  * `declared` (its Content-Length) is over `limit`, without reading it, or as soon as a chunked body passes the
- * limit (the rest is drained so that the client reads the answer); 400 request-body-unreadable (as Go names it) when the stream is
- * aborted, closed or fails before its end, or ends shorter than `declared`. Only a body that arrived whole
- * resolves: a request is never run from part of its body.
+ * limit (the rest is drained so that the client reads the answer); 400 request-body-unreadable (Go's name) when
+ * the stream is aborted, closed or fails before its end, or ends shorter than `declared`. Only a body that
+ * arrived whole resolves: a request is never run from part of its body.
  */
 export function readBody(stream, cfg, declared, limit = cfg.bodyLimit) {
   const length = declared === undefined || declared === null || declared === '' ? null : Number(declared);
