@@ -45,6 +45,12 @@ export interface IdempotencyOptions<Req = any> {
   methods?: string[];
   /** How BEGIN travels with the claim and the completion with COMMIT (default 'auto'). */
   batching?: Batching;
+  /**
+   * Named prepared statements for the claim and the completion in 'pipeline' and 'off' batching ('multi' is simple
+   * query, never prepared). 'auto' (default): named, and unnamed for good after the first 26000/42P05 (a pooler that
+   * does not keep them: PgBouncer before 1.21 in transaction pooling); false: never named.
+   */
+  prepared?: boolean | 'auto';
   /** Base URI of the problem types (default https://idempotency.dev/problems/). */
   problemBase?: string;
   logger?: Logger;
@@ -161,6 +167,9 @@ export const MAX_KEY_BYTES: 255;
 export const PROBLEM_BASE: string;
 export const CLAIM_SQL: string;
 export const COMPLETE_SQL: string;
+/** The 1.3 statements (extension 1.3+; the 1.0 ones above are used on an older extension). */
+export const CLAIM_REQUEST_SQL: string;
+export const COMPLETE_REQUEST_SQL: string;
 export const RETRYABLE: Set<string>;
 
 // ---- Lease mode (extension 1.1+): runLease

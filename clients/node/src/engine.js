@@ -11,9 +11,20 @@
 //   has no parameters). Works with any node-postgres and through PgBouncer in transaction pooling mode.
 // 'auto' (the default) picks 'pipeline' on a pipelined client and 'multi' otherwise; 'off' sends each statement
 // on its own (five round trips), kept for the benchmark.
+//
+// Statements. On extension 1.3 the claim is idem_claim_request (the fingerprint computed inside it from the
+// request's parts, a replay's stored bytes in the same row) and the completion idem_complete_request (the response
+// as the bytes sent: no read-back); on 1.0-1.2 (the first claim answers 42883) idem_claim and idem_complete, with
+// the body stored as jsonb and sent as jsonb's text. In 'pipeline' and 'off' mode they are named prepared
+// statements (`name` in node-postgres' query config: parsed once per connection); through a pooler that cannot
+// keep them (PgBouncer before 1.21 in transaction pooling: SQLSTATE 26000 or 42P05), `prepared: 'auto'` goes on
+// unnamed for good, and `prepared: false` never names them. 'multi' is simple query: never prepared.
 
 import { KeyHeaderError, parseIdempotencyKey } from './header.js';
-import { CapturedResponse, HttpProblem, PROBLEM_BASE, claimResponse, parseJsonBody, problem, storedForm } from './responses.js';
+import {
+  CapturedResponse, HttpProblem, PROBLEM_BASE, claimResponse, parseJsonBody, parseRecord, problem, requestClaimResponse,
+  storedBytes, storedForm,
+} from './responses.js';
 
 // No `name` is ever passed to client.query: node-postgres then uses the unnamed statement, which does not outlive
 // the transaction, so this works through PgBouncer in transaction pooling mode. The statements hold no `$` but
@@ -28,12 +39,17 @@ export const CLAIM_SQL =
 export const COMPLETE_SQL =
   'SELECT idem_complete($1::text, $2::int, v.body, $4::jsonb, $5::text) AS stored, ' +
   'v.body::text AS body FROM (SELECT $3::jsonb AS body) AS v';
+// 1.3: no casts (the functions have no overloads, the server infers each parameter's type); one column each.
+export const CLAIM_REQUEST_SQL = 'SELECT idem_claim_request($1, $2, $3, $4, $5, $6, $7, $8) AS c';
+export const COMPLETE_REQUEST_SQL = 'SELECT idem_complete_request($1, $2, $3, $4, $5, $6) AS stored';
+/** SQLSTATEs of a named statement the pooler's server connection does not hold (or holds already). */
+const NOT_PREPARED = new Set(['26000', '42P05']);
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
 /** SQLSTATEs after which the whole transaction is run again. */
 export const RETRYABLE = new Set(['40001', '40P01']);
 /** SQLSTATEs of the claim statement that mean the request body is not JSON that PostgreSQL accepts. */
-const BAD_BODY = new Set(['22P02', '22P05', '22003']);
+const BAD_BODY = new Set(['22P02', '22P05', '22003', '22021']);
 const ISOLATION = new Set(['READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE']);
 const BATCHING = new Set(['auto', 'pipeline', 'multi', 'off']);
 
@@ -62,35 +78,40 @@ export function errorStatus(err) {
  */
 export function sqlLiteral(value) {
   if (value === null || value === undefined) return 'NULL';
-  const s = String(value);
+  const s = Buffer.isBuffer(value) ? `\\x${value.toString('hex')}` : String(value);
   if (s.includes('\0')) throw new TypeError('a value sent to PostgreSQL cannot contain a NUL character');
   const quoted = `'${s.replace(/'/g, "''")}'`;
   return s.includes('\\') ? `E${quoted.replace(/\\/g, '\\\\')}` : quoted;
 }
 
-/** Run queries on `client`, all written before the first answer is read; rejects with the first error. */
-export async function pipelined(client, texts, params) {
-  const results = await Promise.allSettled(texts.map((t, i) => client.query(t, params[i])));
-  const failed = results.find((r) => r.status === 'rejected');
-  if (failed) throw failed.reason;
-  return results.map((r) => r.value);
-}
-
 /**
- * Send `statements` ([[text, params], ...]) the way `mode` says: 'pipeline' (one round trip, extended protocol),
- * 'multi' (one simple-query message, the parameters written in as literals: the texts hold no other `$`) or
- * 'off' (one round trip each). Resolves with one result per statement; rejects with the first error (the ones
- * after it are not run, or fail in the aborted transaction).
+ * Send `statements` ([[text, params, name], ...]) the way `mode` says: 'pipeline' (one round trip, extended
+ * protocol; a statement with a `name` is a named prepared statement), 'multi' (one simple-query message, the
+ * parameters written in as literals: the texts hold no other `$`) or 'off' (one round trip each). Resolves with
+ * one result per statement; rejects with the first error (the ones after it are not run, or fail in the aborted
+ * transaction).
  */
 export async function batch(client, statements, mode = client.pipeline === true ? 'pipeline' : 'multi') {
+  const config = ([text, values, name]) => (name ? { name, text, values } : { text, values });
   if (statements.length === 1 || mode === 'off') {
     const results = [];
-    for (const [text, params] of statements) results.push(await client.query(text, params));
+    for (const statement of statements) results.push(await client.query(config(statement)));
     return results;
   }
-  if (mode === 'pipeline') return pipelined(client, statements.map(([t]) => t), statements.map(([, p]) => p));
+  if (mode === 'pipeline') {
+    const results = await Promise.allSettled(statements.map((st) => client.query(config(st))));
+    const failed = results.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    return results.map((r) => r.value);
+  }
   const inline = ([text, params]) => (params ? text.replace(/\$(\d+)/g, (_, i) => sqlLiteral(params[i - 1])) : text);
   return client.query(statements.map(inline).join('; '));
+}
+
+/** The query string of a request target (what follows `?`), or null. */
+export function queryOf(url) {
+  const at = (url || '').indexOf('?');
+  return at < 0 ? null : url.slice(at + 1);
 }
 
 /** The options of every adapter, checked once. */
@@ -98,8 +119,9 @@ export function options(opts) {
   const {
     pool, ttl = null, maxRetries = 3, replayHeaders = null, isolationLevel = null, batching = 'auto',
     scope = () => '', problemBase = PROBLEM_BASE, bodyLimit = DEFAULT_BODY_LIMIT, logger = console,
-    requestPath = null, methods = null,
+    requestPath = null, methods = null, prepared = 'auto',
   } = opts || {};
+  if (![true, false, 'auto'].includes(prepared)) throw new TypeError("idempotency: prepared must be true, false or 'auto'");
   if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotency: options.pool (a pg.Pool) is required');
   if (isolationLevel !== null && !ISOLATION.has(String(isolationLevel).toUpperCase())) {
     throw new TypeError(`idempotency: unknown isolationLevel ${isolationLevel}`);
@@ -111,6 +133,8 @@ export function options(opts) {
   return {
     pool, ttl, maxRetries, replayHeaders, batching, scope, problemBase, bodyLimit, logger, requestPath,
     methods: methods && new Set(methods.map((m) => String(m).toUpperCase())),
+    // what the database and the pooler allow, learnt from the first answers: the 1.3 statements, named statements
+    state: { lean: true, named: prepared !== false, prepared },
     beginSql: isolationLevel ? `BEGIN ISOLATION LEVEL ${String(isolationLevel).toUpperCase()}` : 'BEGIN',
   };
 }
@@ -191,7 +215,7 @@ export function readBody(stream, cfg, declared, limit = cfg.bodyLimit) {
 export async function admit(cfg, input) {
   try {
     const scope = (await cfg.scope(input.scopeArg)) ?? '';
-    const request = { scope: String(scope), key: null, method: input.method, path: input.path };
+    const request = { scope: String(scope), key: null, method: input.method, path: input.path, query: input.query || null };
     if (input.claim !== false) request.key = parseIdempotencyKey(input.keyHeader);
     request.raw = await input.body();
     if (request.raw.length > cfg.bodyLimit) throw tooLarge(cfg, cfg.bodyLimit);
@@ -217,35 +241,78 @@ export function sentForm(captured, stored, row) {
   return captured;
 }
 
-/** BEGIN, with idem_claim in the same round trip when the request has a key. Resolves with the claim's answer. */
+/** The effective batching of `client`, and the statement name to use in it (none in a simple-query message). */
+function modeOf(cfg, client) {
+  const mode = cfg.batching !== 'auto' ? cfg.batching : client.pipeline === true ? 'pipeline' : 'multi';
+  return { mode, name: (n) => (cfg.state.named && mode !== 'multi' ? n : undefined) };
+}
+
+/**
+ * BEGIN, with the claim in the same round trip when the request has a key. Resolves with the claim's answer
+ * (replay, mismatch, in_progress: the caller ends the transaction) or null (claimed, or no key: the transaction is
+ * open).
+ */
 async function begin(cfg, client, request) {
-  if (request.key === null) return null;
-  const mode = cfg.batching === 'auto' ? undefined : cfg.batching;
-  const args = [request.key, request.method, request.path, request.bodyText, cfg.ttl, request.scope];
+  if (request.key === null) {
+    await client.query(cfg.beginSql);
+    return null;
+  }
+  const { mode, name } = modeOf(cfg, client);
+  request.lean = cfg.state.lean;
+  request.named = Boolean(name('named'));
+  const claim = request.lean
+    ? [CLAIM_REQUEST_SQL, [request.key, request.scope, request.method, request.path, request.query, null, request.raw,
+      cfg.ttl], name('idem_claim_request_1')]
+    : [CLAIM_SQL, [request.key, request.method, request.path, request.bodyText, cfg.ttl, request.scope],
+      name('idem_claim_1')];
   let row;
   try {
-    [, { rows: [row] }] = await batch(client, [[cfg.beginSql], [CLAIM_SQL, args]], mode);
+    [, { rows: [row] }] = await batch(client, [[cfg.beginSql], claim], mode);
   } catch (e) {
     throw BAD_BODY.has(sqlstate(e)) ? new BadBody(e.message) : e;
   }
-  const early = claimResponse(row, cfg.problemBase);
-  if (early) await client.query('ROLLBACK'); // replay, mismatch, in_progress: nothing to keep
-  return early;
+  return request.lean ? requestClaimResponse(parseRecord(row.c), cfg.problemBase) : claimResponse(row, cfg.problemBase);
 }
 
-/** idem_complete (with a key) and COMMIT in one round trip; resolves with the response to send. */
+/** The completion (with a key) and COMMIT in one round trip; resolves with the response to send. */
 async function commit(cfg, client, request, captured) {
-  const mode = cfg.batching === 'auto' ? undefined : cfg.batching;
+  const { mode, name } = modeOf(cfg, client);
   let stored = null;
   const statements = [['COMMIT']];
-  if (request.key !== null) {
+  if (request.key !== null && request.lean) {
+    // the bytes sent, stored as they are: the first answer needs no read-back
+    const b = storedBytes(captured, cfg.replayHeaders);
+    statements.unshift([COMPLETE_REQUEST_SQL, [request.key, request.scope, captured.status, b.contentType, b.headers,
+      captured.body], name('idem_complete_request_1')]);
+  } else if (request.key !== null) {
     stored = storedForm(captured, cfg.replayHeaders);
-    statements.unshift([COMPLETE_SQL, [request.key, captured.status, stored.body, stored.headers, request.scope]]);
+    statements.unshift([COMPLETE_SQL, [request.key, captured.status, stored.body, stored.headers, request.scope],
+      name('idem_complete_1')]);
   }
   const results = await batch(client, statements, mode);
   // COMMIT of a transaction that an earlier (swallowed) error aborted answers ROLLBACK.
   if (results.at(-1).command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
   return stored ? sentForm(captured, stored, results[0].rows[0]) : captured;
+}
+
+/**
+ * What an error says about the database and the pooler: the 1.3 statements are missing (42883: go on with 1.0's),
+ * or the pooler does not keep named statements (26000, 42P05: go on unnamed, with `prepared: 'auto'`). True when
+ * something was learnt, so that the attempt is worth running again.
+ */
+function learn(cfg, err, request) {
+  const code = sqlstate(err);
+  const { state } = cfg;
+  if (code === '42883' && request.lean && /idem_(claim|complete)_request/.test(err.message)) {
+    state.lean = false;
+  } else if (NOT_PREPARED.has(code) && request.named && state.prepared === 'auto') {
+    state.named = false; // requests already on their way with names learn it from their own error
+  } else {
+    return false;
+  }
+  cfg.logger.info?.(`idempotency: SQLSTATE ${code} (${err.message}): going on with ${state.lean ? '1.3' : '1.0'}` +
+    ` statements, ${state.named ? 'named' : 'unnamed'}`);
+  return true;
 }
 
 /** ROLLBACK; false when the connection is broken (then it is released with an error: the pool drops it). */
@@ -285,13 +352,20 @@ export async function execute(cfg, input, run) {
   }
   client.on('error', noop); // a lost connection also fails the query in progress
   let broken;
+  let ending = null;
+  const release = (err) => {
+    client.removeListener('error', noop);
+    client.release(err);
+  };
   try {
     for (let attempt = 0; ; attempt++) {
       let handle = null;
       try {
         const early = await begin(cfg, client, request);
-        if (early) return early;
-        if (request.key === null) await client.query(cfg.beginSql);
+        if (early) {
+          ending = client.query('ROLLBACK'); // after the answer: the replay costs no round trip of its own
+          return early;
+        }
         handle = {
           client, key: request.key, scope: request.scope, attempt, once: input.rerun !== true, skip: false,
           /** Answer without executing (validation before any write): rolled back, not stored, the key released. */
@@ -315,13 +389,12 @@ export async function execute(cfg, input, run) {
         if (!(await rollback(client))) broken = e;
         if (e instanceof BadBody) return badBody(cfg);
         if (e instanceof ClientGone) return null;
-        if (isRetryable(e) && !broken) {
-          if (attempt < cfg.maxRetries && !(handle && handle.once)) {
-            cfg.logger.info?.(`idempotency: ${sqlstate(e)} on attempt ${attempt + 1}, retrying`);
-            continue;
-          }
-          return conflict(cfg);
+        const learnt = learn(cfg, e, request);
+        if ((learnt || (isRetryable(e) && attempt < cfg.maxRetries)) && !broken && !(handle && handle.once)) {
+          cfg.logger.info?.(`idempotency: ${sqlstate(e)} on attempt ${attempt + 1}, running it again`);
+          continue;
         }
+        if (isRetryable(e) && !broken) return conflict(cfg);
         const code = sqlstate(e);
         if (code) cfg.logger.error(`idempotency: request rolled back: SQLSTATE ${code}: ${e.message}`);
         else cfg.logger.error('idempotency: request rolled back:', e);
@@ -331,8 +404,8 @@ export async function execute(cfg, input, run) {
       }
     }
   } finally {
-    client.removeListener('error', noop);
-    client.release(broken);
+    if (ending) ending.then(() => release(), release);
+    else release(broken);
   }
 }
 

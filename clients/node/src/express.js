@@ -11,7 +11,7 @@
 // back and answered 500 problem+json.
 
 import { interceptResponse, sendResponse } from './capture.js';
-import { ClientGone, errorStatus, execute, internalError, options, readBody } from './engine.js';
+import { ClientGone, errorStatus, execute, internalError, options, queryOf, readBody } from './engine.js';
 import { HttpProblem } from './responses.js';
 
 /** The raw request body: from a body parser that already ran (req.rawBody, a Buffer or string req.body), or read. */
@@ -93,7 +93,7 @@ function makeRunner(opts, claim) {
       try {
         answer = await execute(cfg, {
           scopeArg: req, keyHeader: req.headers['idempotency-key'], method: req.method, path: requestPath(req),
-          body: () => readRawBody(req, cfg), claim, rerun: handlers.length > 0,
+          query: queryOf(req.originalUrl || req.url), body: () => readRawBody(req, cfg), claim, rerun: handlers.length > 0,
         }, async (handle, request) => {
           req.idempotency = handle;
           req.db = handle.client;

@@ -7,7 +7,7 @@
 
 import { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
-import { open, options, readBody } from './engine.js';
+import { open, options, queryOf, readBody } from './engine.js';
 import { CapturedResponse, HttpProblem, bytesOf, wireHeaders } from './responses.js';
 
 const BODY = Symbol('idempotency.body');
@@ -57,7 +57,7 @@ export function fastifyIdempotency(fastify, opts, done) {
     if (!enabled(request)) return undefined;
     const opened = await open(cfg, {
       scopeArg: request, keyHeader: request.headers['idempotency-key'], method: request.method,
-      path: requestPath(request), body: async () => request[BODY] ?? Buffer.alloc(0),
+      path: requestPath(request), query: queryOf(request.url), body: async () => request[BODY] ?? Buffer.alloc(0),
     });
     if (!opened.handle) return opened.answer && send(reply, opened.answer);
     request[TX] = opened;

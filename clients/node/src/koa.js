@@ -36,6 +36,7 @@ export function koaIdempotency(opts) {
     const { request } = ctx;
     const answer = await execute(cfg, {
       scopeArg: ctx, keyHeader: ctx.req.headers['idempotency-key'], method: ctx.method, path: requestPath(ctx),
+      query: ctx.querystring,
       body: async () => {
         // a body parser that ran before (koa-bodyparser keeps rawBody), else the whole body from the socket
         if (request.rawBody !== undefined) return Buffer.from(request.rawBody);
