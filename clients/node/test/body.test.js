@@ -11,6 +11,9 @@ import { readFile } from 'node:fs/promises';
 import express from 'express';
 import Koa from 'koa';
 import Fastify from 'fastify';
+import 'reflect-metadata';
+import { NestFactory } from '@nestjs/core';
+import { Controller, Module, Post, Req, Res } from '@nestjs/common';
 import pg from 'pg';
 import { fastifyIdempotency, idempotency, koaIdempotency } from '../src/index.js';
 import { fakePool, listen, quietLogger } from './helpers.js';
@@ -66,6 +69,30 @@ const ADAPTERS = {
       ctx.status = 201;
     });
     return listen(app.callback());
+  },
+  // NestJS on Express: the Express adapter as a Nest middleware (decorators applied by hand: plain JavaScript),
+  // Nest's own body parser off so that the middleware reads the body (its limit, its 413)
+  nestjs: async (pool) => {
+    class Payments {
+      async pay(req, res) {
+        res.status(201).json(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body));
+      }
+    }
+    Controller()(Payments);
+    Post('p')(Payments.prototype, 'pay', Object.getOwnPropertyDescriptor(Payments.prototype, 'pay'));
+    Req()(Payments.prototype, 'pay', 0);
+    Res()(Payments.prototype, 'pay', 1);
+    const idem = idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT });
+    class App {
+      configure(consumer) {
+        consumer.apply(idem()).forRoutes(Payments);
+      }
+    }
+    Module({ controllers: [Payments] })(App);
+    const app = await NestFactory.create(App, { logger: false, bodyParser: false });
+    await app.listen(0, '127.0.0.1');
+    const server = app.getHttpServer();
+    return { url: `http://127.0.0.1:${server.address().port}`, server, close: () => app.close() };
   },
   fastify: async (pool) => {
     const app = Fastify({ bodyLimit: LIMIT });
