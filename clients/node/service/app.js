@@ -11,7 +11,7 @@ const CURRENCY = /^[A-Z]{3}$/;
 
 const UNAUTHORIZED = 'send Authorization: Bearer <account>, the account being [a-z0-9_]{1,64}';
 const NOT_AN_OBJECT = 'the body must be a JSON object {"amount_cents": <integer > 0>, "currency": "<ISO 4217>"}';
-const INT64_MAX = 2n ** 63n - 1n;
+const AMOUNT = `amount_cents must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}`;
 // A string or a number of JSON text that is known to be valid: the numbers are rewritten as strings marked with a
 // leading NUL (which a request body cannot hold: parseJsonBody refuses \u0000), so their text survives parsing.
 const TOKEN = /"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g;
@@ -38,27 +38,23 @@ function sendProblem(res, status, slug, title, detail, headers = []) {
 }
 
 /**
- * The amount (a BigInt) and currency of a payment body (JSON text), or {error} saying what is wrong, as the Go
- * service decides: a JSON object (null counts as one without members) whose amount_cents is written as an integer
- * from 1 to 2^63-1 (not 1e2, not 100.0) and whose currency is a string of 3 upper-case letters.
+ * The amount and currency of a payment body (JSON text), or {error} saying what is wrong, as CONTRACT.md and the Go
+ * service decide: a JSON object (null counts as one without members) whose amount_cents is written as an integer
+ * from 1 to 2^53 - 1 (not 1e2, not 100.0) and whose currency is a string of 3 upper-case letters.
  */
 export function validatePayment(text) {
   const body = JSON.parse(text.replace(TOKEN, (t) => (t[0] === '"' ? t : `"\\u0000${t}"`)));
   if (body !== null && (typeof body !== 'object' || Array.isArray(body))) return { error: NOT_AN_OBJECT };
   const amount = body?.amount_cents;
   const written = typeof amount === 'string' && amount[0] === '\0' ? amount.slice(1) : '';
-  if (!/^[1-9][0-9]*$/.test(written) || BigInt(written) > INT64_MAX) {
-    return { error: 'amount_cents must be an integer greater than 0' };
-  }
+  if (!/^[1-9][0-9]{0,15}$/.test(written) || Number(written) > Number.MAX_SAFE_INTEGER) return { error: AMOUNT };
   const currency = body.currency;
   if (typeof currency !== 'string' || !CURRENCY.test(currency)) return { error: 'currency must be 3 upper-case letters' };
-  return { amount: BigInt(written), currency };
+  return { amount: Number(written), currency };
 }
 
-/** The 201 body, its amount written exactly (a BigInt can be over 2^53). */
 function paymentJson(id, account, { amount, currency }) {
-  return `{"payment_id":${id},"account":${JSON.stringify(account)},"amount_cents":${amount},` +
-    `"currency":${JSON.stringify(currency)}}`;
+  return JSON.stringify({ payment_id: id, account, amount_cents: amount, currency });
 }
 
 /** The payment handler, shared by /payments and /payments-unprotected; runs inside the request's transaction. */
@@ -74,7 +70,7 @@ export function paymentHandler({ faults = false } = {}) {
     }
     const { rows } = await client.query(
       'INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, $2, $3, $4) RETURNING id',
-      [account, String(-payment.amount), payment.currency, key ?? ''],
+      [account, -payment.amount, payment.currency, key ?? ''],
     );
     const id = Number(rows[0].id);
     const fault = faults ? req.headers['x-fault'] : undefined;
@@ -135,7 +131,7 @@ export function createApp({
         if (payment.error) return sendProblem(res, 422, 'invalid-payment', 'Invalid payment', payment.error);
         const { rows } = await pool.query(
           'INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, $2, $3, $4) RETURNING id',
-          [account, String(-payment.amount), payment.currency, ''],
+          [account, -payment.amount, payment.currency, ''],
         );
         const id = Number(rows[0].id);
         sendJson(res, 201, paymentJson(id, account, payment), { Location: `/payments/${id}` });

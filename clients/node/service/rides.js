@@ -8,7 +8,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
-  CapturedResponse, DEFAULT_BODY_LIMIT, HttpProblem, PROBLEM_BASE, admit, problem, readRawBody, runLease,
+  CapturedResponse, DEFAULT_BODY_LIMIT, HttpProblem, PROBLEM_BASE, admit, jsonResponse, problem, readRawBody, runLease,
   sendResponse,
 } from '../src/index.js';
 
@@ -45,8 +45,7 @@ export function ridesHandler({ pool, authenticate, validatePayment, leaseSeconds
       // not executed: answered before any lease, so nothing is stored and the corrected retry is claimed afresh
       return problem(422, 'invalid-payment', 'Invalid payment', payment.error);
     }
-    const { currency } = payment;
-    const amount = String(payment.amount); // exact: a BigInt up to 2^63-1
+    const { amount, currency } = payment;
     const fault = faults && typeof req.headers['x-fault'] === 'string' ? req.headers['x-fault'].trim() : '';
 
     const charge = {
@@ -101,10 +100,8 @@ export function ridesHandler({ pool, authenticate, validatePayment, leaseSeconds
       async finish(client, ctx) {
         const { ride_id: rideId, charge_id: chargeId } = ctx.state;
         await client.query('UPDATE rides SET receipt_sent = true WHERE id = $1', [rideId]);
-        const body = `{"ride_id":${rideId},"account":${JSON.stringify(account)},"amount_cents":${amount},` +
-          `"currency":${JSON.stringify(currency)},"charge_id":${JSON.stringify(chargeId)}}`;
-        return new CapturedResponse(201, [['Content-Type', 'application/json'], ['Location', `/rides/${rideId}`]],
-          Buffer.from(body));
+        return jsonResponse(201, { ride_id: rideId, account, amount_cents: amount, currency, charge_id: chargeId },
+          [['Location', `/rides/${rideId}`]]);
       },
     });
   }
