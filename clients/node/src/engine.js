@@ -26,9 +26,7 @@ import {
   storedBytes, storedForm,
 } from './responses.js';
 
-// No `name` is ever passed to client.query: node-postgres then uses the unnamed statement, which does not outlive
-// the transaction, so this works through PgBouncer in transaction pooling mode. The statements hold no `$` but
-// their parameters', so that 'multi' can write the values in as literals.
+// 1.0-1.2. The statements hold no `$` but their parameters', so that 'multi' can write the values in as literals.
 export const CLAIM_SQL =
   'SELECT c.outcome, c.http_status, c.response_body::text AS response_body, ' +
   'c.response_headers::text AS response_headers ' +
