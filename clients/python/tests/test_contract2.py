@@ -142,3 +142,18 @@ def test_several_keys_are_400():
         r = request(mw, "POST", "/", b"{}", {"Idempotency-Key": header})
         assert r.status == 400 and body_json(r)["type"].endswith("/idempotency-key-invalid"), header
         assert "several" in body_json(r)["detail"]
+
+
+@needs_db
+def test_a_short_body_is_not_executed(pool, db, account):
+    """A server that hands over fewer bytes than the Content-Length (the client hung up): nothing claimed."""
+    from payments_service import PaymentsApp
+    from wsgiref.util import setup_testing_defaults
+    from idempotency_pg import run_wsgi
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/payments", "CONTENT_LENGTH": "600",
+               "wsgi.input": io.BytesIO(b'{"amount_cents":100,"currency":"EUR"}'),
+               "HTTP_AUTHORIZATION": "Bearer " + account, "HTTP_IDEMPOTENCY_KEY": "short"}
+    setup_testing_defaults(environ)
+    r = run_wsgi(PaymentsApp(pool), environ)
+    assert r.status == 400 and body_json(r)["type"].endswith("/request-body-incomplete"), r
+    assert ledger(db, account) == [] and stored_outcome(db, account, "short") == "claimed"

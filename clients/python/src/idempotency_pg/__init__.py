@@ -4,13 +4,14 @@
 
 from .header import InvalidKey, KeyHeaderError, MissingKey, parse_idempotency_key
 from .middleware import ATTEMPT, CONNECTION, KEY, SCOPE, IdempotencyMiddleware, get_connection, run_wsgi
-from .responses import (MAX_BODY_BYTES, BodyTooLarge, HTTPProblem, NotExecuted, Response, claim_response,
-                        json_response, problem, stored_form)
+from .responses import (MAX_BODY_BYTES, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted, Response,
+                        claim_response, json_response, problem, stored_form)
 
 __all__ = [
-    "ATTEMPT", "CONNECTION", "KEY", "MAX_BODY_BYTES", "SCOPE", "BodyTooLarge", "HTTPProblem", "NotExecuted", "IdempotencyMiddleware", "InvalidKey",
-    "KeyHeaderError", "MissingKey", "Response", "claim_response", "connection_pool", "connect_kwargs",
-    "get_connection", "json_response", "parse_idempotency_key", "problem", "run_wsgi", "stored_form",
+    "ATTEMPT", "CONNECTION", "KEY", "MAX_BODY_BYTES", "SCOPE", "BodyIncomplete", "BodyTooLarge", "HTTPProblem",
+    "IdempotencyMiddleware", "InvalidKey", "KeyHeaderError", "MissingKey", "NotExecuted", "Response",
+    "claim_response", "connection_pool", "connect_kwargs", "get_connection", "json_response",
+    "parse_idempotency_key", "problem", "run_wsgi", "stored_form",
 ]
 
 
@@ -29,6 +30,5 @@ def connection_pool(conninfo, min_size=4, max_size=20, **pool_kwargs):
     """A ``psycopg_pool.ConnectionPool`` with :func:`connect_kwargs`."""
     from psycopg_pool import ConnectionPool
 
-    kwargs = dict(connect_kwargs())
-    kwargs.update(pool_kwargs.pop("kwargs", {}))
+    kwargs = dict(connect_kwargs(), **pool_kwargs.pop("kwargs", {}))
     return ConnectionPool(conninfo, min_size=min_size, max_size=max_size, kwargs=kwargs, **pool_kwargs)

@@ -1,33 +1,32 @@
-"""The transactional flow shared by the adapters: its statements (psycopg 3, sync and async) for the WSGI and ASGI
-middleware, and :class:`Options` (settings, claim parameters, refusals) for those two and the Django decorator.
+"""The one place where an attempt is decided: parse the key, read the body whole, claim, run the handler, capture its
+answer, complete or release.  The framework adapters (:mod:`.middleware` WSGI, :mod:`.asgi`, :mod:`.django`) only
+translate their request and response to :meth:`Options.respond`; lease mode (:mod:`.lease`) uses the same pieces.
 
-Round trips (clients/CONTRACT.md "Round trips"): ``BEGIN`` travels with the claim and ``COMMIT`` with
-``idem_complete``, each pair as one multi-statement message of the simple query protocol (a ``ClientCursor``:
-psycopg binds the parameters on the client side, so no server-side prepared statement exists, which PgBouncer's
-transaction pooling needs anyway).  With the handler's own statement that is 3 round trips, the same as a bare
-``BEGIN`` / ``INSERT`` / ``COMMIT``.  Debian's psycopg 3.1 has no C speedups and its pipeline mode measured slower
-than plain statements (bench/clients), so one message is used instead of a pipeline.
+The flow is written once, as a coroutine.  Async adapters await it; sync adapters run it with :func:`drive`: their
+database calls return plain values, so it never suspends (:func:`aw` takes either).
 
-``combine=False`` sends the five statements one by one (the 1.0 clients' way), and ``combine="pipeline"`` sends
-each pair in psycopg's pipeline mode: both only for the benchmark's comparison (bench/clients/python_roundtrips.py).
+Round trips (clients/CONTRACT.md "Round trips"): :class:`PgTx` sends ``BEGIN`` with the claim and ``COMMIT`` with
+``idem_complete``, each pair as one multi-statement message of the simple query protocol (a ``ClientCursor`` binds
+the parameters on the client, so no server-side prepared statement exists, as PgBouncer's transaction pooling
+needs).  With the handler's own statement that is 3 round trips, the same as a bare ``BEGIN`` / ``INSERT`` /
+``COMMIT``.  ``combine=False`` (one statement per round trip) and ``combine="pipeline"`` (psycopg's pipeline mode)
+exist for the benchmark's comparison (bench/clients/python_roundtrips.py).
 """
+
+import inspect
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg.pq import TransactionStatus
 
-from .header import KeyHeaderError
-from .responses import (
-    MAX_BODY_BYTES,
-    PROBLEM_BASE,
-    BodyTooLarge,
-    HTTPProblem,
-    body_too_large,
-    parse_json_body,
-    problem,
-    sent_form,
-    stored_form_of,
-)
+from .header import KeyHeaderError, parse_idempotency_key
+from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted,
+                        body_too_large, claim_response, parse_json_body, problem, sent_form, stored_form_of)
+
+log = logging.getLogger("idempotency_pg")
 
 CLAIM_SELECT = (
     "SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text "
@@ -35,32 +34,116 @@ CLAIM_SELECT = (
     "idem_hash(jsonb_build_object('method', %(method)s::text, 'path', %(path)s::text, 'body', %(body)s::jsonb)), "
     "%(ttl)s::interval, %(scope)s::text) AS c"
 )
-CLAIM_MESSAGE = "BEGIN; " + CLAIM_SELECT
 # The body literal is written once; the statement returns jsonb's text of it, which is what a replay sends.
 COMPLETE_SELECT = (
     "SELECT idem_complete(%(key)s::text, %(status)s::int, r.b, %(headers)s::jsonb, %(scope)s::text), r.b::text "
     "FROM (SELECT %(body)s::jsonb AS b) AS r"
 )
-COMPLETE_MESSAGE = COMPLETE_SELECT + "; COMMIT"
 
-#: SQLSTATEs after which the whole transaction is run again.
-RETRYABLE = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
-#: SQLSTATEs of the claim statement that mean the request body is not JSON that PostgreSQL accepts.
-BAD_BODY = (pgerrors.InvalidTextRepresentation, pgerrors.UntranslatableCharacter, pgerrors.NumericValueOutOfRange)
+#: SQLSTATEs after which the whole transaction runs again.
+RETRYABLE_STATES = ("40001", "40P01")
+#: SQLSTATEs of the claim that mean PostgreSQL refuses the request body as jsonb (answered 400).
+BAD_BODY_STATES = ("22P02", "22P05", "22003")
 
 
 class BadBody(Exception):
-    """PostgreSQL refused the request body as jsonb (the claim rolled back; answer 400)."""
+    """PostgreSQL refused the request body as jsonb (the claim rolled back; answered 400)."""
+
+
+#: What is answered before any claim (or after the claim refused the body): :meth:`Options.refused`.
+REFUSED = (HTTPProblem, KeyHeaderError, BodyTooLarge, BodyIncomplete, BadBody, NotExecuted)
+
+
+def sqlstate(exc):
+    """The SQLSTATE of a psycopg 3 or psycopg2 error, or of a SQLAlchemy or Django error wrapping one; else None."""
+    for e in (exc, getattr(exc, "orig", None), exc.__cause__):
+        state = getattr(e, "sqlstate", None) or getattr(e, "pgcode", None)
+        if state:
+            return state
+    return None
+
+
+async def aw(value):
+    """``await value`` if it is awaitable (an async driver's call), else ``value`` (a sync one's)."""
+    return (await value) if inspect.isawaitable(value) else value
+
+
+@asynccontextmanager
+async def entered(cm):
+    """Enter a context manager that is async (an async pool's ``connection()``) or not."""
+    if hasattr(cm, "__aenter__"):
+        async with cm as value:
+            yield value
+    else:
+        with cm as value:
+            yield value
+
+
+def drive(coro):
+    """Run a coroutine that never suspends (all its calls are sync) to its end and return its value."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("a sync flow awaited something: use the async adapter")
+
+
+# --------------------------------------------------------------------------- the request body
+
+def content_length(value):
+    """A Content-Length value as an int; None if absent or not a number (the server has refused those already)."""
+    try:
+        return int(value) if value not in (None, "", b"") else None
+    except ValueError:
+        return None
+
+
+def check_length(length, limit):
+    """Refuse a Content-Length over the limit before anything is read."""
+    if length is not None and length > limit:
+        raise BodyTooLarge(length)
+
+
+def check_whole(data, length, limit):
+    """``data`` as read: over the limit -> :class:`BodyTooLarge`; shorter than its Content-Length (the client hung
+    up, the server handed over what came) -> :class:`BodyIncomplete`."""
+    if len(data) > limit:
+        raise BodyTooLarge(len(data))
+    if length is not None and len(data) != length:
+        raise BodyIncomplete("%d of %d bytes" % (len(data), length))
+    return data
+
+
+# --------------------------------------------------------------------------- the attempt
+
+@dataclass
+class Context:
+    """What the handler gets (WSGI: ``environ``'s keys; ASGI: ``get_context(request)``; Django:
+    ``request.idempotency``)."""
+
+    handle: object  # the connection (psycopg, Django's) or the SQLAlchemy Session, in the claim's transaction
+    key: str
+    scope: str
+    attempt: int  # 0, then 1.. when the transaction runs again after 40001/40P01
+    not_executed: bool = False  # set by the handler: its answer is sent, not stored, the transaction rolled back
+
+    @property
+    def connection(self):
+        return self.handle
+
+    @property
+    def session(self):
+        return self.handle
 
 
 class Options:
-    """What the WSGI middleware, the ASGI middleware and the Django decorator share: their settings, the request's
-    claim parameters, and the answers they give before and around the claim.
+    """The flow's settings, shared by every adapter.
 
-    ``scope(request) -> str``: the key's scope, the authenticated tenant (may raise :class:`HTTPProblem`, e.g. a
-    401); ``methods``: the ones claimed, others pass through; ``ttl``: how long a stored answer is kept (an
-    interval, the extension's default if None); ``max_retries``: runs again after 40001/40P01;
-    ``replay_headers``: the response headers stored and replayed (see :func:`stored_form_of`);
+    ``scope(request) -> str`` (may be async): the key's scope, the authenticated tenant (may raise
+    :class:`HTTPProblem`, e.g. a 401); ``methods``: the ones claimed, others pass through; ``ttl``: how long a stored
+    answer is kept (an interval; the extension's default if None); ``max_retries``: runs again after 40001/40P01;
+    ``replay_headers``: the response headers stored and replayed (:func:`.responses.stored_form_of`);
     ``problem_base``: the prefix of problem+json ``type``; ``max_body_bytes``: over it, 413.
     """
 
@@ -74,24 +157,82 @@ class Options:
         self.problem_base = problem_base
         self.max_body_bytes = max_body_bytes
 
-    def claim_params(self, key, method, path, raw, tenant):
-        """The claim's parameters for a request; :class:`BadBody` if ``raw`` is not JSON."""
+    async def intake(self, request, method, path, key_header, read_body, need_key=True):
+        """The claim's parameters (with the body as ``params["raw"]``), or the answer that refuses the request:
+        the scope, the key (unless not ``need_key``), the whole body (``read_body(limit)``), JSON.  Nothing is
+        claimed yet."""
         try:
-            body_text = parse_json_body(raw)
-        except ValueError:
-            raise BadBody() from None
-        return claim_params(key, method, path or "/", body_text, self.ttl, tenant)
+            tenant = await aw(self.scope(request))
+            key = parse_idempotency_key(key_header) if need_key else ""
+            raw = await aw(read_body(self.max_body_bytes))
+            try:
+                body_text = parse_json_body(raw)
+            except ValueError:
+                raise BadBody() from None
+        except REFUSED as e:
+            return self.refused(e)
+        return {"key": key, "method": method, "path": path or "/", "body": body_text, "ttl": self.ttl,
+                "scope": tenant, "raw": raw}
+
+    async def respond(self, request, method, path, key_header, read_body, transaction, run):
+        """The answer to one request.  ``transaction()``: an (async) context manager giving a transaction object
+        (``handle``, ``claim``, ``complete``, ``rollback``: :class:`PgTx`); ``run(ctx, raw)``: the handler, returns
+        a :class:`Response` (or raises :class:`NotExecuted`, :class:`HTTPProblem`)."""
+        params = await self.intake(request, method, path, key_header, read_body)
+        if not isinstance(params, dict):
+            return params
+        try:
+            async with entered(transaction()) as tx:
+                for attempt in range(self.max_retries + 1):
+                    try:
+                        return await self._attempt(tx, params, attempt, run)
+                    except BadBody as e:
+                        return self.refused(e)
+                    except Exception as e:
+                        if sqlstate(e) not in RETRYABLE_STATES:
+                            raise
+                        log.info("idempotency: %s on attempt %d, retrying", sqlstate(e), attempt + 1)
+                return self.conflict()
+        except Exception as e:
+            log.exception("idempotency: request failed")
+            return self.failed(sqlstate(e))
+
+    async def _attempt(self, tx, params, attempt, run):
+        """One transaction: the response to send, committed or rolled back as it says."""
+        try:
+            row = await tx.claim(params)
+            early = claim_response(*row, base=self.problem_base)
+            if early is not None:
+                await tx.rollback()  # replay, mismatch, in_progress: nothing to keep
+                return early
+            ctx = Context(tx.handle, params["key"], params["scope"], attempt)
+            try:
+                result = await run(ctx, params["raw"])
+            except NotExecuted as ne:
+                ctx.not_executed, result = True, ne.response
+            except HTTPProblem as hp:
+                result = hp.response  # the handler's own error answer: like any response it returns
+            if ctx.not_executed or 500 <= result.status <= 599:
+                await tx.rollback()  # not stored, the handler's writes undone, the key free again
+                return result
+            return await tx.complete(params, result, self.replay_headers)
+        except BaseException:
+            await tx.rollback()
+            raise
 
     def refused(self, exc):
-        """The answer to one of :data:`REFUSED`, raised before the claim (or :class:`BadBody` by the claim)."""
+        """The answer to one of :data:`REFUSED`."""
         base = self.problem_base
-        if isinstance(exc, HTTPProblem):
+        if isinstance(exc, (HTTPProblem, NotExecuted)):
             return exc.response
         if isinstance(exc, KeyHeaderError):
             return problem(400, exc.slug, "Invalid Idempotency-Key" if exc.slug.endswith("invalid")
                            else "Idempotency-Key required", str(exc), (), base)
         if isinstance(exc, BodyTooLarge):
             return body_too_large(self.max_body_bytes, base)
+        if isinstance(exc, BodyIncomplete):
+            return problem(400, "request-body-incomplete", "Incomplete request body",
+                           "the request body ended before its Content-Length (%s)" % exc, (), base)
         return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON",
                        (), base)
 
@@ -108,109 +249,83 @@ class Options:
         return problem(500, "internal-error", "Internal Server Error", detail, (), self.problem_base)
 
 
-#: What the adapters answer at once, without a claim (or after the claim refused the body): :meth:`Options.refused`.
-REFUSED = (HTTPProblem, KeyHeaderError, BodyTooLarge, BadBody)
-
-
-def claim_params(key, method, path, body_text, ttl, scope):
-    return {"key": key, "method": method, "path": path, "body": body_text, "ttl": ttl, "scope": scope}
-
-
-def complete_params(params, status, stored):
-    return {"key": params["key"], "status": status, "body": stored.body, "headers": stored.headers,
-            "scope": params["scope"]}
-
-
-def _in_transaction(conn):
-    return conn.pgconn.transaction_status != TransactionStatus.IDLE
-
-
-# --------------------------------------------------------------------------- sync (psycopg.Connection)
-
-def claim(conn, params, combine=True):
-    """Open the transaction and claim: returns the claim row.  Raises :class:`BadBody`."""
-    try:
-        if combine == "pipeline":
-            with conn.pipeline():
-                conn.execute("BEGIN")
-                cur = conn.execute(CLAIM_SELECT, params)
-        elif combine:
-            cur = psycopg.ClientCursor(conn)
-            cur.execute(CLAIM_MESSAGE, params)
-            cur.nextset()  # the BEGIN's result comes first
-        else:
-            conn.execute("BEGIN")
-            cur = conn.execute(CLAIM_SELECT, params)
-        return cur.fetchone()
-    except BAD_BODY as e:
-        rollback(conn)
-        raise BadBody() from e
-
-
-def complete(conn, params, response, replay_headers=None, combine=True):
-    """Store ``response`` and commit; returns the response to send (in its stored form)."""
+def complete_params(params, response, replay_headers):
+    """``(statement parameters, stored form)`` of ``idem_complete`` for ``response``."""
     stored = stored_form_of(response, replay_headers)
-    p = complete_params(params, response.status, stored)
-    if combine == "pipeline":
-        with conn.pipeline():
-            cur = conn.execute(COMPLETE_SELECT, p)
-            conn.execute("COMMIT")
-    elif combine:
-        cur = psycopg.ClientCursor(conn)
-        cur.execute(COMPLETE_MESSAGE, p)  # raises if either statement failed (then COMMIT did not run)
-    else:
-        cur = conn.execute(COMPLETE_SELECT, p)
-    stored.read_back = cur.fetchone()[1]
-    if combine is False:
-        conn.execute("COMMIT")
-    return sent_form(response, stored)
+    return ({"key": params["key"], "status": response.status, "body": stored.body, "headers": stored.headers,
+             "scope": params["scope"]}, stored)
 
 
-def rollback(conn):
-    """End the request's transaction without keeping anything, if one is open and the connection is usable."""
-    if conn.closed or not _in_transaction(conn):
-        return
-    try:
-        conn.execute("ROLLBACK")
-    except psycopg.Error:
-        pass  # a broken connection: the pool discards it
+# --------------------------------------------------------------------------- psycopg 3, sync and async
+
+class PgTx:
+    """A transaction on a psycopg 3 connection (``Connection`` or ``AsyncConnection``) in autocommit mode, in the
+    round trips of a bare one: :meth:`begin_with` sends ``BEGIN`` with the first statement, :meth:`commit_with` the
+    last one with ``COMMIT``.  If a statement of a message fails, the rest of it does not run; :meth:`rollback`
+    then ends the transaction."""
+
+    def __init__(self, conn, combine=True):
+        self.handle, self.combine = conn, combine
+
+    async def _one_row(self, sql, params, before=None, after=None):
+        conn = self.handle
+        if self.combine == "pipeline":
+            async with entered(conn.pipeline()):
+                if before:
+                    await aw(conn.execute(before))
+                cur = await aw(conn.execute(sql, params))
+                if after:
+                    await aw(conn.execute(after))
+            return await aw(cur.fetchone())
+        if self.combine:
+            async_conn = isinstance(conn, psycopg.AsyncConnection)
+            cur = (psycopg.AsyncClientCursor if async_conn else psycopg.ClientCursor)(conn)
+            await aw(cur.execute("; ".join(s for s in (before, sql, after) if s), params))
+            if before:
+                cur.nextset()  # BEGIN's result comes first
+            return await aw(cur.fetchone())
+        if before:
+            await aw(conn.execute(before))
+        row = await aw((await aw(conn.execute(sql, params))).fetchone())
+        if after:
+            await aw(conn.execute(after))
+        return row
+
+    async def begin_with(self, sql, params):
+        return await self._one_row(sql, params, before="BEGIN")
+
+    async def commit_with(self, sql, params):
+        return await self._one_row(sql, params, after="COMMIT")
+
+    async def claim(self, params):
+        try:
+            return await self.begin_with(CLAIM_SELECT, params)
+        except pgerrors.Error as e:
+            if e.sqlstate in BAD_BODY_STATES:
+                raise BadBody() from e
+            raise
+
+    async def complete(self, params, response, replay_headers):
+        """Store ``response`` and commit; the response to send (in its stored form)."""
+        p, stored = complete_params(params, response, replay_headers)
+        stored.read_back = (await self.commit_with(COMPLETE_SELECT, p))[1]
+        return sent_form(response, stored)
+
+    async def rollback(self):
+        """End the transaction without keeping anything, if one is open and the connection is usable."""
+        conn = self.handle
+        if conn.closed or conn.pgconn.transaction_status == TransactionStatus.IDLE:
+            return
+        try:
+            await aw(conn.execute("ROLLBACK"))
+        except psycopg.Error:
+            pass  # a broken connection: the pool discards it
 
 
-# --------------------------------------------------------------------------- async (psycopg.AsyncConnection)
-
-async def claim_async(conn, params, combine=True):
-    try:
-        if combine:
-            cur = psycopg.AsyncClientCursor(conn)
-            await cur.execute(CLAIM_MESSAGE, params)
-            cur.nextset()
-        else:
-            await conn.execute("BEGIN")
-            cur = await conn.execute(CLAIM_SELECT, params)
-        return await cur.fetchone()
-    except BAD_BODY as e:
-        await rollback_async(conn)
-        raise BadBody() from e
-
-
-async def complete_async(conn, params, response, replay_headers=None, combine=True):
-    stored = stored_form_of(response, replay_headers)
-    p = complete_params(params, response.status, stored)
-    if combine:
-        cur = psycopg.AsyncClientCursor(conn)
-        await cur.execute(COMPLETE_MESSAGE, p)
-    else:
-        cur = await conn.execute(COMPLETE_SELECT, p)
-    stored.read_back = (await cur.fetchone())[1]
-    if not combine:
-        await conn.execute("COMMIT")
-    return sent_form(response, stored)
-
-
-async def rollback_async(conn):
-    if conn.closed or not _in_transaction(conn):
-        return
-    try:
-        await conn.execute("ROLLBACK")
-    except psycopg.Error:
-        pass
+@asynccontextmanager
+async def pool_transaction(pool, combine=True):
+    """A :class:`PgTx` on a connection of a psycopg pool (sync or async)."""
+    async with entered(pool.connection()) as conn:
+        if conn.prepare_threshold is not None:
+            conn.prepare_threshold = None  # no named prepared statements: PgBouncer transaction pooling
+        yield PgTx(conn, combine)

@@ -75,8 +75,12 @@ class NotExecuted(Exception):
         self.response = response
 
 
-class BodyTooLarge(ValueError):
-    pass
+class BodyTooLarge(Exception):
+    """The request body is over the limit (its Content-Length, or the bytes read so far): answered 413."""
+
+
+class BodyIncomplete(Exception):
+    """The request body ended before its Content-Length (the client hung up): nothing is claimed or run."""
 
 
 def body_too_large(limit, base=PROBLEM_BASE):
