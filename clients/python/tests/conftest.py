@@ -70,8 +70,8 @@ def start_service(database_url):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         src = str(pathlib.Path(__file__).resolve().parents[1] / "src")
-        env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, PAYMENTS_FAULTS="1", POOL_SIZE="4",
-                   THREADS="4", PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, PAYMENTS_FAULTS="1", POOL_SIZE="8",
+                   THREADS="8", PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
         log = tempfile.TemporaryFile()
         proc = subprocess.Popen([sys.executable] + argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         started.append((proc, log))
