@@ -96,3 +96,33 @@ def start_service(database_url):
             proc.kill()
             proc.wait()
         log.close()
+
+
+def traced_round_trips(path):
+    """Each round trip of a libpq trace, named by what it sends: a simple query (Query) or an extended-protocol
+    exchange up to its Sync (a pipeline of several statements, or one), e.g. "BEGIN; idem_lease_extend" or
+    "idem_checkpoint; COMMIT": each statement by the idem_ function it calls, else its text; a prepared statement
+    bound again (Bind without Parse) by the text it was parsed with."""
+    import re
+
+    def name(sql):
+        called = [f for f in re.findall(r"\b(idem_\w+)\(", sql) if f != "idem_hash"]
+        return called[0] if called else sql.strip()
+
+    trips, pending, prepared = [], [], {}
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")  # F(rontend)/B(ackend), length, message, its fields
+            if fields[0] != "F" or len(fields) < 3:
+                continue
+            if fields[2] == "Query":
+                trips.append(re.match(r'\s*"(.*)"$', fields[3]).group(1))
+            elif fields[2] == "Parse":
+                stmt, sql = re.match(r'\s*"([^"]*)" "(.*)" \d+', fields[3]).groups()
+                prepared[stmt] = name(sql)
+            elif fields[2] == "Bind":
+                pending.append(prepared[re.match(r'\s*"[^"]*" "([^"]*)"', fields[3]).group(1)])
+            elif fields[2] == "Sync":
+                trips.append("; ".join(pending))
+                pending = []
+    return trips

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 
 from . import core
 from .core import Context as RequestContext
-from .responses import MAX_BODY_BYTES, Response, sent_form
+from .responses import MAX_BODY_BYTES, Response
 
 #: The key of the :class:`RequestContext` in the ASGI scope and in Starlette's ``request.state``.
 CONTEXT = "idempotency_pg"
@@ -52,13 +52,14 @@ def not_executed_on_validation_errors(app):
 
 class PsycopgBackend:
     """The request's transaction on a connection of a ``psycopg_pool.AsyncConnectionPool`` (open it with
-    :func:`idempotency_pg.connect_kwargs`: ``prepare_threshold=None``, ``autocommit=True``)."""
+    :func:`idempotency_pg.connect_kwargs`: ``autocommit=True``); ``prepare`` and ``combine``: as
+    :class:`idempotency_pg.IdempotencyMiddleware`'s."""
 
-    def __init__(self, pool, combine=True):
-        self.pool, self.combine = pool, combine
+    def __init__(self, pool, combine=True, prepare=None):
+        self.pool, self.pipeline, self.preparing = pool, combine is not False, core.Preparing(prepare)
 
     def transaction(self):
-        return core.pool_transaction(self.pool, self.combine)
+        return core.pool_transaction(self.pool, self.preparing, self.pipeline)
 
 
 class SQLAlchemyBackend:
@@ -88,7 +89,8 @@ class _SQLAlchemyTx:
     def _claim(self, params):
         self.open = True
         try:
-            row = tuple(self.handle.connection().exec_driver_sql(core.CLAIM_SELECT, params).fetchone())
+            row = core.claim_fields(self.handle.connection().exec_driver_sql(
+                core.CLAIM_REQUEST, core.claim_args(params)).fetchone()[0])
         except Exception as e:
             self._rollback()
             raise core.BadBody() if core.sqlstate(e) in core.BAD_BODY_STATES else e
@@ -101,11 +103,11 @@ class _SQLAlchemyTx:
         self.handle.rollback()
 
     def _complete(self, params, response, replay_headers):
-        p, stored = core.complete_params(params, response, replay_headers)
-        stored.read_back = self.handle.connection().exec_driver_sql(core.COMPLETE_SELECT, p).fetchone()[1]
+        self.handle.connection().exec_driver_sql(core.COMPLETE_REQUEST,
+                                                 core.complete_args(params, response, replay_headers))
         self.open = False
         self.handle.commit()
-        return sent_form(response, stored)
+        return response
 
     async def claim(self, params):
         return await self.run(self._claim, params)
@@ -136,9 +138,12 @@ class IdempotencyASGIMiddleware(core.Options):
         if (scope["type"] != "http" or scope["method"].upper() not in self.methods
                 or (self.when is not None and not self.when(scope))):
             return await self.app(scope, receive, send)
-        await send_response(send, await self.handle(scope, receive))
+        response = await self.handle(scope, receive, lambda r: send_response(send, r))
+        if response is not None:
+            await send_response(send, response)
 
-    async def handle(self, scope, receive):
+    async def handle(self, scope, receive, answer=None):
+        """The :class:`Response` to send (None if ``answer(response)`` sent it: a replay, before the ROLLBACK)."""
         async def run(ctx, raw):
             inner = dict(scope, **{CONTEXT: ctx, "state": dict(scope.get("state") or {}, **{CONTEXT: ctx})})
             return await run_asgi(self.app, inner, raw, receive)
@@ -146,7 +151,7 @@ class IdempotencyASGIMiddleware(core.Options):
         keys = [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"idempotency-key"]
         return await self.respond(scope, scope["method"].upper(), scope.get("root_path", "") + scope["path"],
                                   keys or None, lambda limit: read_body(scope, receive, limit),
-                                  self.backend.transaction, run)
+                                  self.backend.transaction, run, answer)
 
 
 async def read_body(scope, receive, limit=MAX_BODY_BYTES):

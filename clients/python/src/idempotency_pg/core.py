@@ -5,45 +5,45 @@ translate their request and response to :meth:`Options.respond`; lease mode (:mo
 The flow is written once, as a coroutine.  Async adapters await it; sync adapters run it with :func:`drive`: their
 database calls return plain values, so it never suspends (:func:`aw` takes either).
 
-Round trips (clients/CONTRACT.md "Round trips"): :class:`PgTx` sends ``BEGIN`` with the claim and ``COMMIT`` with
-``idem_complete``, each pair as one multi-statement message of the simple query protocol (a ``ClientCursor`` binds
-the parameters on the client, so no server-side prepared statement exists, as PgBouncer's transaction pooling
-needs).  With the handler's own statement that is 3 round trips, the same as a bare ``BEGIN`` / ``INSERT`` /
-``COMMIT``.  ``combine=False`` (one statement per round trip) and ``combine="pipeline"`` (psycopg's pipeline mode)
-exist for the benchmark's comparison (bench/clients/python_roundtrips.py).
+Statements (clients/CONTRACT.md "Statements of 1.3"): ``idem_claim_request`` computes the fingerprint from the
+request's parts and answers a replay with the bytes stored; ``idem_complete_request`` stores the bytes sent, so the
+first answer is the handler's own bytes and every replay is the same.  :class:`PgTx` sends ``BEGIN`` with the claim
+and ``COMMIT`` with the completion in psycopg's pipeline mode, one round trip each, as named prepared statements
+(parsed and planned once per connection).  Through a pooler that does not carry named statements between
+transactions (PgBouncer before 1.21 in transaction pooling) the first 26000 or 42P05 turns them off for good
+(:class:`Preparing`) and the attempt runs again: the same statements, unnamed.  A replay, mismatch or in_progress is
+answered before its ``ROLLBACK`` is sent where the adapter can (``answer``), so it costs the client one round trip.
 """
 
 import inspect
+import json
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg.generators import execute
 from psycopg.pq import TransactionStatus
 
 from .header import KeyHeaderError, parse_idempotency_key
 from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted,
-                        body_too_large, claim_response, parse_json_body, problem, sent_form, stored_form_of)
+                        body_too_large, claim_response, parse_json_body, problem, replayed_headers)
 
 log = logging.getLogger("idempotency_pg")
 
-CLAIM_SELECT = (
-    "SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text "
-    "FROM idem_claim(%(key)s::text, "
-    "idem_hash(jsonb_build_object('method', %(method)s::text, 'path', %(path)s::text, 'body', %(body)s::jsonb)), "
-    "%(ttl)s::interval, %(scope)s::text) AS c"
-)
-# The body literal is written once; the statement returns jsonb's text of it, which is what a replay sends.
-COMPLETE_SELECT = (
-    "SELECT idem_complete(%(key)s::text, %(status)s::int, r.b, %(headers)s::jsonb, %(scope)s::text), r.b::text "
-    "FROM (SELECT %(body)s::jsonb AS b) AS r"
-)
+CLAIM_REQUEST = "SELECT idem_claim_request(%s, %s, %s, %s, %s, %s, %s, %s)"
+COMPLETE_REQUEST = "SELECT idem_complete_request(%s, %s, %s, %s, %s, %s)"
 
 #: SQLSTATEs after which the whole transaction runs again.
 RETRYABLE_STATES = ("40001", "40P01")
-#: SQLSTATEs of the claim that mean PostgreSQL refuses the request body as jsonb (answered 400).
-BAD_BODY_STATES = ("22P02", "22P05", "22003")
+#: SQLSTATEs of the claim that mean PostgreSQL refuses the request body as JSON (answered 400).
+BAD_BODY_STATES = ("22P02", "22P05", "22003", "22021")
+#: SQLSTATEs of a named prepared statement that the server connection does not have (26000) or has already (42P05):
+#: a pooler in transaction mode moved the client to another server connection.
+PREPARED_LOST_STATES = ("26000", "42P05")
+#: psycopg's prepare_threshold that prepares only the statements sent with ``prepare=True``.
+ONLY_ASKED = 2 ** 31 - 1
 
 
 class BadBody(Exception):
@@ -143,7 +143,7 @@ class Options:
     ``scope(request) -> str`` (may be async): the key's scope, the authenticated tenant (may raise
     :class:`HTTPProblem`, e.g. a 401); ``methods``: the ones claimed, others pass through; ``ttl``: how long a stored
     answer is kept (an interval; the extension's default if None); ``max_retries``: runs again after 40001/40P01;
-    ``replay_headers``: the response headers stored and replayed (:func:`.responses.stored_form_of`);
+    ``replay_headers``: the response headers stored and replayed (:func:`.responses.replayed_headers`);
     ``problem_base``: the prefix of problem+json ``type``; ``max_body_bytes``: over it, 413.
     """
 
@@ -174,10 +174,12 @@ class Options:
         return {"key": key, "method": method, "path": path or "/", "body": body_text, "ttl": self.ttl,
                 "scope": tenant, "raw": raw}
 
-    async def respond(self, request, method, path, key_header, read_body, transaction, run):
-        """The answer to one request.  ``transaction()``: an (async) context manager giving a transaction object
-        (``handle``, ``claim``, ``complete``, ``rollback``: :class:`PgTx`); ``run(ctx, raw)``: the handler, returns
-        a :class:`Response` (or raises :class:`NotExecuted`, :class:`HTTPProblem`)."""
+    async def respond(self, request, method, path, key_header, read_body, transaction, run, answer=None):
+        """The answer to one request, or None if ``answer`` sent it already.  ``transaction()``: an (async) context
+        manager giving a transaction object (``handle``, ``claim``, ``complete``, ``rollback``: :class:`PgTx`);
+        ``run(ctx, raw)``: the handler, returns a :class:`Response` (or raises :class:`NotExecuted`,
+        :class:`HTTPProblem`); ``answer(response)`` (optional): sends a replay, mismatch or in_progress answer at
+        once, before the transaction's ROLLBACK."""
         params = await self.intake(request, method, path, key_header, read_body)
         if not isinstance(params, dict):
             return params
@@ -185,11 +187,14 @@ class Options:
             async with entered(transaction()) as tx:
                 for attempt in range(self.max_retries + 1):
                     try:
-                        return await self._attempt(tx, params, attempt, run)
+                        return await self._attempt(tx, params, attempt, run, answer)
                     except BadBody as e:
                         return self.refused(e)
                     except Exception as e:
-                        if sqlstate(e) not in RETRYABLE_STATES:
+                        if sqlstate(e) in PREPARED_LOST_STATES and getattr(tx, "may_unprepare", False):
+                            tx.unprepare()  # a pooler in transaction mode: unnamed statements from now on
+                            log.warning("idempotency: %s, prepared statements off", e)
+                        elif sqlstate(e) not in RETRYABLE_STATES:
                             raise
                         log.info("idempotency: %s on attempt %d, retrying", sqlstate(e), attempt + 1)
                 return self.conflict()
@@ -197,12 +202,15 @@ class Options:
             log.exception("idempotency: request failed")
             return self.failed(sqlstate(e))
 
-    async def _attempt(self, tx, params, attempt, run):
+    async def _attempt(self, tx, params, attempt, run, answer):
         """One transaction: the response to send, committed or rolled back as it says."""
         try:
-            row = await tx.claim(params)
-            early = claim_response(*row, base=self.problem_base)
+            outcome, status, content_type, headers, body = await tx.claim(params)
+            early = claim_response(outcome, status, body, headers, self.problem_base, content_type)
             if early is not None:
+                if answer is not None:
+                    await aw(answer(early))
+                    early = None  # sent
                 await tx.rollback()  # replay, mismatch, in_progress: nothing to keep
                 return early
             ctx = Context(tx.handle, params["key"], params["scope"], attempt)
@@ -249,11 +257,49 @@ class Options:
         return problem(500, "internal-error", "Internal Server Error", detail, (), self.problem_base)
 
 
-def complete_params(params, response, replay_headers):
-    """``(statement parameters, stored form)`` of ``idem_complete`` for ``response``."""
-    stored = stored_form_of(response, replay_headers)
-    return ({"key": params["key"], "status": response.status, "body": stored.body, "headers": stored.headers,
-             "scope": params["scope"]}, stored)
+def claim_args(params):
+    """``idem_claim_request``'s arguments: the fingerprint's JSON form (no query, no content type: the body is hashed
+    as JSON, 1.2's fingerprint) of the raw body."""
+    return (params["key"], params["scope"], params["method"], params["path"], None, None, params["raw"],
+            params["ttl"])
+
+
+def complete_args(params, response, replay_headers):
+    """``idem_complete_request``'s arguments: the bytes sent, the content type apart from the other headers."""
+    headers = replayed_headers(response, replay_headers)
+    content_type = next((headers.pop(k) for k in list(headers) if k.lower() == "content-type"), None)
+    return (params["key"], params["scope"], response.status, content_type, json.dumps(headers), response.body)
+
+
+def claim_fields(value):
+    r"""The fields ``(outcome, http_status, content_type, headers as JSON text, body bytes)`` of an
+    ``idem_request_claim`` in its text form, the record literal ``(f1,f2,f3,f4,f5)``: an empty field is NULL, a
+    quoted one has ``""`` and ``\\`` for ``"`` and ``\``; the body is bytea's hex form ``\x...``."""
+    fields, i, end = [], 1, len(value) - 1
+    while i <= end:
+        if value[i] == '"':
+            out, i = [], i + 1
+            while value[i] != '"' or value[i + 1:i + 2] == '"':
+                out.append(value[i + 1] if value[i] in '"\\' else value[i])
+                i += 2 if value[i] in '"\\' else 1
+            fields.append("".join(out))
+            i += 2  # the closing quote and the comma
+        else:
+            j = value.find(",", i)
+            j = end if j < 0 else j
+            fields.append(value[i:j] or None)
+            i = j + 1
+    outcome, status, content_type, headers, body = fields
+    return (outcome, int(status) if status else None, content_type, headers,
+            bytes.fromhex(body[2:]) if body is not None else None)
+
+
+class Preparing:
+    """Whether :class:`PgTx` sends named prepared statements: ``None`` (the default) until a 26000 or 42P05 says
+    the connections are pooled in transaction mode, then off; ``True`` or ``False`` to decide it yourself."""
+
+    def __init__(self, prepare=None):
+        self.on, self.auto = prepare is not False, prepare is None
 
 
 # --------------------------------------------------------------------------- psycopg 3, sync and async
@@ -261,35 +307,37 @@ def complete_params(params, response, replay_headers):
 class PgTx:
     """A transaction on a psycopg 3 connection (``Connection`` or ``AsyncConnection``) in autocommit mode, in the
     round trips of a bare one: :meth:`begin_with` sends ``BEGIN`` with the first statement, :meth:`commit_with` the
-    last one with ``COMMIT``.  If a statement of a message fails, the rest of it does not run; :meth:`rollback`
-    then ends the transaction."""
+    last one with ``COMMIT``, each pair in pipeline mode (``pipeline=False``: one statement per round trip, for
+    the benchmark's comparison).  If a statement fails, the rest does not run; :meth:`rollback` then ends it."""
 
-    def __init__(self, conn, combine=True):
-        self.handle, self.combine = conn, combine
+    def __init__(self, conn, preparing=None, pipeline=True):
+        self.handle, self.preparing, self.pipeline = conn, preparing or Preparing(False), pipeline
+        conn.prepare_threshold = ONLY_ASKED if self.preparing.on else None  # never the handler's statements
+
+    @property
+    def may_unprepare(self):
+        return self.preparing.on and self.preparing.auto
+
+    def unprepare(self):
+        self.preparing.on = False
+        self.handle.prepare_threshold = None
 
     async def _one_row(self, sql, params, before=None, after=None):
-        conn = self.handle
-        if self.combine == "pipeline":
-            async with entered(conn.pipeline()):
-                if before:
-                    await aw(conn.execute(before))
-                cur = await aw(conn.execute(sql, params))
-                if after:
-                    await aw(conn.execute(after))
-            return await aw(cur.fetchone())
-        if self.combine:
-            async_conn = isinstance(conn, psycopg.AsyncConnection)
-            cur = (psycopg.AsyncClientCursor if async_conn else psycopg.ClientCursor)(conn)
-            await aw(cur.execute("; ".join(s for s in (before, sql, after) if s), params))
+        conn, prepare = self.handle, self.preparing.on
+        if not self.pipeline:
             if before:
-                cur.nextset()  # BEGIN's result comes first
-            return await aw(cur.fetchone())
-        if before:
-            await aw(conn.execute(before))
-        row = await aw((await aw(conn.execute(sql, params))).fetchone())
-        if after:
-            await aw(conn.execute(after))
-        return row
+                await aw(conn.execute(before))
+            row = await aw((await aw(conn.execute(sql, params, prepare=prepare))).fetchone())
+            if after:
+                await aw(conn.execute(after))
+            return row
+        async with entered(conn.pipeline()):
+            if before:
+                await aw(conn.execute(before))
+            cur = await aw(conn.execute(sql, params, prepare=prepare))
+            if after:
+                await aw(conn.execute(after))
+        return await aw(cur.fetchone())
 
     async def begin_with(self, sql, params):
         return await self._one_row(sql, params, before="BEGIN")
@@ -298,18 +346,18 @@ class PgTx:
         return await self._one_row(sql, params, after="COMMIT")
 
     async def claim(self, params):
+        """``BEGIN`` and the claim: its fields (:func:`claim_fields`); :class:`BadBody` if the body is not JSON."""
         try:
-            return await self.begin_with(CLAIM_SELECT, params)
+            return claim_fields((await self.begin_with(CLAIM_REQUEST, claim_args(params)))[0])
         except pgerrors.Error as e:
             if e.sqlstate in BAD_BODY_STATES:
                 raise BadBody() from e
             raise
 
     async def complete(self, params, response, replay_headers):
-        """Store ``response`` and commit; the response to send (in its stored form)."""
-        p, stored = complete_params(params, response, replay_headers)
-        stored.read_back = (await self.commit_with(COMPLETE_SELECT, p))[1]
-        return sent_form(response, stored)
+        """Store ``response`` as sent and commit; the response to send."""
+        await self.commit_with(COMPLETE_REQUEST, complete_args(params, response, replay_headers))
+        return response
 
     async def rollback(self):
         """End the transaction without keeping anything, if one is open and the connection is usable."""
@@ -317,15 +365,19 @@ class PgTx:
         if conn.closed or conn.pgconn.transaction_status == TransactionStatus.IDLE:
             return
         try:
-            await aw(conn.execute("ROLLBACK"))
+            if self.preparing.on:
+                # psycopg 3.1 drops its prepared statements after every ROLLBACK it runs (and sends DEALLOCATE ALL):
+                # this one goes through libpq, so they stay (PREPARE is not transactional: nothing to forget).
+                conn.pgconn.send_query(b"ROLLBACK")
+                await aw(conn.wait(execute(conn.pgconn)))
+            else:
+                await aw(conn.execute("ROLLBACK"))
         except psycopg.Error:
             pass  # a broken connection: the pool discards it
 
 
 @asynccontextmanager
-async def pool_transaction(pool, combine=True):
+async def pool_transaction(pool, preparing=None, pipeline=True):
     """A :class:`PgTx` on a connection of a psycopg pool (sync or async)."""
     async with entered(pool.connection()) as conn:
-        if conn.prepare_threshold is not None:
-            conn.prepare_threshold = None  # no named prepared statements: PgBouncer transaction pooling
-        yield PgTx(conn, combine)
+        yield PgTx(conn, preparing, pipeline)

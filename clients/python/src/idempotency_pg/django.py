@@ -20,7 +20,7 @@ import functools
 from contextlib import contextmanager
 
 from . import core
-from .responses import Response, problem, sent_form
+from .responses import Response, problem
 
 
 def to_django(response):
@@ -65,18 +65,17 @@ class _DjangoTx:
         self.atomic = transaction.atomic(using=self.using)
         self.atomic.__enter__()
         try:
-            return self._execute(core.CLAIM_SELECT, params)
+            return core.claim_fields(self._execute(core.CLAIM_REQUEST, core.claim_args(params))[0])
         except Exception as e:
             if core.sqlstate(e) in core.BAD_BODY_STATES:
                 raise core.BadBody() from e
             raise
 
     async def complete(self, params, response, replay_headers):
-        p, stored = core.complete_params(params, response, replay_headers)
-        stored.read_back = self._execute(core.COMPLETE_SELECT, p)[1]
+        self._execute(core.COMPLETE_REQUEST, core.complete_args(params, response, replay_headers))
         self.atomic, atomic = None, self.atomic
         atomic.__exit__(None, None, None)  # COMMIT (raises if it fails)
-        return sent_form(response, stored)
+        return response
 
     async def rollback(self):
         from django.db import transaction
@@ -119,13 +118,9 @@ def idempotent(scope=None, *, using="default", **options):
             out = core.drive(opts.respond(request, request.method.upper(), request.path,
                                           request.META.get("HTTP_IDEMPOTENCY_KEY"),
                                           lambda limit: read_body(request, limit), lambda: _transaction(using), run))
-            if out is sent.get("response"):
+            if out is not None and out is sent.get("response"):
                 return sent["django"]  # the view's own response object, sent as it made it
-            final = to_django(out)
-            if "django" in sent and out.status == sent["response"].status:
-                for c in sent["django"].cookies.values():
-                    final.cookies[c.key] = c
-            return final
+            return to_django(out)
 
         wrapper.options = opts  # the view's Options: other views can read a request as it does (intake)
         return wrapper

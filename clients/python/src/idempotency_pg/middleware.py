@@ -23,23 +23,30 @@ class IdempotencyMiddleware(core.Options):
 
     ``pool`` is a ``psycopg_pool.ConnectionPool`` (:func:`idempotency_pg.connection_pool`); ``scope(environ)``
     and the other options: :class:`idempotency_pg.core.Options`.  The app runs with the connection in
-    ``environ[CONNECTION]``, inside the claim's transaction; its response is buffered, stored, committed, then sent
-    in its stored form.  ``combine``: how the statements travel (:class:`idempotency_pg.core.PgTx`).
+    ``environ[CONNECTION]``, inside the claim's transaction; its response is buffered, stored, committed, then sent.
+    ``prepare`` (None: until a pooler shows it cannot) and ``combine`` (False: one statement per round trip): how
+    the statements travel (:class:`idempotency_pg.core.PgTx`).  A replay is sent with the WSGI ``write`` callable
+    before the ROLLBACK (waitress sends it at once with ``send_bytes=1``).
     """
 
-    def __init__(self, app, pool, *, combine=True, **options):
+    def __init__(self, app, pool, *, combine=True, prepare=None, **options):
         super().__init__(**options)
-        self.app, self.pool, self.combine = app, pool, combine
+        self.app, self.pool, self.pipeline, self.preparing = app, pool, combine is not False, core.Preparing(prepare)
 
     def __call__(self, environ, start_response):
         if environ.get("REQUEST_METHOD", "GET").upper() not in self.methods:
             return self.app(environ, start_response)
-        response = self.handle(environ)
+
+        def answer(r):
+            start_response(r.status_line(), r.wsgi_headers())(r.body)
+        response = self.handle(environ, answer)
+        if response is None:
+            return []
         start_response(response.status_line(), response.wsgi_headers())
         return [response.body]
 
-    def handle(self, environ):
-        """Run the request and return the :class:`Response` to send."""
+    def handle(self, environ, answer=None):
+        """Run the request and return the :class:`Response` to send (None if ``answer(response)`` sent it)."""
 
         async def run(ctx, raw):
             env = dict(environ, **{"wsgi.input": io.BytesIO(raw), "CONTENT_LENGTH": str(len(raw)), CONTEXT: ctx,
@@ -49,7 +56,8 @@ class IdempotencyMiddleware(core.Options):
         return core.drive(self.respond(
             environ, environ.get("REQUEST_METHOD", "POST").upper(),
             environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""), environ.get("HTTP_IDEMPOTENCY_KEY"),
-            lambda limit: read_body(environ, limit), lambda: core.pool_transaction(self.pool, self.combine), run))
+            lambda limit: read_body(environ, limit),
+            lambda: core.pool_transaction(self.pool, self.preparing, self.pipeline), run, answer))
 
 
 def read_body(environ, limit=MAX_BODY_BYTES):

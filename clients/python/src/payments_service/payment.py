@@ -95,8 +95,9 @@ def serve(app, port, threads):
     class Channel(HTTPChannel):
         error_task_class = ProblemErrorTask
 
-    # waitress refuses a body of max_request_body_size bytes or more: the limit itself is accepted
-    server = create_server(app, host="127.0.0.1", port=port, threads=threads, ident=None,
+    # waitress refuses a body of max_request_body_size bytes or more: the limit itself is accepted.  send_bytes=1:
+    # what the app writes goes out at once (a replay, before its transaction's ROLLBACK).
+    server = create_server(app, host="127.0.0.1", port=port, threads=threads, ident=None, send_bytes=1,
                            connection_limit=max(100, threads * 4), max_request_body_size=MAX_BODY_BYTES + 1)
     server.channel_class = Channel
     server.run()
