@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from idempotency_pg import CONNECTION, MAX_BODY_BYTES, HTTPProblem, IdempotencyMiddleware, NotExecuted, json_response
+from idempotency_pg import CONNECTION, MAX_BODY_BYTES, HTTPProblem, IdempotencyMiddleware, NotExecuted
 from idempotency_pg.responses import problem
 from payments_service import account_scope
 

@@ -2,7 +2,6 @@
 
 import contextlib
 import hashlib
-import json
 import time
 
 import psycopg
@@ -12,7 +11,7 @@ from idempotency_pg import ATTEMPT, CONNECTION, IdempotencyMiddleware, json_resp
 from payments_service import PaymentsApp, account_scope
 
 from conftest import needs_db, traced_round_trips
-from wsgi_client import body_json, environ_of, request
+from wsgi_client import body_json, environ_of
 
 pytestmark = needs_db
 

@@ -18,10 +18,11 @@ __all__ = [
 def connect_kwargs():
     """Connection settings that work through PgBouncer in transaction pooling mode.
 
-    ``prepare_threshold=None``: psycopg 3 otherwise turns a query into a *named* server-side prepared statement
-    after 5 executions, which a later transaction may run on another server connection
-    (``prepared statement "_pg3_0" does not exist``).  ``autocommit=True``: every transaction is an explicit
-    ``with conn.transaction()`` block, so no connection sits idle in an implicit transaction.
+    ``prepare_threshold=None``: psycopg 3 otherwise turns a handler's query into a *named* server-side prepared
+    statement after 5 executions, which a later transaction may run on another server connection
+    (``prepared statement "_pg3_0" does not exist``); the middleware prepares only its own two statements, and stops
+    when the pooler shows it cannot (:class:`idempotency_pg.core.Preparing`).  ``autocommit=True``: every
+    transaction is an explicit block, so no connection sits idle in an implicit transaction.
     """
     return {"prepare_threshold": None, "autocommit": True}
 
