@@ -27,11 +27,12 @@ def writer(then):
 
 
 @needs_db
-@pytest.mark.parametrize("combine", [True, False, "pipeline"], ids=["one-message", "separate", "pipeline"])
-def test_error_raised_after_a_write_422_is_committed_as_sent(pool, db, account, combine):
+@pytest.mark.parametrize("mode", [{}, {"combine": False}, {"prepare": False}],
+                         ids=["pipelined-prepared", "separate", "unprepared"])
+def test_error_raised_after_a_write_422_is_committed_as_sent(pool, db, account, mode):
     def then(start_response):
         raise HTTPProblem(422, "declined", "Declined", "after the write")
-    mw = IdempotencyMiddleware(writer(then), pool, scope=account_scope, combine=combine)
+    mw = IdempotencyMiddleware(writer(then), pool, scope=account_scope, **mode)
     r = pay(mw, account, "w")
     assert r.status == 422 and body_json(r)["type"].endswith("/declined")
     assert len(ledger(db, account)) == 1
@@ -75,14 +76,15 @@ def test_not_executed_after_a_write_undoes_it(pool, db, account):
 
 
 @needs_db
-@pytest.mark.parametrize("combine", [True, False, "pipeline"], ids=["one-message", "separate", "pipeline"])
-def test_replay_is_byte_identical(pool, db, account, combine):
-    """The handler's JSON has its own spacing and key order; the first answer is sent in the stored form."""
+@pytest.mark.parametrize("mode", [{}, {"combine": False}, {"prepare": False}],
+                         ids=["pipelined-prepared", "separate", "unprepared"])
+def test_replay_is_byte_identical(pool, db, account, mode):
+    """The handler's JSON has its own spacing and key order: stored as sent, so every replay is those bytes."""
     def then(start_response):
         body = b'{"z": 1,   "a": [1, 2.50, "x"], "m": {"b": null, "aa": true}}'
         start_response("201 Created", [("Content-Type", "application/json"), ("Location", "/x/1")])
         return [body]
-    mw = IdempotencyMiddleware(writer(then), pool, scope=account_scope, combine=combine)
+    mw = IdempotencyMiddleware(writer(then), pool, scope=account_scope, **mode)
     first = pay(mw, account, "b")
     again = pay(mw, account, "b")
     assert first.status == again.status == 201

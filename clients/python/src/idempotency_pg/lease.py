@@ -33,8 +33,9 @@ Three ways to run the same steps:
   can write with the ORM in the checkpoint's transaction (``transaction.atomic``).
 
 Each step's transaction takes the round trips of a bare ``BEGIN`` / the step's writes / ``COMMIT``: the fence
-(``idem_lease_extend``) is sent with ``BEGIN`` and the checkpoint (or the completion) with ``COMMIT``, as one
-message each, on a psycopg connection in autocommit mode (:func:`idempotency_pg.connect_kwargs`).  Django's
+(``idem_lease_extend``) is sent with ``BEGIN`` and the checkpoint (or the completion) with ``COMMIT``, pipelined
+(:class:`idempotency_pg.core.PgTx`), on a psycopg connection in autocommit mode.  The lease statements are not
+prepared (they are the 1.1 API's, one per step).  Django's
 connection keeps one statement per round trip: its ``transaction.atomic`` keeps the transaction's state itself
 (its autocommit flag, the atomic blocks open), so a BEGIN or COMMIT sent behind its back would leave the ORM writes
 of ``commit`` and ``finish`` in a transaction Django does not know it is in.
