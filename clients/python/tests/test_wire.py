@@ -95,3 +95,25 @@ def test_a_content_length_over_the_limit_is_413_before_the_body(service, db, acc
     assert json.loads(answer)["type"].endswith("/request-too-large")
     assert elapsed < 2.0, "413 after %.1f s" % elapsed
     assert ledger(db, account) == [] and stored_outcome(db, account, key) == "claimed"
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(service, db, account):
+    """No Content-Length: the body is refused as soon as it passes the limit, with the 413 problem."""
+    key = "chunked-" + uuid.uuid4().hex[:8]
+    head = request_head(account, key, 0).replace("Content-Length: 0", "Transfer-Encoding: chunked")
+    chunk = b" " * 65536
+    with socket.create_connection(("127.0.0.1", service), timeout=10) as s:
+        s.sendall(head.encode() + b"\r\n" + b"%x\r\n%s\r\n" % (len(PAYMENT), PAYMENT))
+        try:
+            for _ in range(17):  # 1 MiB + 64 KiB
+                s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except OSError:
+            pass  # the server stopped reading: what it answered is below
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = s.recv(65536)
+            if not more:
+                break
+            data += more
+    assert data.startswith(b"HTTP/1.1 413"), data[:200]
+    assert stored_outcome(db, account, key) == "claimed" and ledger(db, account) == []
