@@ -29,6 +29,7 @@ out=${2:-$clients/dist}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 py=/usr/bin/python3
+"$root/scripts/install-deps.sh" clients release >&2
 
 # copy_tracked DIR DEST: the files git tracks under clients/DIR (with their working-tree contents), into DEST.
 copy_tracked() {
