@@ -39,6 +39,36 @@ else
     count metrics-rules-test 0 1
 fi
 
+# The dashboard and the alerts use only series queries.yaml defines, and every panel's query is valid PromQL
+# (promtool checks them as recording rules, with the dashboard's $instance variable as .*).
+python3 - "$here" "$work/dashboard-rules.yml" <<'EOF' 2>&1 | tee "$log_dir/names.log"
+import json, re, sys, yaml
+here, rules_out = sys.argv[1], sys.argv[2]
+defined = set()
+for prefix, q in yaml.safe_load(open(f"{here}/queries.yaml")).items():
+    for m in q["metrics"]:
+        (col, spec), = m.items()
+        if spec["usage"] != "LABEL":
+            defined.add(f"{prefix}_{col}")
+dash = json.load(open(f"{here}/grafana-dashboard.json"))
+exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+alerts = [r["expr"] for g in yaml.safe_load(open(f"{here}/alerts.yml"))["groups"] for r in g["rules"]]
+ok = bad = 0
+for where, expr in [("dashboard", e) for e in exprs] + [("alerts.yml", e) for e in alerts]:
+    for name in set(re.findall(r"\bidem_[a-z0-9_]+", expr)):
+        if name in defined:
+            ok += 1
+        else:
+            bad += 1
+            print(f"not ok - {where} uses {name}, which queries.yaml does not define")
+rules = [{"record": f"dashboard:panel_{i}", "expr": e.replace("$instance", ".*")} for i, e in enumerate(exprs)]
+yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, open(rules_out, "w"))
+print(f"names {ok} {bad}")
+EOF
+read -r _ ok bad < <(grep '^names ' "$log_dir/names.log")
+judge metrics-names 0 "${ok:-0}" "${bad:-1}"
+run_single metrics-dashboard promtool check rules "$work/dashboard-rules.yml"
+
 scrape() {
     local ok=0 bad=0 name type help col value want
     expect() {  # expect WHAT CONDITION-EXIT-STATUS
@@ -47,6 +77,9 @@ scrape() {
     start_cluster "$cluster" "$port" "shared_preload_libraries = 'idempotency'" "idempotency.databases = 'app'" || return 1
     export PGHOST=$cluster PGPORT=$port PGUSER=postgres
     psql -qX -d postgres -c "CREATE DATABASE app" && psql -qX -d app -c "CREATE EXTENSION idempotency" || return 1
+    # The exporter's role as the README sets it up: pg_monitor and SELECT on the key tables, no superuser.
+    psql -qX -v ON_ERROR_STOP=1 -d app -c "CREATE ROLE prometheus LOGIN IN ROLE pg_monitor" \
+        -c "GRANT SELECT ON idempotency_keys, idempotency_keys_partitioned TO prometheus" || return 1
     # Some traffic: a completed key and its replay, a mismatch, an in_progress, a 5xx given back, a lease with a
     # checkpoint, an expired key.
     psql -qX -v ON_ERROR_STOP=1 -d app >/dev/null <<'EOF' || return 1
@@ -70,7 +103,7 @@ EOF
     [ "$held" = 1 ]; expect "a session holds m-5" $?
     psql -qX -d app -c "SELECT idem_claim('m-5', idem_hash('{}'::jsonb))" >/dev/null
 
-    DATA_SOURCE_NAME="host=$cluster port=$port user=postgres dbname=app sslmode=disable" \
+    DATA_SOURCE_NAME="host=$cluster port=$port user=prometheus dbname=app sslmode=disable" \
         prometheus-postgres-exporter --extend.query-path="$here/queries.yaml" \
         --web.listen-address="127.0.0.1:$web_port" --log.level=warn \
         >"$work/exporter.log" 2>&1 &
@@ -124,6 +157,9 @@ EOF
     grep -Eq '^idem_in_flight_keys\{[^}]*holder="transaction"[^}]*\} 1$' "$work/metrics"; expect "one transaction key in flight" $?
     grep -Eq '^idem_in_flight_keys\{[^}]*holder="lease"[^}]*\} 1$' "$work/metrics"; expect "one lease in flight" $?
     grep -Eq '^idem_storage_expired_keys\{[^}]*table="idempotency_keys"[^}]*\} 1$' "$work/metrics"; expect "one expired key" $?
+    want=$(psql -qXAt -d app -c "SELECT count(*) FROM idem_partitions()")
+    grep -Eq "^idem_storage_partitions\{[^}]*table=\"idempotency_keys_partitioned\"[^}]*\} $want\$" "$work/metrics"
+    expect "idem_storage_partitions = idem_partitions() ($want)" $?
     grep -Eq '^pg_exporter_last_scrape_error(\{[^}]*\})? 0$' "$work/metrics"; expect "the exporter's last scrape had no error" $?
     ! grep -Ei 'error|level=warn' "$work/exporter.log"; expect "the exporter logged no failed query" $?
     grep -Eq '^pg_exporter_user_queries_load_error\{[^}]*\} 0$' "$work/metrics"; expect "queries.yaml loaded" $?
