@@ -191,12 +191,14 @@ if (missing.length) { console.log('missing from the tarball: ' + missing.join(' 
 EOF
     expect "npm tarball holds main, types and every export of package.json" $?
 
-    # Go: a module path a user can publish under (a host name, not the reserved example.com), and the offline
-    # recipe first in the README.
+    # Go: the module path go.mod declares is the one the README tells users to require, and every package of the
+    # module imports its siblings by it (a copy published under that path builds).
     local mod
     mod=$(awk '$1 == "module" {print $2; exit}' "$out/go/module/go.mod")
-    [[ $mod =~ ^[a-z0-9.-]+\.[a-z]+/ ]] && [[ ! $mod =~ ^example\.(com|org|net)/ ]]
-    expect "go module path '$mod' is publishable" $?
+    grep -q "require $mod " "$out/go/module/README.md"
+    expect "go README requires the module as go.mod names it ($mod)" $?
+    ! grep -rhoE --include='*.go' '"[a-z0-9.-]+\.[a-z]+/idempotency[^"]*"' "$out/go/module" | grep -v "^\"$mod[/\"]"
+    expect "go packages import the module's own packages by $mod" $?
     grep -m1 '^## ' "$out/go/module/README.md" | grep -qi 'offline'
     expect "go README: the first section is the offline recipe" $?
     echo "client-packages $ok passed, $bad failed"
