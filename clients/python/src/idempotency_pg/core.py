@@ -8,23 +8,31 @@ database calls return plain values, so it never suspends (:func:`aw` takes eithe
 Statements (clients/CONTRACT.md "Statements of 1.3"): ``idem_claim_request`` computes the fingerprint from the
 request's parts and answers a replay with the bytes stored; ``idem_complete_request`` stores the bytes sent, so the
 first answer is the handler's own bytes and every replay is the same.  :class:`PgTx` sends ``BEGIN`` with the claim
-and ``COMMIT`` with the completion in psycopg's pipeline mode, one round trip each, as named prepared statements
-(parsed and planned once per connection).  Through a pooler that does not carry named statements between
-transactions (PgBouncer before 1.21 in transaction pooling) the first 26000 or 42P05 turns them off for good
-(:class:`Preparing`) and the attempt runs again: the same statements, unnamed.  A replay, mismatch or in_progress is
+and ``COMMIT`` with the completion in libpq's pipeline mode, one round trip each, as named prepared statements
+(parsed and planned once per connection).  Their names are unique to the client connection (:class:`Named`), so a
+name never means another text on a server connection, and the first claim of a connection prepares both, so
+through a pooler that does not carry named statements between transactions (PgBouncer before 1.21 in transaction
+pooling) the first transaction that lands on another server connection fails at the claim's Bind with 26000,
+before anything has run.  That turns them off for good (:class:`Preparing`) and the attempt runs again from the
+claim: the same statements, unnamed.  A 26000 or 42P05 after the handler ran turns them off too, but the request
+is answered 500 (rolled back), never run again.  A replay, mismatch or in_progress is
 answered before its ``ROLLBACK`` is sent where the adapter can (``answer``), so it costs the client one round trip.
 """
 
+import hashlib
 import inspect
 import json
 import logging
+import secrets
+import weakref
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import errors as pgerrors
-from psycopg.generators import execute
-from psycopg.pq import TransactionStatus
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.generators import execute, fetch_many, send
+from psycopg.pq import ExecStatus, TransactionStatus
 
 from .header import KeyHeaderError, parse_idempotency_key
 from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted,
@@ -34,6 +42,9 @@ log = logging.getLogger("idempotency_pg")
 
 CLAIM_REQUEST = "SELECT idem_claim_request(%s, %s, %s, %s, %s, %s, %s, %s)"
 COMPLETE_REQUEST = "SELECT idem_complete_request(%s, %s, %s, %s, %s, %s)"
+#: The same statements as libpq prepares them (no casts: no overloads, the server infers each parameter's type).
+CLAIM_NATIVE = b"SELECT idem_claim_request($1, $2, $3, $4, $5, $6, $7, $8)"
+COMPLETE_NATIVE = b"SELECT idem_complete_request($1, $2, $3, $4, $5, $6)"
 
 #: SQLSTATEs after which the whole transaction runs again.
 RETRYABLE_STATES = ("40001", "40P01")
@@ -42,12 +53,15 @@ BAD_BODY_STATES = ("22P02", "22P05", "22003", "22021")
 #: SQLSTATEs of a named prepared statement that the server connection does not have (26000) or has already (42P05):
 #: a pooler in transaction mode moved the client to another server connection.
 PREPARED_LOST_STATES = ("26000", "42P05")
-#: psycopg's prepare_threshold that prepares only the statements sent with ``prepare=True``.
-ONLY_ASKED = 2 ** 31 - 1
 
 
 class BadBody(Exception):
     """PostgreSQL refused the request body as jsonb (the claim rolled back; answered 400)."""
+
+
+class PreparedLost(Exception):
+    """The claim's named statement is not on this server connection (26000) or its name is taken (42P05): a pooler
+    in transaction mode.  Nothing has run; the attempt runs again unnamed."""
 
 
 #: What is answered before any claim (or after the claim refused the body): :meth:`Options.refused`.
@@ -185,18 +199,22 @@ class Options:
             return params
         try:
             async with entered(transaction()) as tx:
-                for attempt in range(self.max_retries + 1):
+                attempt = 0
+                while attempt <= self.max_retries:
                     try:
                         return await self._attempt(tx, params, attempt, run, answer)
                     except BadBody as e:
                         return self.refused(e)
+                    except PreparedLost as e:
+                        # at the claim, before the handler: unnamed statements from now on, the same attempt again
+                        tx.unprepare()
+                        log.warning("idempotency: %s, prepared statements off", e.__cause__)
+                        continue
                     except Exception as e:
-                        if sqlstate(e) in PREPARED_LOST_STATES and getattr(tx, "may_unprepare", False):
-                            tx.unprepare()  # a pooler in transaction mode: unnamed statements from now on
-                            log.warning("idempotency: %s, prepared statements off", e)
-                        elif sqlstate(e) not in RETRYABLE_STATES:
+                        if sqlstate(e) not in RETRYABLE_STATES:
                             raise
                         log.info("idempotency: %s on attempt %d, retrying", sqlstate(e), attempt + 1)
+                    attempt += 1
                 return self.conflict()
         except Exception as e:
             log.exception("idempotency: request failed")
@@ -302,17 +320,91 @@ class Preparing:
         self.on, self.auto = prepare is not False, prepare is None
 
 
+class Named:
+    """The named statements of one client connection: names unique to it (a random part) and to the text (a hash
+    of it), so behind a pooler two client connections never prepare one name on a server connection, and a name
+    never means another text there; ``prepared``: whether this connection's server has them (set from the Parse
+    results: a Parse that succeeded stays, PREPARE is not transactional)."""
+
+    def __init__(self):
+        token = secrets.token_hex(8)
+        self.claim, self.complete = (b"idem_%s_%s" % (hashlib.sha256(text).hexdigest()[:8].encode(), token.encode())
+                                     for text in (CLAIM_NATIVE, COMPLETE_NATIVE))
+        self.prepared = False
+
+
+#: Each psycopg connection's :class:`Named` (gone with the connection: a new connection prepares again).
+_named = weakref.WeakKeyDictionary()
+
+
+def named_of(conn):
+    named = _named.get(conn)
+    if named is None:
+        named = _named[conn] = Named()
+    return named
+
+
+def _native_params(conn, args):
+    """``args`` as libpq parameters: bytes in binary (bytea's binary form is the bytes), NULL as None, anything else
+    in text as psycopg writes it (the server infers each type from the function)."""
+    tx = Transformer(conn)
+    values, formats = [], []
+    for arg in args:
+        if arg is None:
+            values.append(None)
+            formats.append(0)
+        elif isinstance(arg, (bytes, bytearray, memoryview)):
+            values.append(bytes(arg))
+            formats.append(1)
+        else:
+            values.append(bytes(tx.get_dumper(arg, PyFormat.TEXT).dump(arg)))
+            formats.append(0)
+    return values, formats
+
+
+def _pipeline(pgconn, sends):
+    """A libpq pipeline (a generator for ``conn.wait``): call each of ``sends`` (each queues one command), a Sync,
+    one round trip; the results of each command (PIPELINE_ABORTED after an error).  On any exception before the
+    Sync's result the connection is closed: half a pipeline cannot be resumed (the pool discards it)."""
+    pgconn.enter_pipeline_mode()
+    try:
+        for queue in sends:
+            queue()
+        pgconn.pipeline_sync()
+        yield from send(pgconn)
+        results = []
+        for _ in sends:
+            results.append((yield from fetch_many(pgconn)))
+        yield from fetch_many(pgconn)  # the Sync's PIPELINE_SYNC
+        pgconn.exit_pipeline_mode()
+    except BaseException:
+        pgconn.finish()
+        raise
+    return results
+
+
+def _raise_first_error(conn, results):
+    for res in results:
+        for r in res:
+            if r.status == ExecStatus.FATAL_ERROR:
+                raise pgerrors.error_from_result(r, encoding=conn.info.encoding)
+        if any(r.status == ExecStatus.PIPELINE_ABORTED for r in res):
+            raise psycopg.OperationalError("pipeline aborted without an error")
+
+
 # --------------------------------------------------------------------------- psycopg 3, sync and async
 
 class PgTx:
     """A transaction on a psycopg 3 connection (``Connection`` or ``AsyncConnection``) in autocommit mode, in the
     round trips of a bare one: :meth:`begin_with` sends ``BEGIN`` with the first statement, :meth:`commit_with` the
     last one with ``COMMIT``, each pair in pipeline mode (``pipeline=False``: one statement per round trip, for
-    the benchmark's comparison).  If a statement fails, the rest does not run; :meth:`rollback` then ends it."""
+    the benchmark's comparison).  The claim and the completion go as named statements (:class:`Named`) through
+    libpq while ``preparing`` says so (psycopg's own names, ``_pg3_0``, ``_pg3_1``, ..., are the same on every
+    client connection).  If a statement fails, the rest does not run; :meth:`rollback` then ends it."""
 
     def __init__(self, conn, preparing=None, pipeline=True):
         self.handle, self.preparing, self.pipeline = conn, preparing or Preparing(False), pipeline
-        conn.prepare_threshold = ONLY_ASKED if self.preparing.on else None  # never the handler's statements
+        conn.prepare_threshold = None  # psycopg never names the handler's statements (_pg3_N collide behind a pooler)
 
     @property
     def may_unprepare(self):
@@ -320,24 +412,56 @@ class PgTx:
 
     def unprepare(self):
         self.preparing.on = False
-        self.handle.prepare_threshold = None
 
     async def _one_row(self, sql, params, before=None, after=None):
-        conn, prepare = self.handle, self.preparing.on
+        conn = self.handle
         if not self.pipeline:
             if before:
                 await aw(conn.execute(before))
-            row = await aw((await aw(conn.execute(sql, params, prepare=prepare))).fetchone())
+            row = await aw((await aw(conn.execute(sql, params, prepare=False))).fetchone())
             if after:
                 await aw(conn.execute(after))
             return row
         async with entered(conn.pipeline()):
             if before:
                 await aw(conn.execute(before))
-            cur = await aw(conn.execute(sql, params, prepare=prepare))
+            cur = await aw(conn.execute(sql, params, prepare=False))
             if after:
                 await aw(conn.execute(after))
         return await aw(cur.fetchone())
+
+    async def _named_row(self, which, args, before=None, after=None):
+        """``before``, the named statement ``which`` of :class:`Named` (both parsed first if this connection has
+        not), ``after``: one round trip through libpq (``pipeline=False``: one each, until one fails); the
+        statement's value as text."""
+        conn = self.handle
+        pgconn, named = conn.pgconn, named_of(conn)
+        values, formats = _native_params(conn, args)
+        sends = []
+        if before:
+            sends.append(lambda: pgconn.send_query_params(before, None))
+        parses = 0
+        if not named.prepared:
+            sends.append(lambda: pgconn.send_prepare(named.claim, CLAIM_NATIVE))
+            sends.append(lambda: pgconn.send_prepare(named.complete, COMPLETE_NATIVE))
+            parses = 2
+        sends.append(lambda: pgconn.send_query_prepared(getattr(named, which), values, formats))
+        if after:
+            sends.append(lambda: pgconn.send_query_params(after, None))
+        results = []
+        for group in ([sends] if self.pipeline else [[one] for one in sends]):  # one round trip, or one each
+            results += await aw(conn.wait(_pipeline(pgconn, group)))
+            if any(r.status != ExecStatus.COMMAND_OK and r.status != ExecStatus.TUPLES_OK for res in results
+                   for r in res):
+                break
+        first = 1 if before else 0
+        done = results[first:first + parses]
+        if parses and len(done) == parses and all(r.status == ExecStatus.COMMAND_OK for res in done for r in res):
+            named.prepared = True
+        _raise_first_error(conn, results)
+        row = results[first + parses][0]
+        value = row.get_value(0, 0)
+        return None if value is None else bytes(value).decode(conn.info.encoding)
 
     async def begin_with(self, sql, params):
         return await self._one_row(sql, params, before="BEGIN")
@@ -346,17 +470,35 @@ class PgTx:
         return await self._one_row(sql, params, after="COMMIT")
 
     async def claim(self, params):
-        """``BEGIN`` and the claim: its fields (:func:`claim_fields`); :class:`BadBody` if the body is not JSON."""
+        """``BEGIN`` and the claim: its fields (:func:`claim_fields`); :class:`BadBody` if the body is not JSON,
+        :class:`PreparedLost` if the named statement is lost to a pooler (nothing has run)."""
         try:
-            return claim_fields((await self.begin_with(CLAIM_REQUEST, claim_args(params)))[0])
+            if self.preparing.on:
+                value = await self._named_row("claim", claim_args(params), before=b"BEGIN")
+            else:
+                value = (await self.begin_with(CLAIM_REQUEST, claim_args(params)))[0]
+            return claim_fields(value)
         except pgerrors.Error as e:
             if e.sqlstate in BAD_BODY_STATES:
                 raise BadBody() from e
+            if e.sqlstate in PREPARED_LOST_STATES and self.may_unprepare:
+                raise PreparedLost(str(e)) from e
             raise
 
     async def complete(self, params, response, replay_headers):
-        """Store ``response`` as sent and commit; the response to send."""
-        await self.commit_with(COMPLETE_REQUEST, complete_args(params, response, replay_headers))
+        """Store ``response`` as sent and commit; the response to send.  A 26000 or 42P05 here (after the handler
+        ran) turns the named statements off for the next requests and fails this one (rolled back: 500)."""
+        args = complete_args(params, response, replay_headers)
+        try:
+            if self.preparing.on:
+                await self._named_row("complete", args, after=b"COMMIT")
+            else:
+                await self.commit_with(COMPLETE_REQUEST, args)
+        except pgerrors.Error as e:
+            if e.sqlstate in PREPARED_LOST_STATES and self.may_unprepare:
+                self.unprepare()
+                log.warning("idempotency: %s at the completion, prepared statements off", e)
+            raise
         return response
 
     async def rollback(self):
@@ -365,13 +507,9 @@ class PgTx:
         if conn.closed or conn.pgconn.transaction_status == TransactionStatus.IDLE:
             return
         try:
-            if self.preparing.on:
-                # psycopg 3.1 drops its prepared statements after every ROLLBACK it runs (and sends DEALLOCATE ALL):
-                # this one goes through libpq, so they stay (PREPARE is not transactional: nothing to forget).
-                conn.pgconn.send_query(b"ROLLBACK")
-                await aw(conn.wait(execute(conn.pgconn)))
-            else:
-                await aw(conn.execute("ROLLBACK"))
+            # through libpq: psycopg 3.1 would send DEALLOCATE ALL after a ROLLBACK it runs if it had named anything
+            conn.pgconn.send_query(b"ROLLBACK")
+            await aw(conn.wait(execute(conn.pgconn)))
         except psycopg.Error:
             pass  # a broken connection: the pool discards it
 
