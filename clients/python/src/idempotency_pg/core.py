@@ -406,12 +406,8 @@ class PgTx:
         self.handle, self.preparing, self.pipeline = conn, preparing or Preparing(False), pipeline
         conn.prepare_threshold = None  # psycopg never names the handler's statements (_pg3_N collide behind a pooler)
 
-    @property
-    def may_unprepare(self):
-        return self.preparing.on and self.preparing.auto
-
     def unprepare(self):
-        self.preparing.on = False
+        self.preparing.on = False  # for every connection of the pool: the pooler is the same
 
     async def _one_row(self, sql, params, before=None, after=None):
         conn = self.handle
@@ -472,8 +468,9 @@ class PgTx:
     async def claim(self, params):
         """``BEGIN`` and the claim: its fields (:func:`claim_fields`); :class:`BadBody` if the body is not JSON,
         :class:`PreparedLost` if the named statement is lost to a pooler (nothing has run)."""
+        named = self.preparing.on  # as sent: another request may turn preparing off meanwhile
         try:
-            if self.preparing.on:
+            if named:
                 value = await self._named_row("claim", claim_args(params), before=b"BEGIN")
             else:
                 value = (await self.begin_with(CLAIM_REQUEST, claim_args(params)))[0]
@@ -481,7 +478,7 @@ class PgTx:
         except pgerrors.Error as e:
             if e.sqlstate in BAD_BODY_STATES:
                 raise BadBody() from e
-            if e.sqlstate in PREPARED_LOST_STATES and self.may_unprepare:
+            if e.sqlstate in PREPARED_LOST_STATES and named and self.preparing.auto:
                 raise PreparedLost(str(e)) from e
             raise
 
@@ -489,13 +486,14 @@ class PgTx:
         """Store ``response`` as sent and commit; the response to send.  A 26000 or 42P05 here (after the handler
         ran) turns the named statements off for the next requests and fails this one (rolled back: 500)."""
         args = complete_args(params, response, replay_headers)
+        named = self.preparing.on
         try:
-            if self.preparing.on:
+            if named:
                 await self._named_row("complete", args, after=b"COMMIT")
             else:
                 await self.commit_with(COMPLETE_REQUEST, args)
         except pgerrors.Error as e:
-            if e.sqlstate in PREPARED_LOST_STATES and self.may_unprepare:
+            if e.sqlstate in PREPARED_LOST_STATES and named and self.preparing.auto:
                 self.unprepare()
                 log.warning("idempotency: %s at the completion, prepared statements off", e)
             raise
