@@ -161,6 +161,15 @@ def test_ok_then_byte_identical_replay(backend_factory, db, account):
     assert len(ledger(db, account)) == 1
 
 
+def test_the_query_string_is_in_the_fingerprint(backend_factory, db, account):
+    first, other, again = call(backend_factory, starlette_app, [req("/ok?ref=1", account), req("/ok?ref=2", account),
+                                                                 req("/ok?ref=1", account)])
+    assert first.status_code == 201 and "idempotent-replayed" not in first.headers
+    assert other.status_code == 422
+    assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+    assert len(ledger(db, account)) == 1
+
+
 def test_http_exception_422_after_a_write_is_committed_as_sent(backend_factory, db, account):
     first, again = call(backend_factory, starlette_app, [req("/raise-422", account), req("/raise-422", account)])
     assert first.status_code == 422, first.content

@@ -54,6 +54,23 @@ def test_created_then_byte_identical_replay(dj, db, account):
     assert len(ledger(db, account)) == 1
 
 
+def test_the_query_string_is_in_the_fingerprint(dj, db, account):
+    from django.http import HttpResponse
+
+    view = view_of(lambda r: HttpResponse(b'{"ok": true}', status=201, content_type="application/json"))
+
+    def post_query(query):
+        request = dj.post("/pay?" + query, data=b'{"amount_cents": 1}', content_type="application/json",
+                          HTTP_X_ACCOUNT=account, HTTP_IDEMPOTENCY_KEY="q")
+        return view(request)
+
+    first, other, again = post_query("ref=1"), post_query("ref=2"), post_query("ref=1")
+    assert first.status_code == 201 and not first.has_header("Idempotent-Replayed")
+    assert other.status_code == 422
+    assert again.status_code == 201 and again["Idempotent-Replayed"] == "true"
+    assert len(ledger(db, account)) == 1
+
+
 def test_permission_denied_after_a_write_is_committed_as_django_answers_it(dj, db, account):
     from django.core.exceptions import PermissionDenied
 

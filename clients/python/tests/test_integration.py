@@ -2,6 +2,7 @@
 
 import contextlib
 import hashlib
+import json
 import time
 
 import psycopg
@@ -76,6 +77,26 @@ def test_mismatch_is_422_and_writes_nothing(app, db, account):
     assert r.status == 422
     assert body_json(r)["type"].endswith("/idempotency-key-reused")
     assert len(ledger(db, account)) == 1
+
+
+def test_the_query_string_is_in_the_fingerprint(app, db, account):
+    """A retry of POST /payments?ref=1 as ?ref=2 is another request (422); ?ref=1 again replays; no query at all is
+    1.2's fingerprint (the body hashed as JSON), another request again."""
+    def pay_query(query):
+        environ = pay_environ(account, "q")
+        environ["QUERY_STRING"] = query
+        return run_wsgi(app, environ)
+
+    first = pay_query("ref=1")
+    assert first.status == 201 and first.header("Idempotent-Replayed") is None
+    assert pay_query("ref=2").status == 422
+    again = pay_query("ref=1")
+    assert again.status == 201 and again.header("Idempotent-Replayed") == "true" and again.body == first.body
+    assert pay_query("").status == 422
+    assert len(ledger(db, account)) == 1
+    same = db.execute("SELECT encode(request_hash, 'hex') = idem_fingerprint('POST', '/payments', 'ref=1', NULL, %s) "
+                      "FROM idempotency_keys WHERE scope = %s AND key = 'q'", (json.dumps(PAY).encode(), account))
+    assert same.fetchone() == (True,)
 
 
 def test_scope_is_the_account(app, db, account):

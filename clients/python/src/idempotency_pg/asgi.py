@@ -151,7 +151,7 @@ class IdempotencyASGIMiddleware(core.Options):
         keys = [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"idempotency-key"]
         return await self.respond(scope, scope["method"].upper(), scope.get("root_path", "") + scope["path"],
                                   keys or None, lambda limit: read_body(scope, receive, limit),
-                                  self.backend.transaction, run, answer)
+                                  self.backend.transaction, run, answer, query=scope.get("query_string"))
 
 
 async def read_body(scope, receive, limit=MAX_BODY_BYTES):

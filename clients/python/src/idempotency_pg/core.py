@@ -171,10 +171,10 @@ class Options:
         self.problem_base = problem_base
         self.max_body_bytes = max_body_bytes
 
-    async def intake(self, request, method, path, key_header, read_body, need_key=True):
+    async def intake(self, request, method, path, key_header, read_body, need_key=True, query=None):
         """The claim's parameters (with the body as ``params["raw"]``), or the answer that refuses the request:
-        the scope, the key (unless not ``need_key``), the whole body (``read_body(limit)``), JSON.  Nothing is
-        claimed yet."""
+        the scope, the key (unless not ``need_key``), the whole body (``read_body(limit)``), JSON.  ``query``: the
+        raw query string (:func:`raw_query`).  Nothing is claimed yet."""
         try:
             tenant = await aw(self.scope(request))
             key = parse_idempotency_key(key_header) if need_key else ""
@@ -185,16 +185,17 @@ class Options:
                 raise BadBody() from None
         except REFUSED as e:
             return self.refused(e)
-        return {"key": key, "method": method, "path": path or "/", "body": body_text, "ttl": self.ttl,
-                "scope": tenant, "raw": raw}
+        return {"key": key, "method": method, "path": path or "/", "query": raw_query(query), "body": body_text,
+                "ttl": self.ttl, "scope": tenant, "raw": raw}
 
-    async def respond(self, request, method, path, key_header, read_body, transaction, run, answer=None):
-        """The answer to one request, or None if ``answer`` sent it already.  ``transaction()``: an (async) context
+    async def respond(self, request, method, path, key_header, read_body, transaction, run, answer=None,
+                      query=None):
+        """The answer to one request, or None if ``answer`` sent it already (``query``: as :meth:`intake`).  ``transaction()``: an (async) context
         manager giving a transaction object (``handle``, ``claim``, ``complete``, ``rollback``: :class:`PgTx`);
         ``run(ctx, raw)``: the handler, returns a :class:`Response` (or raises :class:`NotExecuted`,
         :class:`HTTPProblem`); ``answer(response)`` (optional): sends a replay, mismatch or in_progress answer at
         once, before the transaction's ROLLBACK."""
-        params = await self.intake(request, method, path, key_header, read_body)
+        params = await self.intake(request, method, path, key_header, read_body, query=query)
         if not isinstance(params, dict):
             return params
         try:
@@ -275,11 +276,23 @@ class Options:
         return problem(500, "internal-error", "Internal Server Error", detail, (), self.problem_base)
 
 
+def raw_query(value):
+    """The request's raw query string as the fingerprint takes it (CONTRACT.md "Statements of 1.3"): without the
+    ``?``, as sent (no decoding, no reordering), None when there is none.  ``value``: bytes (ASGI's
+    ``query_string``) or a WSGI native string (the bytes as latin-1); UTF-8 bytes come out as their text, as the
+    Go and Node.js clients pass them."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        value = value.encode("latin-1", "replace")
+    return bytes(value).decode("utf-8", "replace").removeprefix("?") or None
+
+
 def claim_args(params):
-    """``idem_claim_request``'s arguments: the fingerprint's JSON form (no query, no content type: the body is hashed
-    as JSON, 1.2's fingerprint) of the raw body."""
-    return (params["key"], params["scope"], params["method"], params["path"], None, None, params["raw"],
-            params["ttl"])
+    """``idem_claim_request``'s arguments: the raw query, NULL as the content type (the body is hashed as JSON:
+    1.2's fingerprint when there is no query) and the raw body."""
+    return (params["key"], params["scope"], params["method"], params["path"], params.get("query"), None,
+            params["raw"], params["ttl"])
 
 
 def complete_args(params, response, replay_headers):

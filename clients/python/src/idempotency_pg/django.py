@@ -117,7 +117,8 @@ def idempotent(scope=None, *, using="default", **options):
 
             out = core.drive(opts.respond(request, request.method.upper(), request.path,
                                           request.META.get("HTTP_IDEMPOTENCY_KEY"),
-                                          lambda limit: read_body(request, limit), lambda: _transaction(using), run))
+                                          lambda limit: read_body(request, limit), lambda: _transaction(using), run,
+                                          query=request.META.get("QUERY_STRING")))
             if out is not None and out is sent.get("response"):
                 return sent["django"]  # the view's own response object, sent as it made it
             return to_django(out)

@@ -57,7 +57,8 @@ class IdempotencyMiddleware(core.Options):
             environ, environ.get("REQUEST_METHOD", "POST").upper(),
             environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""), environ.get("HTTP_IDEMPOTENCY_KEY"),
             lambda limit: read_body(environ, limit),
-            lambda: core.pool_transaction(self.pool, self.preparing, self.pipeline), run, answer))
+            lambda: core.pool_transaction(self.pool, self.preparing, self.pipeline), run, answer,
+            query=environ.get("QUERY_STRING")))
 
 
 def read_body(environ, limit=MAX_BODY_BYTES):
