@@ -5,7 +5,7 @@
  * store it, with no SQL statement to plan and start. It is taken only where it
  * behaves exactly like the statements in key_store_spi.c: table storage, no row
  * level security, no triggers or CHECK constraints on the table; privileges are
- * checked as the statements would check them. On Citus it works on the scope's local shard, locked by
+ * checked as the statements would check them, the table's or each column's. On Citus it works on the scope's local shard, locked by
  * citus.c, with the privileges of the distributed table.
  */
 #include "postgres.h"
@@ -18,6 +18,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/objectaddress.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
@@ -164,13 +165,27 @@ key_index_order(Relation index, AttrNumber *scope_column, AttrNumber *key_column
 	return *scope_column != InvalidAttrNumber && *key_column != InvalidAttrNumber;
 }
 
+/*
+ * The privilege the statement would need on the columns it names, checked as the executor checks it
+ * (ExecCheckPermissions): the table's privilege, or else the same privilege on each of those columns. The
+ * columns are found by name: on Citus the table checked is the distributed one, not the shard read.
+ */
 static void
-require_privilege(Relation table, AclMode mode)
+require_privilege(Relation table, AclMode mode, int ncolumns)
 {
-	AclResult	result = pg_class_aclcheck(RelationGetRelid(table), GetUserId(), mode);
+	Oid			relid = RelationGetRelid(table);
+	Oid			user = GetUserId();
 
-	if (result != ACLCHECK_OK)
-		aclcheck_error(result, OBJECT_TABLE, RelationGetRelationName(table));
+	if (pg_class_aclcheck(relid, user, mode) == ACLCHECK_OK)
+		return;
+	for (int c = 0; c < ncolumns; c++)
+	{
+		AttrNumber	attnum = get_attnum(relid, key_column_names[c]);
+
+		if (attnum == InvalidAttrNumber || pg_attribute_aclcheck(relid, attnum, user, mode) != ACLCHECK_OK)
+			aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(table->rd_rel->relkind),
+						   RelationGetRelationName(table));
+	}
 }
 
 /* The row in the scan slot, deformed once, through the key store's one decoder. */
@@ -216,7 +231,9 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 		index_close(index, NoLock);
 		return false;
 	}
-	require_privilege(key_table->shell ? key_table->shell : table, ACL_SELECT);
+	/* The lookup statement selects every key column, the scope and key among them. */
+	require_privilege(key_table->shell ? key_table->shell : table, ACL_SELECT,
+					  key_table->has_lease_columns ? KEY_COLUMNS : KEY_COLUMNS_1_0);
 
 	/* As a new SQL statement would: see this transaction's own earlier writes. */
 	CommandCounterIncrement();
@@ -331,7 +348,8 @@ key_direct_insert(const KeyTable *key_table, const KeyRef *ref, const KeyWrite *
 	if (!fast_path_applies(key_table, true))
 		return false;
 	LockRelationOid(RelationGetRelid(table), RowExclusiveLock);
-	require_privilege(key_table->shell ? key_table->shell : table, ACL_INSERT);
+	/* The insert statement names the eight 1.0 columns. */
+	require_privilege(key_table->shell ? key_table->shell : table, ACL_INSERT, KEY_COLUMNS_1_0);
 	tuple = form_key_row(RelationGetDescr(table), ref, row);
 	if (!insert_with_primary_key_only(table, ref, tuple))
 		insert_with_executor(table, tuple);

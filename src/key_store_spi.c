@@ -164,9 +164,16 @@ enum
 	CHANGE_PARAMS_MAX
 };
 
+/*
+ * An extension keeps the key outliving its lease by as much as before, to the microsecond: the sum is taken
+ * in UTC (timestamp + interval), so no TimeZone and no daylight saving change moves it, and every function
+ * in it is IMMUTABLE, which Citus requires of a function given columns in an UPDATE of a distributed table
+ * (timestamptz + interval is STABLE, and Citus refuses it there with 0A000).
+ */
 static const char *const lease_change_sets[LEASE_CHANGES] = {
 	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at,"
-	" $4 OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) lease_until))",
+	" pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', $4) OPERATOR(pg_catalog.+)"
+	" (expires_at OPERATOR(pg_catalog.-) lease_until)))",
 	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
 	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
 	" lease_until = NULL, lease_token = NULL",
