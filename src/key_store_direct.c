@@ -123,7 +123,7 @@ work_out_shape(Relation table, bool has_lease_columns)
 static bool
 fast_path_applies(const KeyTable *key_table, bool writing)
 {
-	Relation	table = key_table->plain;
+	Relation	table = key_table->direct;
 
 	if (table->rd_rel->relkind != RELKIND_RELATION || table->rd_rel->relam != HEAP_TABLE_AM_OID)
 		return false;
@@ -171,9 +171,8 @@ key_index_order(Relation index, AttrNumber *scope_column, AttrNumber *key_column
  * columns are found by name: on Citus the table checked is the distributed one, not the shard read.
  */
 static void
-require_privilege(Relation table, AclMode mode, int ncolumns)
+require_privilege(Oid relid, AclMode mode, int ncolumns)
 {
-	Oid			relid = RelationGetRelid(table);
 	Oid			user = GetUserId();
 
 	if (pg_class_aclcheck(relid, user, mode) == ACLCHECK_OK)
@@ -183,8 +182,7 @@ require_privilege(Relation table, AclMode mode, int ncolumns)
 		AttrNumber	attnum = get_attnum(relid, key_column_names[c]);
 
 		if (attnum == InvalidAttrNumber || pg_attribute_aclcheck(relid, attnum, user, mode) != ACLCHECK_OK)
-			aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(table->rd_rel->relkind),
-						   RelationGetRelationName(table));
+			aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(get_rel_relkind(relid)), get_rel_name(relid));
 	}
 }
 
@@ -213,7 +211,7 @@ bool
 key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot which, KeyRow *out)
 {
 	MemoryContext context = CurrentMemoryContext;
-	Relation	table = key_table->plain;
+	Relation	table = key_table->direct;
 	Relation	index;
 	ScanKeyData keys[2];
 	Snapshot	snapshot;
@@ -232,7 +230,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 		return false;
 	}
 	/* The lookup statement selects every key column, the scope and key among them. */
-	require_privilege(key_table->shell ? key_table->shell : table, ACL_SELECT,
+	require_privilege(key_table->keys, ACL_SELECT,
 					  key_table->has_lease_columns ? KEY_COLUMNS : KEY_COLUMNS_1_0);
 
 	/* As a new SQL statement would: see this transaction's own earlier writes. */
@@ -342,14 +340,13 @@ insert_with_executor(Relation table, HeapTuple row)
 bool
 key_direct_insert(const KeyTable *key_table, const KeyRef *ref, const KeyWrite *row)
 {
-	Relation	table = key_table->plain;
+	Relation	table = key_table->direct;
 	HeapTuple	tuple;
 
 	if (!fast_path_applies(key_table, true))
 		return false;
-	LockRelationOid(RelationGetRelid(table), RowExclusiveLock);
 	/* The insert statement names the eight 1.0 columns. */
-	require_privilege(key_table->shell ? key_table->shell : table, ACL_INSERT, KEY_COLUMNS_1_0);
+	require_privilege(key_table->keys, ACL_INSERT, KEY_COLUMNS_1_0);
 	tuple = form_key_row(RelationGetDescr(table), ref, row);
 	if (!insert_with_primary_key_only(table, ref, tuple))
 		insert_with_executor(table, tuple);

@@ -14,6 +14,7 @@
 #include "utils/snapmgr.h"
 
 #include "key_store_internal.h"
+#include "spi_plan.h"
 
 /* The statements against one of the two tables. */
 typedef struct TablePlans
@@ -70,31 +71,6 @@ static Oid	write_param_types[WRITE_PARAMS] = {
 	[WRITE_PARAM_RESPONSE_HEADERS] = JSONBOID,
 	[WRITE_PARAM_RESPONSE_BODY] = JSONBOID
 };
-
-/*
- * plan_options: CURSOR_OPT_CUSTOM_PLAN plans each call for its values, so that
- * partition pruning on them happens in the planner and the pruned partitions
- * are never locked; a generic plan (CURSOR_OPT_GENERIC_PLAN) locks every
- * partition before it prunes at executor start. 0 lets the plan cache choose.
- */
-static SPIPlanPtr
-prepare_plan(const char *sql, int nargs, Oid *argtypes, int plan_options)
-{
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, plan_options);
-
-	if (plan == NULL)
-		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql,
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "idempotency: could not keep a prepared plan");
-	return plan;
-}
-
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *argtypes)
-{
-	return prepare_plan(sql, nargs, argtypes, 0);
-}
 
 static void
 forget_table_plans(TablePlans *table)
@@ -202,11 +178,11 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		[LEASE_RELEASE] = CHANGE_PARAM_UNTIL + 1
 	};
 
-	table->lease_insert = prepare_kept(psprintf(
+	table->lease_insert = spi_prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAM_TAKE_OVER, lease_param_types);
+		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAM_TAKE_OVER, lease_param_types, 0);
 	/* An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. */
-	table->lease_replace = prepare_plan(psprintf(
+	table->lease_replace = spi_prepare_kept(psprintf(
 		"UPDATE %s SET"
 		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $1) ELSE $1 END,"
 		" created_at = CASE WHEN $8 THEN created_at ELSE $2 END,"
@@ -223,11 +199,11 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 	 * start, as a claim judges it.
 	 */
 	for (int change = 0; change < LEASE_CHANGES; change++)
-		table->lease_change[change] = prepare_kept(psprintf(
+		table->lease_change[change] = spi_prepare_kept(psprintf(
 			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
 			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL"
 			" AND expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp() RETURNING lease_until",
-			qualified, lease_change_sets[change]), change_nargs[change], change_types[change]);
+			qualified, lease_change_sets[change]), change_nargs[change], change_types[change], 0);
 }
 
 /*
@@ -254,6 +230,11 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		[LOOKUP_PARAM_LIVE_AFTER] = TIMESTAMPTZOID
 	};
 	const char *live_only = partitioned ? " AND expires_at OPERATOR(pg_catalog.>) $2" : "";
+	/*
+	 * CURSOR_OPT_CUSTOM_PLAN plans each call for its values, so that partition pruning on them happens in the
+	 * planner and the pruned partitions are never locked; a generic plan (CURSOR_OPT_GENERIC_PLAN) locks every
+	 * partition before it prunes at executor start. 0 lets the plan cache choose.
+	 */
 	int			plan_options = !partitioned ? 0
 		: custom_plan ? CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN;
 	StringInfoData columns;
@@ -262,16 +243,16 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 	for (int c = 0; c < (has_lease_columns ? KEY_COLUMNS : KEY_COLUMNS_1_0); c++)
 		appendStringInfo(&columns, "%s%s", c > 0 ? ", " : "", key_column_names[c]);
 
-	table->lookup = prepare_plan(psprintf(
+	table->lookup = spi_prepare_kept(psprintf(
 		"SELECT %s FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2%s",
 		columns.data, qualified, partitioned
 		? " AND expires_at OPERATOR(pg_catalog.>) $3 ORDER BY expires_at DESC LIMIT 1" : ""),
 		partitioned ? LOOKUP_PARAMS : LOOKUP_PARAM_LIVE_AFTER, lookup_types, plan_options);
-	table->insert = prepare_kept(psprintf(
+	table->insert = spi_prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
 		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-		qualified), WRITE_PARAMS, write_param_types);
-	table->replace = prepare_plan(psprintf(
+		qualified), WRITE_PARAMS, write_param_types, 0);
+	table->replace = spi_prepare_kept(psprintf(
 		"UPDATE %s SET expires_at = $1, created_at = $2, http_status = $3,"
 		" request_hash = $6, response_headers = $7, response_body = $8%s"
 		" WHERE scope OPERATOR(pg_catalog.=) $4 AND key OPERATOR(pg_catalog.=) $5"
@@ -321,7 +302,7 @@ expired_partition_attached(Oid relid)
  *
  * Partitioned storage plans its claims per call only while a fully expired
  * partition is attached, so that the claims neither probe nor lock it (see
- * prepare_plan). Otherwise every partition is live and a generic plan, which
+ * prepare_table_plans). Otherwise every partition is live and a generic plan, which
  * locks them all and prunes nothing, costs a fifth of planning each call.
  */
 static TablePlans *
