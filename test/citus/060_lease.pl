@@ -53,7 +53,8 @@ for my $account (@accounts)
 	{
 		my $key = 'hb-' . name_of($from) . "-$account";
 		my ($token, $until) = split /\|/, sql($from,
-			"SELECT lease_token, lease_until FROM idem_lease('$key', idem_hash('a'::text), '30 seconds', NULL, '$account')");
+			"SELECT lease_token, lease_until
+			 FROM idem_lease('$key', idem_hash('a'::text), '30 seconds', NULL, '$account')");
 		is(length($token), 36, name_of($from) . ", $account: lease granted");
 		my $gap = gap_of($key, $account);
 		for my $via (@nodes)
@@ -63,9 +64,11 @@ for my $account (@accounts)
 				name_of($from) . ", $account: a heartbeat through " . name_of($via) . ' extends the lease');
 			$until = $later;
 		}
-		is(gap_of($key, $account), $gap, name_of($from) . ", $account: the key outlives its lease by as much as before");
+		is(gap_of($key, $account), $gap,
+			name_of($from) . ", $account: the key outlives its lease by as much as before");
 		sql($owner, "SELECT idem_checkpoint('$key', '$token', 'charged', '{\"charge\": 1}', '$account')");
-		is(sql($workers[0], "SELECT outcome FROM idem_lease('$key', idem_hash('a'::text), '1 second', NULL, '$account')"),
+		is(sql($workers[0], "SELECT outcome
+		                     FROM idem_lease('$key', idem_hash('a'::text), '1 second', NULL, '$account')"),
 			'in_progress', name_of($from) . ", $account: extended, the lease is still held");
 		sql($coordinator, "SELECT idem_lease_complete('$key', '$token', 201, '{\"done\": 1}', NULL, '$account')");
 		for my $again (@nodes)
@@ -81,13 +84,15 @@ for my $account (@accounts)
 {
 	my $account = $accounts[0];
 	my $owner = $coordinator->citus_node_of(\@nodes, 'accounts', $account);
-	my $token = sql($owner, "SELECT lease_token FROM idem_lease('sql-hb', idem_hash('a'::text), '30 seconds', NULL, '$account')");
+	my $token = sql($owner,
+		"SELECT lease_token FROM idem_lease('sql-hb', idem_hash('a'::text), '30 seconds', NULL, '$account')");
 	is(sql($owner, "SET idempotency.citus_direct = off;
 	              SELECT idem_lease_extend('sql-hb', '$token', '60 seconds', '$account') IS NOT NULL"), 't',
 		'citus_direct off: a heartbeat on the owner extends the lease');
 	is(sql($workers[1], "SELECT idem_lease_release('sql-hb', '$token', '$account')"), 't',
 		'released through the other worker');
-	is(sql($coordinator, "SELECT outcome FROM idem_lease('sql-hb', idem_hash('a'::text), '30 seconds', NULL, '$account')"),
+	is(sql($coordinator,
+		"SELECT outcome FROM idem_lease('sql-hb', idem_hash('a'::text), '30 seconds', NULL, '$account')"),
 		'claimed', 'released, the key is granted again');
 }
 
@@ -103,7 +108,8 @@ for my $account (@accounts)
 	               AND l.mode = 'ShareLock' AND l.objsubid <> 7655";
 	my (undef, $claim_locks) = split /\n/, sql($owner, "BEGIN;
 		SELECT outcome FROM idem_claim('lock-probe', idem_hash('a'::text), NULL, '$account'); $locks; ROLLBACK");
-	my $write_locks = sql($owner, "BEGIN; UPDATE accounts SET balance = balance WHERE account = '$account'; $locks; ROLLBACK");
+	my $write_locks = sql($owner,
+		"BEGIN; UPDATE accounts SET balance = balance WHERE account = '$account'; $locks; ROLLBACK");
 	note("locks in ShareLock: a claim $claim_locks, Citus's write $write_locks");
 	isnt($write_locks, 'none', "Citus's router write holds a shard metadata lock");
 	is($claim_locks, $write_locks, "a claim on the direct path holds the very lock Citus's router write holds");

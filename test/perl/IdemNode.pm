@@ -21,6 +21,7 @@ use warnings;
 use parent 'PostgreSQL::Test::Cluster';
 
 use DBI;
+use Test::More ();
 use Exporter 'import';
 use File::Basename qw(dirname);
 use POSIX ();
@@ -113,6 +114,36 @@ sub citus_node_of
 		WHERE p.shardid = get_shard_id_for_distribution_column('$table', '$value')});
 	my ($node) = grep { $_->port == $port } @$nodes;
 	return $node;
+}
+
+# test/citus/load.pl on a Citus cluster (the nodes, coordinator first) with more of its options; returns its
+# checks, each [name, expected, actual], after printing its output as notes.
+sub citus_load
+{
+	my ($nodes, @options) = @_;
+	my $script = dirname(__FILE__) . '/../citus/load.pl';
+	my $ports = join(',', map { $_->port } @$nodes);
+	open my $run, '-|', $^X, $script, '--ports', $ports, @options or die "load.pl: $!";
+	my @checks;
+	while (my $line = <$run>)
+	{
+		chomp $line;
+		Test::More::note($line);
+		push @checks, [ split ' ', $1, 3 ] if $line =~ /^CHECK (.*)$/;
+	}
+	close $run;
+	return @checks;
+}
+
+# One assertion: $sql fails in $db with a message matching $regexp (its lines joined by spaces).
+sub fails_like
+{
+	my ($self, $db, $sql, $regexp, $name) = @_;
+	my ($rc, $stdout, $stderr) = $self->psql($db, $sql);
+	$stderr =~ s/\n/ /g;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	return Test::More::ok($rc != 0 && $stderr =~ $regexp, $name)
+	  || Test::More::diag($rc == 0 ? "succeeded: $stdout" : "failed otherwise: $stderr");
 }
 
 # DBI data source over the node's unix socket to database postgres, unless host, port or dbname say otherwise;
