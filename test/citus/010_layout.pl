@@ -39,8 +39,8 @@ sql($coordinator, q{CREATE TABLE by_number (tenant bigint); SELECT create_distri
 	SELECT create_distributed_table('by_default_collation', 'tenant');
 	CREATE TABLE currencies (code text COLLATE "C" PRIMARY KEY); SELECT create_reference_table('currencies')});
 $coordinator->fails_like('app', "SELECT idem_citus_distribute('by_number')",
-	qr/by_number.tenant is bigint COLLATE none.*HINT:.*
-	   ALTER\ TABLE\ (public.)?by_number\ ALTER\ COLUMN\ tenant\ TYPE\ text\ COLLATE\ "C"/x,
+	qr/by_number.tenant is bigint COLLATE none.*HINT:.*/
+	  . qr/ALTER TABLE (public.)?by_number ALTER COLUMN tenant TYPE text COLLATE "C"/,
 	'a bigint tenant column: refused with the fix');
 $coordinator->fails_like('app', "SELECT idem_citus_distribute('by_default_collation')",
 	qr/by_default_collation.tenant is text COLLATE "default"/, 'a text tenant column of another collation: refused');
