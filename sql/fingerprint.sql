@@ -180,3 +180,4 @@ SELECT count(*) AS differ_past_core_range
 FROM unnest(ARRAY['1e999', '-2.5E-999', '1e1001', '0e1001', '1.5e-1001']) AS n
 WHERE idem_fingerprint('POST', '/n', NULL, NULL, convert_to(n, 'UTF8'))
       <> idem_hash(jsonb_build_object('method', 'POST', 'path', '/n', 'body', n::jsonb));
+DROP FUNCTION sqlstate_of(text);

@@ -91,3 +91,4 @@ SELECT sqlstate_of($$SELECT idem_complete_request('k', '', 201, NULL, NULL, conv
 SELECT idem_complete_request('k', '', 201, E'text/plain;\tcharset=utf-8', NULL, 'ok');
 COMMIT;
 SELECT (idem_claim_request('k', '', 'POST', '/p', NULL, NULL, '{}')).content_type;
+DROP FUNCTION sqlstate_of(text);
