@@ -71,6 +71,21 @@ for my $from (@nodes)
 	}
 }
 
+# Unscoped keys (scope '') all live in one shard: claimed, completed and replayed in one session on the node
+# that holds it (the direct path remembers the unscoped scope's shard like any other), and replayed from every
+# node.
+my $unscoped_owner = $coordinator->citus_node_of(\@nodes, 'idempotency_keys', '');
+is(join('|', split /\n/, sql($unscoped_owner, "BEGIN; SELECT outcome FROM idem_claim('unscoped-1', ${\ hash_of('a')});
+	SELECT idem_complete('unscoped-1', 201, '{\"unscoped\": 1}'); COMMIT;
+	SELECT outcome FROM idem_claim('unscoped-1', ${\ hash_of('a')});
+	SELECT outcome FROM idem_claim('unscoped-1', ${\ hash_of('b')})")),
+	'claimed|t|replay|mismatch', 'unscoped, on the node of its shard: claimed, then replay and mismatch in one session');
+for my $from (@nodes)
+{
+	is(sql($from, "SELECT outcome || '|' || response_body FROM idem_claim('unscoped-1', ${\ hash_of('a')})"),
+		'replay|{"unscoped": 1}', 'unscoped: replays from ' . name_of($from));
+}
+
 # One key in two scopes on two workers is two keys.
 sql($coordinator, "BEGIN; SELECT outcome FROM idem_claim('shared-key', ${\ hash_of('a')}, NULL, '$a1');
 	SELECT idem_complete('shared-key', 201, '{\"scope\": 1}', NULL, '$a1'); COMMIT");
