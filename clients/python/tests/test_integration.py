@@ -315,3 +315,38 @@ def test_a_pooler_that_loses_prepared_statements_turns_them_off(database_url, db
         assert pay(app, account, "pb2").header("Idempotent-Replayed") == "true"
         assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
     assert len(ledger(db, account)) == 2
+
+
+def test_named_statements_are_unique_to_the_client_connection(database_url):
+    """Two client connections name their statements apart (behind a pooler they may share a server connection),
+    and each name says its text: never psycopg's _pg3_N, which every connection uses."""
+    from idempotency_pg.core import named_of
+
+    with psycopg.connect(database_url, autocommit=True) as a, psycopg.connect(database_url, autocommit=True) as b:
+        na, nb = named_of(a), named_of(b)
+        assert named_of(a) is na
+        assert {na.claim, na.complete}.isdisjoint({nb.claim, nb.complete}) and na.claim != na.complete
+        assert na.claim.split(b"_")[1] == nb.claim.split(b"_")[1]  # the same text, the same hash part
+        assert all(len(n) < 64 and not n.startswith(b"_pg3_") for n in (na.claim, na.complete))
+
+
+def test_a_lost_statement_after_the_handler_ran_is_500_and_never_run_again(database_url, db, account):
+    """The handler deallocates the statements (as a pooler would lose them): the completion's Bind fails with 26000
+    after the handler ran, so the request is rolled back and answered 500, the handler is not run again, and the
+    next requests go unnamed."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        calls = []
+
+        def handler(environ, start_response):
+            calls.append(environ[CONNECTION])
+            environ[CONNECTION].pgconn.exec_(b"DEALLOCATE ALL")
+            start_response("201 Created", [("Content-Type", "application/json")])
+            return [b"{}"]
+
+        mw = IdempotencyMiddleware(handler, OneConnection(conn), scope=account_scope, methods=("POST",))
+        r = run_wsgi(mw, pay_environ(account, "lost"))
+        assert r.status == 500 and b"26000" in r.body, r
+        assert len(calls) == 1 and not mw.preparing.on
+        assert stored_outcome(db, account, "lost") == "claimed"  # nothing kept: the retry is a fresh request
+        r = run_wsgi(mw, pay_environ(account, "lost"))
+        assert r.status == 201 and len(calls) == 2
