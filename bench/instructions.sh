@@ -35,7 +35,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 
 n=${INSTR_N:-2000}
-wire_cases="w_bare w_floor w_cte w_direct_old w_direct_new w_direct_new_jsonb w_client_old w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new w_plpgsql"
+wire_cases="w_bare w_floor w_cte w_direct_old w_direct_new_jsonb w_direct_new w_client_old w_step_fingerprint w_step_claim w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new w_plpgsql"
 cases=${INSTR_CASES:-$wire_cases}
 port=${INSTR_PORT:-55434}
 dir=$(mktemp -d /tmp/idem-instr.XXXXXX)
@@ -58,6 +58,7 @@ wire_loc='{"Location": "/payments/1"}'
 # same composition unprepared.
 wire_claim_1_2='SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text FROM idem_claim(:k::text, idem_hash(jsonb_build_object('"'"'method'"'"', :m::text, '"'"'path'"'"', :p::text, '"'"'body'"'"', :req::jsonb)), NULL::interval, :s::text) AS c;'
 wire_complete_1_2='SELECT idem_complete(:k::text, 201::int, :resp::jsonb, :hdrs::jsonb, :s::text), :resp::jsonb::text;'
+wire_fingerprint='idem_fingerprint(:m::text, :p::text, NULL::text, :ct::text, :req::bytea)'
 # The 1.3 statements (clients/CONTRACT.md, "Statements of 1.3").
 wire_claim_1_3='SELECT idem_claim_request(:k, :s, :m, :p, NULL, :ct, :req);'
 wire_complete_1_3='SELECT idem_complete_request(:k, :s, 201, :ct, :loc, :resp);'
@@ -83,6 +84,10 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
             tx=("$wire_claim_1_2" "$wire_insert" "$wire_complete_1_2") ;;
         w_client_new) label="the clients' 1.3 statements, prepared: \`SELECT idem_claim_request(...)\`, INSERT, \`SELECT idem_complete_request(...)\`"
             tx=("$wire_claim_1_3" "$wire_insert" "$wire_complete_1_3") ;;
+        w_step_fingerprint) label="step 1: the 1.2 statements with \`idem_fingerprint(...)\` in place of \`idem_hash(jsonb_build_object(...))\`"
+            tx=("${wire_claim_1_2/idem_hash(jsonb_build_object(*)), NULL::interval/$wire_fingerprint, NULL::interval}" "$wire_insert" "$wire_complete_1_2") ;;
+        w_step_claim) label="step 2: then \`SELECT idem_claim_request(...)\` (fingerprint inside, select list, 7 parameters without casts), the 1.2 completion"
+            tx=("$wire_claim_1_3" "$wire_insert" "$wire_complete_1_2") ;;
         w_client_old_simple) wire_case w_client_old
             label="the clients' 1.2 statements unprepared (Node.js and Python 1.2: parsed and planned every time)"
             mode=simple; return ;;
