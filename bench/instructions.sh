@@ -3,7 +3,8 @@
 #
 #   bench/instructions.sh                 the table of issue 30 (the lean request) for the 1.2 and 1.3 statements,
 #                                         over the wire (below), N=500
-#   INSTR_CASES="w_bare w_client_new" bench/instructions.sh   some rows of it
+#   INSTR_CASES="w_bare w_client_new" bench/instructions.sh   some rows of it (w_plpgsql, not in the default list:
+#       bench/plpgsql_baseline.sql's functions over the wire)
 #
 # Over the wire (the w_* cases, the default): the postmaster runs under callgrind, and pgbench sends each case's
 # transactions from one connection, prepared (-M prepared: named statements, parameters sent as text) unless the
@@ -35,7 +36,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 
 n=${INSTR_N:-2000}
-wire_cases="w_bare w_floor w_cte w_direct_old w_direct_new_jsonb w_direct_new w_client_old w_step_fingerprint w_step_claim w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new w_plpgsql"
+wire_cases="w_bare w_floor w_cte w_direct_old w_direct_new_jsonb w_direct_new w_client_old w_step_fingerprint w_step_claim w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new"
 cases=${INSTR_CASES:-$wire_cases}
 port=${INSTR_PORT:-55434}
 dir=$(mktemp -d /tmp/idem-instr.XXXXXX)
@@ -195,6 +196,8 @@ SQL
         [ -n "${INSTR_WIRE_RAW:-}" ] && echo "$c $per" >>"$INSTR_WIRE_RAW"
     done
     su postgres -c "$PG_BIN/pg_ctl -D $wdir/data -m fast -t 300 stop" >/dev/null 2>&1 || true
+    # The postmaster's own callgrind file is written after pg_ctl saw it go.
+    for _ in $(seq 300); do pgrep -f -- "-D $wdir/data" >/dev/null || break; sleep 0.1; done
     [ "${INSTR_KEEP:-0}" = 1 ] || { rm -rf "$wdir"; trap - EXIT; }
 }
 # -------------------------------------------------------------------------------------------------------------
