@@ -203,8 +203,8 @@ SQL
 # -------------------------------------------------------------------------------------------------------------
 
 make -s >/dev/null && make -s install >/dev/null
-single_cases=$(for c in $cases; do [[ $c == w_* ]] || echo "$c"; done)
-wire=$(for c in $cases; do [[ $c == w_* ]] && echo "$c"; done)
+single_cases=$(for c in $cases; do if [[ $c != w_* ]]; then echo "$c"; fi; done)
+wire=$(for c in $cases; do if [[ $c == w_* ]]; then echo "$c"; fi; done)
 if [ -n "$wire" ]; then
     wire_table $wire
 fi
