@@ -134,13 +134,13 @@ SET search_path = pg_catalog, pg_temp;
 -- Switches the storage mode, moving every live key (expired ones are dropped on the way). The mode is
 -- whether idempotency_keys_partitioned has range partitions: it makes them all or drops them all.
 -- Takes ACCESS EXCLUSIVE locks on both tables: claims arriving meanwhile wait and then use the new mode.
--- Its date arithmetic and the bounds it prints are UTC's, whatever the session's DateStyle and TimeZone.
+-- Its date arithmetic is UTC's, whatever the session's DateStyle and TimeZone (its messages keep the caller's
+-- IntervalStyle).
 CREATE OR REPLACE FUNCTION @extschema@.idem_set_storage(mode text, partition_interval interval DEFAULT interval '1 day')
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET DateStyle = 'ISO, YMD'
-SET IntervalStyle = 'postgres'
 SET TimeZone = 'UTC'
 AS $$
 DECLARE
