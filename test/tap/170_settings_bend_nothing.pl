@@ -72,7 +72,8 @@ sub plant_keys
 	$node->safe_psql($db, q{
 		SELECT idem_create_partition(min(lower_bound) - interval '3 hours', min(lower_bound) - interval '2 hours')
 		FROM idem_partitions()
-		WHERE NOT EXISTS (SELECT FROM idem_partitions() p WHERE p.upper_bound <= now())});
+		WHERE NOT EXISTS (SELECT FROM idem_partitions() p WHERE p.upper_bound <= now())
+		HAVING min(lower_bound) IS NOT NULL});
 	$node->safe_psql($db, qq{
 		INSERT INTO idempotency_keys_partitioned (expires_at, created_at, http_status, scope, key, request_hash)
 		SELECT p.lower_bound + interval '30 minutes', p.lower_bound, 200, '', 'oldpart' || i, decode('$HASH', 'hex')
