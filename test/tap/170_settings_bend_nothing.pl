@@ -17,6 +17,7 @@
 use strict;
 use warnings;
 
+use File::Spec;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
@@ -121,7 +122,8 @@ for my $db (@databases)
 reload_databases('');
 
 # ---- (3) a tablespace the database owner may not use ----
-my $dir = $node->basedir . '/forbidden_space';
+# Absolute: a tablespace's location must be, and basedir is relative when TESTDIR is.
+my $dir = File::Spec->rel2abs($node->basedir . '/forbidden_space');
 mkdir $dir or die "mkdir $dir: $!";
 $node->safe_psql('postgres', qq{
 	CREATE ROLE dbowner LOGIN;
