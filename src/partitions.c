@@ -33,7 +33,10 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "catalog/pg_proc.h"
+#include "utils/acl.h"
 #include "guc.h"
+#include "pg_compat.h"
 #include "key_store.h"
 #include "maintenance.h"
 #include "partitions.h"
@@ -205,6 +208,9 @@ partitions_premake(Oid schema)
 	step.function = maintenance_member_function(schema, "idem_create_partition", 2, argtypes);
 	if (!OidIsValid(step.function))
 		elog(ERROR, "idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension");
+	/* Called by OID, past fmgr's privilege check: the table's owner needs EXECUTE on it, as in a call by name. */
+	if (idem_function_aclcheck(step.function, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, "idem_create_partition");
 	/* No claim can expire in the past: after a long pause, start again at the current partition. */
 	step.lower = Max(newest->upper, bin_start(now, width));
 	horizon = now + (int64) idem_ttl_seconds * USECS_PER_SEC + 2 * width;
