@@ -14,6 +14,7 @@
 #include "utils/snapmgr.h"
 
 #include "key_store_internal.h"
+#include "spi_plan.h"
 
 /* The statements against one of the two tables. */
 typedef struct TablePlans
@@ -32,6 +33,7 @@ static struct
 	Oid			namespace_oid;
 	char		namespace_name[NAMEDATALEN];
 	bool		has_lease_columns;
+	bool		has_bytes_columns;
 	TablePlans	table;			/* idempotency_keys */
 	TablePlans	partitioned;	/* idempotency_keys_partitioned, generic plans */
 	TablePlans	partitioned_pruned; /* the same, planned per call: see plans_for() */
@@ -57,8 +59,13 @@ enum
 	WRITE_PARAM_REQUEST_HASH,
 	WRITE_PARAM_RESPONSE_HEADERS,
 	WRITE_PARAM_RESPONSE_BODY,
+	/* 1.3, only for a table with its columns */
+	WRITE_PARAM_RESPONSE_CONTENT_TYPE,
+	WRITE_PARAM_RESPONSE_BYTES,
 	WRITE_PARAMS
 };
+
+#define WRITE_PARAMS_1_2 WRITE_PARAM_RESPONSE_CONTENT_TYPE
 
 static Oid	write_param_types[WRITE_PARAMS] = {
 	[WRITE_PARAM_EXPIRES_AT] = TIMESTAMPTZOID,
@@ -68,33 +75,10 @@ static Oid	write_param_types[WRITE_PARAMS] = {
 	[WRITE_PARAM_KEY] = TEXTOID,
 	[WRITE_PARAM_REQUEST_HASH] = BYTEAOID,
 	[WRITE_PARAM_RESPONSE_HEADERS] = JSONBOID,
-	[WRITE_PARAM_RESPONSE_BODY] = JSONBOID
+	[WRITE_PARAM_RESPONSE_BODY] = JSONBOID,
+	[WRITE_PARAM_RESPONSE_CONTENT_TYPE] = TEXTOID,
+	[WRITE_PARAM_RESPONSE_BYTES] = BYTEAOID
 };
-
-/*
- * plan_options: CURSOR_OPT_CUSTOM_PLAN plans each call for its values, so that
- * partition pruning on them happens in the planner and the pruned partitions
- * are never locked; a generic plan (CURSOR_OPT_GENERIC_PLAN) locks every
- * partition before it prunes at executor start. 0 lets the plan cache choose.
- */
-static SPIPlanPtr
-prepare_plan(const char *sql, int nargs, Oid *argtypes, int plan_options)
-{
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, plan_options);
-
-	if (plan == NULL)
-		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql,
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "idempotency: could not keep a prepared plan");
-	return plan;
-}
-
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *argtypes)
-{
-	return prepare_plan(sql, nargs, argtypes, 0);
-}
 
 static void
 forget_table_plans(TablePlans *table)
@@ -164,9 +148,16 @@ enum
 	CHANGE_PARAMS_MAX
 };
 
+/*
+ * An extension keeps the key outliving its lease by as much as before, to the microsecond: the sum is taken
+ * in UTC (timestamp + interval), so no TimeZone and no daylight saving change moves it, and every function
+ * in it is IMMUTABLE, which Citus requires of a function given columns in an UPDATE of a distributed table
+ * (timestamptz + interval is STABLE, and Citus refuses it there with 0A000).
+ */
 static const char *const lease_change_sets[LEASE_CHANGES] = {
 	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at,"
-	" $4 OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) lease_until))",
+	" pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', $4) OPERATOR(pg_catalog.+)"
+	" (expires_at OPERATOR(pg_catalog.-) lease_until)))",
 	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
 	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
 	" lease_until = NULL, lease_token = NULL",
@@ -174,7 +165,8 @@ static const char *const lease_change_sets[LEASE_CHANGES] = {
 };
 
 static void
-prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options)
+prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options,
+					bool has_bytes_columns)
 {
 	/* Every change's first parameters name the key and the holder. */
 #define HOLDER_PARAM_TYPES \
@@ -195,20 +187,21 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		[LEASE_RELEASE] = CHANGE_PARAM_UNTIL + 1
 	};
 
-	table->lease_insert = prepare_kept(psprintf(
+	table->lease_insert = spi_prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAM_TAKE_OVER, lease_param_types);
+		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAM_TAKE_OVER, lease_param_types, 0);
 	/* An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. */
-	table->lease_replace = prepare_plan(psprintf(
+	table->lease_replace = spi_prepare_kept(psprintf(
 		"UPDATE %s SET"
 		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $1) ELSE $1 END,"
 		" created_at = CASE WHEN $8 THEN created_at ELSE $2 END,"
-		" request_hash = $5, http_status = NULL, response_body = NULL, response_headers = NULL,"
+		" request_hash = $5, http_status = NULL, response_body = NULL, response_headers = NULL,%s"
 		" lease_until = $6, lease_token = $7,"
 		" recovery_point = CASE WHEN $8 THEN recovery_point END,"
 		" recovery_state = CASE WHEN $8 THEN recovery_state END"
 		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s RETURNING expires_at",
-		qualified, live_only), LEASE_PARAMS, lease_param_types, plan_options);
+		qualified, has_bytes_columns ? " response_content_type = NULL, response_bytes = NULL," : "",
+		live_only), LEASE_PARAMS, lease_param_types, plan_options);
 	/*
 	 * Only the key's live row can be changed: in partitioned storage an expired
 	 * row stays beside the re-claimed key's new one until the sweep, and its
@@ -216,11 +209,11 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 	 * start, as a claim judges it.
 	 */
 	for (int change = 0; change < LEASE_CHANGES; change++)
-		table->lease_change[change] = prepare_kept(psprintf(
+		table->lease_change[change] = spi_prepare_kept(psprintf(
 			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
 			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL"
 			" AND expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp() RETURNING lease_until",
-			qualified, lease_change_sets[change]), change_nargs[change], change_types[change]);
+			qualified, lease_change_sets[change]), change_nargs[change], change_types[change], 0);
 }
 
 /*
@@ -238,7 +231,7 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
  */
 static void
 prepare_table_plans(TablePlans *table, const char *schema, const char *relname, bool partitioned,
-					bool custom_plan, bool has_lease_columns)
+					bool custom_plan, bool has_lease_columns, bool has_bytes_columns)
 {
 	const char *qualified = psprintf("%s.%s", schema, relname);
 	Oid			lookup_types[LOOKUP_PARAMS] = {
@@ -247,36 +240,44 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		[LOOKUP_PARAM_LIVE_AFTER] = TIMESTAMPTZOID
 	};
 	const char *live_only = partitioned ? " AND expires_at OPERATOR(pg_catalog.>) $2" : "";
+	/*
+	 * CURSOR_OPT_CUSTOM_PLAN plans each call for its values, so that partition pruning on them happens in the
+	 * planner and the pruned partitions are never locked; a generic plan (CURSOR_OPT_GENERIC_PLAN) locks every
+	 * partition before it prunes at executor start. 0 lets the plan cache choose.
+	 */
 	int			plan_options = !partitioned ? 0
 		: custom_plan ? CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN;
 	StringInfoData columns;
 
 	initStringInfo(&columns);
-	for (int c = 0; c < (has_lease_columns ? KEY_COLUMNS : KEY_COLUMNS_1_0); c++)
+	for (int c = 0; c < KEY_COLUMNS_OF(has_lease_columns, has_bytes_columns); c++)
 		appendStringInfo(&columns, "%s%s", c > 0 ? ", " : "", key_column_names[c]);
 
-	table->lookup = prepare_plan(psprintf(
+	table->lookup = spi_prepare_kept(psprintf(
 		"SELECT %s FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2%s",
 		columns.data, qualified, partitioned
 		? " AND expires_at OPERATOR(pg_catalog.>) $3 ORDER BY expires_at DESC LIMIT 1" : ""),
 		partitioned ? LOOKUP_PARAMS : LOOKUP_PARAM_LIVE_AFTER, lookup_types, plan_options);
-	table->insert = prepare_kept(psprintf(
+	table->insert = spi_prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
-		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-		qualified), WRITE_PARAMS, write_param_types);
-	table->replace = prepare_plan(psprintf(
+		" response_headers, response_body%s) VALUES ($1, $2, $3, $4, $5, $6, $7, $8%s)",
+		qualified, has_bytes_columns ? ", response_content_type, response_bytes" : "",
+		has_bytes_columns ? ", $9, $10" : ""),
+		has_bytes_columns ? WRITE_PARAMS : WRITE_PARAMS_1_2, write_param_types, 0);
+	table->replace = spi_prepare_kept(psprintf(
 		"UPDATE %s SET expires_at = $1, created_at = $2, http_status = $3,"
-		" request_hash = $6, response_headers = $7, response_body = $8%s"
+		" request_hash = $6, response_headers = $7, response_body = $8%s%s"
 		" WHERE scope OPERATOR(pg_catalog.=) $4 AND key OPERATOR(pg_catalog.=) $5"
 		" AND (expires_at OPERATOR(pg_catalog.<=) $2%s)%s",
 		qualified,
+		has_bytes_columns ? ", response_content_type = $9, response_bytes = $10" : "",
 		has_lease_columns ? ", lease_until = NULL, lease_token = NULL, recovery_point = NULL,"
 		" recovery_state = NULL" : "",
 		has_lease_columns ? " OR (http_status IS NULL AND lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())" : "",
 		live_only),
-		WRITE_PARAMS, write_param_types, plan_options);
+		has_bytes_columns ? WRITE_PARAMS : WRITE_PARAMS_1_2, write_param_types, plan_options);
 	if (has_lease_columns)
-		prepare_lease_plans(table, qualified, live_only, plan_options);
+		prepare_lease_plans(table, qualified, live_only, plan_options, has_bytes_columns);
 }
 
 /*
@@ -314,7 +315,7 @@ expired_partition_attached(Oid relid)
  *
  * Partitioned storage plans its claims per call only while a fully expired
  * partition is attached, so that the claims neither probe nor lock it (see
- * prepare_plan). Otherwise every partition is live and a generic plan, which
+ * prepare_table_plans). Otherwise every partition is live and a generic plan, which
  * locks them all and prunes nothing, costs a fifth of planning each call.
  */
 static TablePlans *
@@ -327,6 +328,7 @@ plans_for(const KeyTable *table)
 		elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
 	if (plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
 		plans.has_lease_columns != table->has_lease_columns ||
+		plans.has_bytes_columns != table->has_bytes_columns ||
 		strcmp(plans.namespace_name, namespace_name) != 0)
 	{
 		forget_table_plans(&plans.table);
@@ -334,13 +336,14 @@ plans_for(const KeyTable *table)
 		forget_table_plans(&plans.partitioned_pruned);
 		schema = quote_identifier(namespace_name);
 		prepare_table_plans(&plans.table, schema, "idempotency_keys", false, false,
-							table->has_lease_columns);
+							table->has_lease_columns, table->has_bytes_columns);
 		prepare_table_plans(&plans.partitioned, schema, "idempotency_keys_partitioned", true, false,
-							table->has_lease_columns);
+							table->has_lease_columns, table->has_bytes_columns);
 		prepare_table_plans(&plans.partitioned_pruned, schema, "idempotency_keys_partitioned", true, true,
-							table->has_lease_columns);
+							table->has_lease_columns, table->has_bytes_columns);
 		plans.namespace_oid = table->namespace_oid;
 		plans.has_lease_columns = table->has_lease_columns;
+		plans.has_bytes_columns = table->has_bytes_columns;
 		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
 	}
 	if (!table->partitioned)
@@ -377,7 +380,7 @@ key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot
 	{
 		for (int c = 0; c < SPI_tuptable->tupdesc->natts; c++)
 			values[c] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
-		key_row_decode(values, nulls, table->has_lease_columns, out, caller_context);
+		key_row_decode(values, nulls, table->has_lease_columns, table->has_bytes_columns, out, caller_context);
 	}
 	SPI_finish();
 }
@@ -411,6 +414,10 @@ key_spi_write(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
 	nulls[WRITE_PARAM_RESPONSE_HEADERS] = row->response.headers_null ? 'n' : ' ';
 	values[WRITE_PARAM_RESPONSE_BODY] = row->response.body;
 	nulls[WRITE_PARAM_RESPONSE_BODY] = row->response.body_null ? 'n' : ' ';
+	values[WRITE_PARAM_RESPONSE_CONTENT_TYPE] = row->response.content_type;
+	nulls[WRITE_PARAM_RESPONSE_CONTENT_TYPE] = row->response.content_type_null ? 'n' : ' ';
+	values[WRITE_PARAM_RESPONSE_BYTES] = row->response.bytes;
+	nulls[WRITE_PARAM_RESPONSE_BYTES] = row->response.bytes_null ? 'n' : ' ';
 
 	SPI_connect();
 	statements = plans_for(table);
