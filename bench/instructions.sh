@@ -5,6 +5,9 @@
 #                                         over the wire (below), N=500
 #   INSTR_CASES="w_bare w_client_new" bench/instructions.sh   some rows of it (w_plpgsql, not in the default list:
 #       bench/plpgsql_baseline.sql's functions over the wire)
+#   INSTR_CASES="w_bare w_client_new w_client_new_simple w_client_new_execute" bench/instructions.sh   the ways a
+#       client can send the 1.3 statements (w_client_new_execute, not in the default list: SQL PREPARE once a
+#       connection, then EXECUTE in simple queries, the INSERT too; clients/python/README.md "Prepared statements")
 #
 # Over the wire (the w_* cases, the default): the postmaster runs under callgrind, and pgbench sends each case's
 # transactions from one connection, prepared (-M prepared: named statements, parameters sent as text) unless the
@@ -95,6 +98,15 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
         w_client_new_simple) wire_case w_client_new
             label="the clients' 1.3 statements unprepared (a client through PgBouncer 1.18 in transaction pooling)"
             mode=simple; return ;;
+        w_client_new_execute) label="the clients' 1.3 statements and the INSERT as SQL: \`PREPARE\` once a connection, then \`EXECUTE\` (simple protocol)"
+            mode=simple
+            script=$(printf '%s\n' '\set k random(1, 9000000000000000)' '\set a random(1, 1000)' '\if :prepared = 0' \
+                'PREPARE idem_c AS SELECT idem_claim_request($1, $2, $3, $4, $5, $6, $7);' \
+                'PREPARE idem_d AS SELECT idem_complete_request($1, $2, $3, $4, $5, $6);' \
+                "PREPARE idem_l(int) AS ${wire_insert/:a/\$1}" '\set prepared 1' '\endif' \
+                'BEGIN;' 'EXECUTE idem_c(:k, :s, :m, :p, NULL, :ct, :req);' 'EXECUTE idem_l(:a);' \
+                'EXECUTE idem_d(:k, :s, 201, :ct, :loc, :resp);' 'COMMIT;')
+            return ;;
         w_replay_old) label='a replay as the 1.2 clients do it (BEGIN, claim, ROLLBACK), prepared'
             scope=old; tx=("${wire_claim_1_2//:k::text/:r::text}") ;;
         w_replay_new) label='a replay as the 1.3 clients do it (BEGIN, `SELECT idem_claim_request(...)`, ROLLBACK), prepared'
@@ -161,7 +173,7 @@ SQL
         before=$(ls "$wdir/cg")
         su postgres -c "$(printf '%q ' "$PG_BIN/pgbench" -n -M "$2" -c 1 -t "$4" -f "$1" -h "$wdir" -p "$wport" \
             -U postgres -D m=POST -D p=/payments -D ct=application/json -D "s=$3" -D "h=$h" -D "req=$wire_req" \
-            -D "resp=$wire_resp" -D "hdrs=$wire_hdrs" -D "loc=$wire_loc" bench)" \
+            -D "resp=$wire_resp" -D "hdrs=$wire_hdrs" -D "loc=$wire_loc" -D prepared=0 bench)" \
             >"$wdir/pgbench.log" 2>&1 || { cat "$wdir/pgbench.log" >&2; exit 1; }
         grep -q "number of failed transactions: 0" "$wdir/pgbench.log" ||
             { grep -i "error\|failed" "$wdir/pgbench.log" >&2; exit 1; }
