@@ -56,8 +56,6 @@ ALTER TABLE @extschema@.idempotency_keys_partitioned
     ADD COLUMN response_content_type text,
     ADD COLUMN response_bytes bytea;
 
-
--- The lean request (issue 30)
 -- A response stored as the bytes the handler sent, with its content type; the claim and completion take the
 -- request's and response's parts, so a client sends two statements of one value each and no jsonb is built.
 COMMENT ON COLUMN @extschema@.idempotency_keys.response_content_type IS
