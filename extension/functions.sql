@@ -6,9 +6,9 @@
 -- Nothing here binds a name at call time: no function calls another function of the extension by name.
 -- idem_storage_mode and idem_keys_in_flight have SQL-standard bodies (BEGIN ATOMIC), which are parsed when
 -- created and refer to the objects they use by OID; the partitions' upkeep and idem_set_storage are in C (1.3) and
--- call idem_create_partition by OID; the PL/pgSQL functions read the storage mode from the catalog. They find the extension's
--- schema by OID from pg_extension on every call and name their objects through it: a renamed schema, and
--- same-named objects planted in a new schema of the old name, change nothing. Every function pins its
+-- call idem_create_partition by OID; the PL/pgSQL functions read the storage mode from the catalog. They find the
+-- extension's schema by OID from pg_extension on every call and name their objects through it: a renamed schema,
+-- and same-named objects planted in a new schema of the old name, change nothing. Every function pins its
 -- search_path to pg_catalog, pg_temp, and every operator outside pg_catalog's own defaults is written out.
 
 -- The storage mode: whether idempotency_keys_partitioned has range partitions (C reads the same). In C (1.3): the
