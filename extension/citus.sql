@@ -17,6 +17,10 @@ DECLARE
                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
                WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
     keys pg_catalog.regclass;
+    twin pg_catalog.oid := (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_extension e
+                            ON e.extnamespace OPERATOR(pg_catalog.=) c.relnamespace
+                            WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'
+                              AND c.relname OPERATOR(pg_catalog.=) 'idempotency_keys_partitioned');
     storage_mode text;
     keys_method text;
     keys_colocation integer;
@@ -49,7 +53,14 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     -- Partitioned storage keeps its rows in a local partitioned twin that Citus cannot co-locate by scope.
-    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO storage_mode;
+    -- The mode as idem_storage_mode() reads it, from the catalog (no call by name): range partitions besides the
+    -- default one.
+    storage_mode := CASE WHEN EXISTS (
+            SELECT FROM pg_catalog.pg_inherits i
+            WHERE i.inhparent OPERATOR(pg_catalog.=) twin AND NOT i.inhdetachpending
+              AND i.inhrelid OPERATOR(pg_catalog.<>) ALL (SELECT p.partdefid FROM pg_catalog.pg_partitioned_table p
+                                                         WHERE p.partrelid OPERATOR(pg_catalog.=) twin))
+        THEN 'partitioned' ELSE 'table' END;
     IF storage_mode OPERATOR(pg_catalog.<>) 'table' THEN
         RAISE EXCEPTION 'idem_citus_distribute: partitioned storage is not supported on Citus'
             USING ERRCODE = 'feature_not_supported',

@@ -3,11 +3,12 @@
 -- OR REPLACE is for the update; in CREATE EXTENSION, replacing a function that is not the extension's own fails
 -- ("is not a member of extension"), so a pre-created look-alike is never adopted.
 --
--- Nothing here binds a name at call time. idem_storage_mode has an SQL-standard body (BEGIN ATOMIC), which is
--- parsed when created and refers to the objects it uses by OID; the partitions' upkeep that the worker runs is in
--- C (1.3) and calls idem_create_partition by OID. The PL/pgSQL functions find the extension's
--- schema by OID from pg_extension on every call and name their objects through it: a renamed schema, and
--- same-named objects planted in a new schema of the old name, change nothing. Every function pins its
+-- Nothing here binds a name at call time: no function calls another function of the extension by name.
+-- idem_storage_mode and idem_keys_in_flight have SQL-standard bodies (BEGIN ATOMIC), which are parsed when
+-- created and refer to the objects they use by OID; the partitions' upkeep and idem_set_storage are in C (1.3) and
+-- call idem_create_partition by OID; the PL/pgSQL functions read the storage mode from the catalog. They find the
+-- extension's schema by OID from pg_extension on every call and name their objects through it: a renamed schema,
+-- and same-named objects planted in a new schema of the old name, change nothing. Every function pins its
 -- search_path to pg_catalog, pg_temp, and every operator outside pg_catalog's own defaults is written out.
 
 -- The storage mode: whether idempotency_keys_partitioned has range partitions (C reads the same). In C (1.3): the
@@ -135,146 +136,31 @@ SET search_path = pg_catalog, pg_temp;
 -- whether idempotency_keys_partitioned has range partitions: it makes them all or drops them all.
 -- Takes ACCESS EXCLUSIVE locks on both tables: claims arriving meanwhile wait and then use the new mode.
 -- Its date arithmetic is UTC's, whatever the session's DateStyle and TimeZone (its messages keep the caller's
--- IntervalStyle).
+-- IntervalStyle). Refused, changing nothing: a NULL argument (22004), an unknown mode, a partition_interval under
+-- 1 minute or with months or years, or one that would need more than 64 partitions for idempotency.ttl plus two
+-- partitions (22023), a transaction that is not READ COMMITTED (25000), keys distributed by Citus (0A000), row
+-- level security on the current table that the other one lacks (55000). In C (1.3): it reads the partitions as
+-- values and calls idem_create_partition by OID, so no overload can capture or break its calls.
 CREATE OR REPLACE FUNCTION @extschema@.idem_set_storage(mode text, partition_interval interval DEFAULT interval '1 day')
 RETURNS text
-LANGUAGE plpgsql VOLATILE
+AS 'MODULE_PATHNAME', 'idem_set_storage'
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET DateStyle = 'ISO, YMD'
-SET TimeZone = 'UTC'
-AS $$
-DECLARE
-    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
-               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
-               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
-    ttl_setting text := coalesce(pg_catalog.current_setting('idempotency.ttl', true), '1d');
-    ttl interval := ttl_setting::interval;
-    current_mode text;
-    moved bigint;
-    first_lower timestamptz;
-    last_upper timestamptz;
-    horizon timestamptz;
-    old_partition record;
-    distributed boolean := false;
-BEGIN
-    IF mode IS NULL OR partition_interval IS NULL THEN
-        RAISE EXCEPTION 'idem_set_storage: mode and partition_interval must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF mode OPERATOR(pg_catalog.<>) ALL (ARRAY['table', 'partitioned']) THEN
-        RAISE EXCEPTION 'idem_set_storage: unknown storage mode "%"', mode
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''table'' or ''partitioned''.';
-    END IF;
-    IF partition_interval OPERATOR(pg_catalog.<) interval '1 minute'
-       OR EXTRACT(month FROM partition_interval) OPERATOR(pg_catalog.<>) 0
-       OR EXTRACT(year FROM partition_interval) OPERATOR(pg_catalog.<>) 0 THEN
-        RAISE EXCEPTION 'idem_set_storage: partition_interval must be at least 1 minute and have no months or years'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    -- The move reads with a snapshot taken after the locks are granted; a transaction snapshot
-    -- taken before them would miss keys completed while waiting, and TRUNCATE would lose them.
-    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
-        RAISE EXCEPTION 'idem_set_storage must run in a READ COMMITTED transaction'
-            USING ERRCODE = 'invalid_transaction_state';
-    END IF;
-    -- Every claim reads every partition (the key does not tell which): keep them few.
-    IF mode OPERATOR(pg_catalog.=) 'partitioned' AND
-       ((ttl OPERATOR(pg_catalog.+) (partition_interval OPERATOR(pg_catalog.*) 2::float8))
-        OPERATOR(pg_catalog./) 64::float8) OPERATOR(pg_catalog.>) partition_interval THEN
-        RAISE EXCEPTION 'idem_set_storage: partition_interval % is too small for idempotency.ttl %',
-                        partition_interval, ttl_setting
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'At most 64 partitions may cover idempotency.ttl plus two partitions.';
-    END IF;
-
-    -- A distributed key table (idem_citus_distribute) has one layout: hash shards by scope.
-    IF mode OPERATOR(pg_catalog.=) 'partitioned'
-       AND EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
-        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p'
-                ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)'
-            INTO distributed USING pg_catalog.format('%s.idempotency_keys', s);
-        IF distributed THEN
-            RAISE EXCEPTION 'idem_set_storage: partitioned storage is not supported for keys distributed by Citus'
-                USING ERRCODE = 'feature_not_supported',
-                      HINT = 'Citus shards idempotency_keys by scope; expired keys are swept shard by shard.';
-        END IF;
-    END IF;
-
-    EXECUTE pg_catalog.format('LOCK TABLE %s.idempotency_keys IN ACCESS EXCLUSIVE MODE', s);
-    EXECUTE pg_catalog.format('LOCK TABLE %s.idempotency_keys_partitioned IN ACCESS EXCLUSIVE MODE', s);
-    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO current_mode;
-
-    -- Tenants separated by row level security on one table must stay separated on the other.
-    IF EXISTS (SELECT FROM pg_catalog.pg_class source, pg_catalog.pg_class target
-               WHERE source.relnamespace OPERATOR(pg_catalog.=) target.relnamespace
-                 AND source.relnamespace OPERATOR(pg_catalog.=) (SELECT e.extnamespace FROM pg_catalog.pg_extension e
-                                                  WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
-                 AND source.relname OPERATOR(pg_catalog.=) (CASE WHEN mode OPERATOR(pg_catalog.=) 'partitioned'
-                         THEN 'idempotency_keys' ELSE 'idempotency_keys_partitioned' END)
-                 AND target.relname OPERATOR(pg_catalog.=) (CASE WHEN mode OPERATOR(pg_catalog.=) 'partitioned'
-                         THEN 'idempotency_keys_partitioned' ELSE 'idempotency_keys' END)
-                 AND ((source.relrowsecurity AND NOT target.relrowsecurity)
-                      OR (source.relforcerowsecurity AND NOT target.relforcerowsecurity)
-                      OR (SELECT pg_catalog.count(*) FROM pg_catalog.pg_policy p
-                          WHERE p.polrelid OPERATOR(pg_catalog.=) source.oid)
-                         OPERATOR(pg_catalog.>)
-                         (SELECT pg_catalog.count(*) FROM pg_catalog.pg_policy p
-                          WHERE p.polrelid OPERATOR(pg_catalog.=) target.oid))) THEN
-        RAISE EXCEPTION 'idem_set_storage: row level security on the current table is missing on the other one'
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Enable (and force) row level security and create the same policies on both '
-                         'idempotency_keys and idempotency_keys_partitioned, then switch.';
-    END IF;
-
-    IF mode OPERATOR(pg_catalog.=) 'partitioned' THEN
-        EXECUTE pg_catalog.format('SELECT pg_catalog.max(upper_bound) FROM %s.idem_partitions()', s) INTO last_upper;
-        -- Partitions of the new width from the current one (or after the last existing one) onwards.
-        first_lower := coalesce(last_upper, pg_catalog.date_bin(partition_interval, pg_catalog.now(),
-                                                                 timestamptz '2000-01-01 00:00:00+00'));
-        horizon := (pg_catalog.now() OPERATOR(pg_catalog.+) ttl)
-                   OPERATOR(pg_catalog.+) (partition_interval OPERATOR(pg_catalog.*) 2::float8);
-        last_upper := first_lower;
-        LOOP
-            EXECUTE pg_catalog.format('SELECT %s.idem_create_partition($1, $2)', s)
-                USING last_upper, last_upper OPERATOR(pg_catalog.+) partition_interval;
-            last_upper := last_upper OPERATOR(pg_catalog.+) partition_interval;
-            EXIT WHEN last_upper OPERATOR(pg_catalog.>=) horizon;
-        END LOOP;
-        IF current_mode OPERATOR(pg_catalog.=) 'partitioned' THEN
-            RETURN pg_catalog.format('partitioned: new partitions of %s', partition_interval);
-        END IF;
-        EXECUTE pg_catalog.format('INSERT INTO %s.idempotency_keys_partitioned SELECT * FROM %s.idempotency_keys'
-                                  ' WHERE expires_at OPERATOR(pg_catalog.>) pg_catalog.now()', s, s);
-        GET DIAGNOSTICS moved = ROW_COUNT;
-        EXECUTE pg_catalog.format('TRUNCATE %s.idempotency_keys', s);
-        RETURN pg_catalog.format('partitioned: %s live keys moved, partitions of %s', moved, partition_interval);
-    END IF;
-
-    IF current_mode OPERATOR(pg_catalog.=) 'table' THEN
-        RETURN 'table: already';
-    END IF;
-    EXECUTE pg_catalog.format('INSERT INTO %s.idempotency_keys SELECT * FROM %s.idempotency_keys_partitioned'
-                              ' WHERE expires_at OPERATOR(pg_catalog.>) pg_catalog.now()', s, s);
-    GET DIAGNOSTICS moved = ROW_COUNT;
-    FOR old_partition IN EXECUTE pg_catalog.format('SELECT partition_name FROM %s.idem_partitions()', s) LOOP
-        EXECUTE pg_catalog.format('DROP TABLE %s.%I', s, old_partition.partition_name);
-    END LOOP;
-    EXECUTE pg_catalog.format('TRUNCATE %s.idempotency_keys_partitioned_default', s);
-    RETURN pg_catalog.format('table: %s live keys moved', moved);
-END
-$$;
+SET TimeZone = 'UTC';
 
 REVOKE ALL ON FUNCTION @extschema@.idem_set_storage(text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_create_partition(timestamptz, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_premake_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_drop_expired_partitions() FROM PUBLIC;
 
--- Both kinds of keys in flight: transactional claims (pid of the holder) and live leases (rows read as the
--- caller, pid NULL). On a Citus coordinator whose keys are distributed, the transactional claims held on the
--- other nodes are listed too (holder 'transaction@host:port': the pid is that node's); live leases are rows,
--- which Citus reads from every shard anyway. Citus is reached only through dynamic SQL once it is found.
-CREATE OR REPLACE FUNCTION @extschema@.idem_keys_in_flight(
+-- The part of idem_keys_in_flight() after this node's claims: on a Citus coordinator whose keys are distributed,
+-- the transactional claims held on the other nodes (holder 'transaction@host:port': the pid is that node's), then
+-- the live leases of the active key table (rows read as the caller, pid NULL; on Citus, from every shard).
+-- It calls no function of the extension: the active table is the one with range partitions, read from the
+-- catalog, as the claims pick it. The other nodes are asked through Citus's dynamic SQL, once it is found, and
+-- answer with their own idem_keys_in_flight_claims().
+CREATE OR REPLACE FUNCTION @extschema@.idem_keys_in_flight_rest(
     OUT scope text, OUT key text, OUT pid integer, OUT since timestamptz,
     OUT lease_until timestamptz, OUT holder text)
 RETURNS SETOF record
@@ -282,16 +168,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
-               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
-               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
-    active text;
+    schema_oid oid := (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+                       WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_namespace n
+               WHERE n.oid OPERATOR(pg_catalog.=) schema_oid);
+    twin oid := (SELECT c.oid FROM pg_catalog.pg_class c
+                 WHERE c.relnamespace OPERATOR(pg_catalog.=) schema_oid
+                   AND c.relname OPERATOR(pg_catalog.=) 'idempotency_keys_partitioned');
+    partitioned boolean;
     remote record;
     cluster_wide boolean := false;
 BEGIN
-    RETURN QUERY EXECUTE pg_catalog.format(
-        'SELECT c.scope, c.key, c.pid, c.since, NULL::pg_catalog.timestamptz, ''transaction''::pg_catalog.text'
-        ' FROM %s.idem_keys_in_flight_claims() c', s);
     IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
         EXECUTE 'SELECT pg_catalog.citus_is_coordinator() AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition p'
                 ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)'
@@ -315,15 +202,41 @@ BEGIN
                                                                              since timestamptz);
         END LOOP;
     END IF;
-    EXECUTE pg_catalog.format('SELECT %s.idem_storage_mode()', s) INTO active;
+    -- The storage mode, as idem_storage_mode() and the claims read it: range partitions besides the default one.
+    partitioned := EXISTS (SELECT FROM pg_catalog.pg_inherits i
+                           WHERE i.inhparent OPERATOR(pg_catalog.=) twin AND NOT i.inhdetachpending
+                             AND i.inhrelid OPERATOR(pg_catalog.<>) ALL (
+                                 SELECT p.partdefid FROM pg_catalog.pg_partitioned_table p
+                                 WHERE p.partrelid OPERATOR(pg_catalog.=) twin));
     RETURN QUERY EXECUTE pg_catalog.format(
         'SELECT k.scope::pg_catalog.text, k.key::pg_catalog.text, NULL::pg_catalog.int4, k.created_at,'
         ' k.lease_until, ''lease''::pg_catalog.text FROM %s.%I k'
         ' WHERE k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()'
         ' AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()',
-        s, CASE active WHEN 'partitioned' THEN 'idempotency_keys_partitioned' ELSE 'idempotency_keys' END);
+        s, CASE WHEN partitioned THEN 'idempotency_keys_partitioned' ELSE 'idempotency_keys' END);
 END
 $$;
+
+COMMENT ON FUNCTION @extschema@.idem_keys_in_flight_rest() IS
+    'The part of idem_keys_in_flight() after this node''s claims: the claims of the other Citus nodes, then live '
+    'leases; call idem_keys_in_flight() instead.';
+
+-- Both kinds of keys in flight: transactional claims (pid of the holder) and live leases (rows read as the
+-- caller, pid NULL), with the claims held on the other nodes of a Citus cluster between them. An SQL-standard
+-- body: the two functions it calls are bound by OID when it is created.
+CREATE OR REPLACE FUNCTION @extschema@.idem_keys_in_flight(
+    OUT scope text, OUT key text, OUT pid integer, OUT since timestamptz,
+    OUT lease_until timestamptz, OUT holder text)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT c.scope, c.key, c.pid, c.since, NULL::pg_catalog.timestamptz, 'transaction'::pg_catalog.text
+    FROM @extschema@.idem_keys_in_flight_claims() c
+    UNION ALL
+    SELECT r.scope, r.key, r.pid, r.since, r.lease_until, r.holder
+    FROM @extschema@.idem_keys_in_flight_rest() r;
+END;
 
 COMMENT ON FUNCTION @extschema@.idem_keys_in_flight() IS
     'Keys in flight: transactional claims (holder ''transaction'', pid of the backend) and live leases '

@@ -34,6 +34,7 @@
 #include "utils/timestamp.h"
 
 #include "catalog/pg_proc.h"
+#include "commands/extension.h"
 #include "utils/acl.h"
 #include "guc.h"
 #include "pg_compat.h"
@@ -410,4 +411,237 @@ idem_drop_expired_partitions(PG_FUNCTION_ARGS)
 	values[1] = Int64GetDatum(keys);
 	desc = BlessTupleDesc(desc);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+}
+
+PG_FUNCTION_INFO_V1(idem_set_storage);
+
+static char *
+interval_text(Interval *value)
+{
+	return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(value)));
+}
+
+/* Runs one statement through SPI; ERROR unless it answered as expected. */
+static void
+set_storage_execute(const char *sql, int expected)
+{
+	int			rc = SPI_execute(sql, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "idem_set_storage: %s failed: %s", sql, SPI_result_code_string(rc));
+}
+
+/*
+ * idem_set_storage(mode text, partition_interval interval DEFAULT '1 day'): switches the storage mode, moving every
+ * live key (see extension/functions.sql). In C (1.3), so that it calls no function by name: the partitions are read
+ * as values (partitions_read) and idem_create_partition(timestamptz, timestamptz) is called by OID. Its SET clause
+ * pins DateStyle and TimeZone (UTC's date arithmetic); its messages print intervals under the caller's
+ * IntervalStyle.
+ */
+Datum
+idem_set_storage(PG_FUNCTION_ARGS)
+{
+	static const Oid argtypes[2] = {TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
+	const char *ttl_setting = GetConfigOptionByName("idempotency.ttl", NULL, true);
+	Interval   *ttl;
+	Interval   *width;
+	Interval	minute = {0};
+	char	   *mode;
+	bool		partitioned;
+	const char *s;
+	Oid			parent;
+	List	   *partitions;
+	ListCell   *cell;
+	uint64		moved = 0;
+	bool		already = false;
+
+	if (ttl_setting == NULL)
+		ttl_setting = "1d";
+	ttl = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(ttl_setting),
+												ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("idem_set_storage: mode and partition_interval must not be NULL")));
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	width = PG_GETARG_INTERVAL_P(1);
+	if (strcmp(mode, "table") != 0 && strcmp(mode, "partitioned") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idem_set_storage: unknown storage mode \"%s\"", mode),
+				 errhint("Use 'table' or 'partitioned'.")));
+	partitioned = strcmp(mode, "partitioned") == 0;
+	minute.time = USECS_PER_MINUTE;
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(width), IntervalPGetDatum(&minute))) ||
+		width->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idem_set_storage: partition_interval must be at least 1 minute and have no months or years")));
+
+	/*
+	 * The move reads with a snapshot taken after the locks are granted; a transaction snapshot taken before them
+	 * would miss keys completed while waiting, and TRUNCATE would lose them.
+	 */
+	if (XactIsoLevel != XACT_READ_COMMITTED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("idem_set_storage must run in a READ COMMITTED transaction")));
+	/* Every claim reads every partition (the key does not tell which): keep them few. */
+	if (partitioned)
+	{
+		Datum		span = DirectFunctionCall2(interval_pl, IntervalPGetDatum(ttl),
+											   DirectFunctionCall2(interval_mul, IntervalPGetDatum(width),
+																   Float8GetDatum(2.0)));
+		Datum		each = DirectFunctionCall2(interval_div, span, Float8GetDatum(64.0));
+
+		if (DatumGetBool(DirectFunctionCall2(interval_gt, each, IntervalPGetDatum(width))))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idem_set_storage: partition_interval %s is too small for idempotency.ttl %s",
+							interval_text(width), ttl_setting),
+					 errhint("At most 64 partitions may cover idempotency.ttl plus two partitions.")));
+	}
+
+	s = quote_identifier(get_namespace_name(schema));
+	SPI_connect();
+	/* A distributed key table (idem_citus_distribute) has one layout: hash shards by scope. */
+	if (partitioned && OidIsValid(get_extension_oid("citus", true)))
+	{
+		Datum		keys = CStringGetTextDatum(psprintf("%s.idempotency_keys", s));
+		Oid			keys_type = TEXTOID;
+		bool		isnull;
+		int			rc;
+
+		rc = SPI_execute_with_args("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p"
+								   " WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)",
+								   1, &keys_type, &keys, NULL, false, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "idem_set_storage: reading Citus's metadata failed: %s", SPI_result_code_string(rc));
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("idem_set_storage: partitioned storage is not supported for keys distributed by Citus"),
+					 errhint("Citus shards idempotency_keys by scope; expired keys are swept shard by shard.")));
+	}
+
+	set_storage_execute(psprintf("LOCK TABLE %s.idempotency_keys IN ACCESS EXCLUSIVE MODE", s), SPI_OK_UTILITY);
+	set_storage_execute(psprintf("LOCK TABLE %s.idempotency_keys_partitioned IN ACCESS EXCLUSIVE MODE", s),
+						SPI_OK_UTILITY);
+	parent = partitions_parent(schema);
+	partitions = partitions_read(parent);
+
+	/* Tenants separated by row level security on one table must stay separated on the other. */
+	{
+		Datum		mode_datum = CStringGetTextDatum(mode);
+		Oid			mode_type = TEXTOID;
+		int			rc;
+
+		rc = SPI_execute_with_args(
+			"SELECT FROM pg_catalog.pg_class source, pg_catalog.pg_class target"
+			" WHERE source.relnamespace OPERATOR(pg_catalog.=) target.relnamespace"
+			"   AND source.relnamespace OPERATOR(pg_catalog.=) (SELECT e.extnamespace FROM pg_catalog.pg_extension e"
+			"                                    WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')"
+			"   AND source.relname OPERATOR(pg_catalog.=) (CASE WHEN $1 OPERATOR(pg_catalog.=) 'partitioned'"
+			"           THEN 'idempotency_keys' ELSE 'idempotency_keys_partitioned' END)"
+			"   AND target.relname OPERATOR(pg_catalog.=) (CASE WHEN $1 OPERATOR(pg_catalog.=) 'partitioned'"
+			"           THEN 'idempotency_keys_partitioned' ELSE 'idempotency_keys' END)"
+			"   AND ((source.relrowsecurity AND NOT target.relrowsecurity)"
+			"        OR (source.relforcerowsecurity AND NOT target.relforcerowsecurity)"
+			"        OR (SELECT pg_catalog.count(*) FROM pg_catalog.pg_policy p"
+			"            WHERE p.polrelid OPERATOR(pg_catalog.=) source.oid)"
+			"           OPERATOR(pg_catalog.>)"
+			"           (SELECT pg_catalog.count(*) FROM pg_catalog.pg_policy p"
+			"            WHERE p.polrelid OPERATOR(pg_catalog.=) target.oid))",
+			1, &mode_type, &mode_datum, NULL, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "idem_set_storage: reading row level security failed: %s", SPI_result_code_string(rc));
+		if (SPI_processed > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("idem_set_storage: row level security on the current table is missing on the other one"),
+					 errhint("Enable (and force) row level security and create the same policies on both "
+							 "idempotency_keys and idempotency_keys_partitioned, then switch.")));
+	}
+
+	if (partitioned)
+	{
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+		TimestampTz lower;
+		TimestampTz horizon;
+		Oid			create = maintenance_member_function(schema, "idem_create_partition", 2, argtypes);
+		bool		have_last = false;
+		TimestampTz last_upper = 0;
+
+		if (!OidIsValid(create))
+			elog(ERROR, "idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension");
+		/* Called by OID, past fmgr's privilege check: the caller needs EXECUTE on it, as in a call by name. */
+		if (idem_function_aclcheck(create, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+			aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, "idem_create_partition");
+		foreach(cell, partitions)
+		{
+			RangePartition *partition = lfirst(cell);
+
+			if (!have_last || partition->upper > last_upper)
+				last_upper = partition->upper;
+			have_last = true;
+		}
+		/* Partitions of the new width from the current one (or after the last existing one) onwards. */
+		lower = have_last ? last_upper
+			: DatumGetTimestampTz(DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(width),
+													  TimestampTzGetDatum(now), TimestampTzGetDatum(0)));
+		horizon = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
+														  IntervalPGetDatum(ttl)));
+		horizon = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(horizon),
+														  DirectFunctionCall2(interval_mul, IntervalPGetDatum(width),
+																			  Float8GetDatum(2.0))));
+		for (;;)
+		{
+			TimestampTz upper = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																		TimestampTzGetDatum(lower),
+																		IntervalPGetDatum(width)));
+
+			(void) OidFunctionCall2(create, TimestampTzGetDatum(lower), TimestampTzGetDatum(upper));
+			lower = upper;
+			if (lower >= horizon)
+				break;
+		}
+		if (partitions != NIL)
+			already = true;
+		else
+		{
+			set_storage_execute(psprintf("INSERT INTO %s.idempotency_keys_partitioned SELECT * FROM %s.idempotency_keys"
+										 " WHERE expires_at OPERATOR(pg_catalog.>) pg_catalog.now()", s, s),
+								SPI_OK_INSERT);
+			moved = SPI_processed;
+			set_storage_execute(psprintf("TRUNCATE %s.idempotency_keys", s), SPI_OK_UTILITY);
+		}
+	}
+	else if (partitions == NIL)
+		already = true;
+	else
+	{
+		set_storage_execute(psprintf("INSERT INTO %s.idempotency_keys SELECT * FROM %s.idempotency_keys_partitioned"
+									 " WHERE expires_at OPERATOR(pg_catalog.>) pg_catalog.now()", s, s),
+							SPI_OK_INSERT);
+		moved = SPI_processed;
+		foreach(cell, partitions_read(parent))
+		{
+			char	   *name = get_rel_name(((RangePartition *) lfirst(cell))->relid);
+
+			if (name != NULL)
+				set_storage_execute(psprintf("DROP TABLE %s.%s", s, quote_identifier(name)), SPI_OK_UTILITY);
+		}
+		set_storage_execute(psprintf("TRUNCATE %s.idempotency_keys_partitioned_default", s), SPI_OK_UTILITY);
+	}
+	SPI_finish();
+
+	if (partitioned && already)
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("partitioned: new partitions of %s", interval_text(width))));
+	if (partitioned)
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("partitioned: " UINT64_FORMAT " live keys moved, partitions of %s",
+												  moved, interval_text(width))));
+	if (already)
+		PG_RETURN_TEXT_P(cstring_to_text("table: already"));
+	PG_RETURN_TEXT_P(cstring_to_text(psprintf("table: " UINT64_FORMAT " live keys moved", moved)));
 }

@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(122);
+SELECT plan(134);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -261,6 +261,42 @@ SELECT is((SELECT p.proconfig FROM pg_proc p
           ARRAY['search_path=pg_catalog, pg_temp', 'lock_timeout=0', 'DateStyle=ISO, YMD', 'IntervalStyle=postgres',
                 'TimeZone=UTC', 'default_tablespace='],
           'idem_create_partition pins the settings that print or place what it makes');
+
+-- 1.3: no function calls another function of the extension by name. idem_set_storage is in C (idem_create_partition
+-- by OID), idem_keys_in_flight has an SQL-standard body bound to its two parts by OID; a PL/pgSQL body names a
+-- function of the extension only in the SQL it sends to the other nodes of a Citus cluster.
+SELECT function_lang_is('public', 'idem_set_storage', ARRAY['text', 'interval'], 'c');
+SELECT isnt_strict('public', 'idem_set_storage', ARRAY['text', 'interval']);
+SELECT volatility_is('public', 'idem_set_storage', ARRAY['text', 'interval'], 'volatile');
+SELECT is((SELECT p.proconfig FROM pg_proc p WHERE p.oid = 'public.idem_set_storage(text, interval)'::regprocedure),
+          ARRAY['search_path=pg_catalog, pg_temp', 'DateStyle=ISO, YMD', 'TimeZone=UTC'],
+          'idem_set_storage pins search_path, DateStyle and TimeZone');
+SELECT function_lang_is('public', 'idem_keys_in_flight', ARRAY[]::text[], 'sql');
+SELECT has_function('public', 'idem_keys_in_flight_rest', ARRAY[]::text[]);
+SELECT function_lang_is('public', 'idem_keys_in_flight_rest', ARRAY[]::text[], 'plpgsql');
+SELECT volatility_is('public', 'idem_keys_in_flight_rest', ARRAY[]::text[], 'volatile');
+SELECT function_privs_are('public', 'idem_keys_in_flight_rest', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
+SELECT is(
+    (SELECT array_agg(a.n || ' ' || format_type(a.t, NULL) ORDER BY a.o)
+     FROM pg_proc p, unnest(p.proargnames, p.proallargtypes, p.proargmodes) WITH ORDINALITY AS a(n, t, m, o)
+     WHERE p.oid = 'public.idem_keys_in_flight_rest()'::regprocedure AND a.m = 'o'),
+    ARRAY['scope text', 'key text', 'pid integer', 'since timestamp with time zone',
+          'lease_until timestamp with time zone', 'holder text'],
+    'idem_keys_in_flight_rest result columns, in order (those of idem_keys_in_flight)');
+SELECT is(
+    (SELECT array_agg(d.refobjid::regprocedure::text ORDER BY d.refobjid::regprocedure::text) FROM pg_depend d
+     WHERE d.classid = 'pg_proc'::regclass AND d.objid = 'public.idem_keys_in_flight()'::regprocedure
+       AND d.refclassid = 'pg_proc'::regclass AND d.deptype = 'n'),
+    ARRAY['idem_keys_in_flight_claims()', 'idem_keys_in_flight_rest()'],
+    'idem_keys_in_flight is bound by OID to idem_keys_in_flight_claims() and idem_keys_in_flight_rest()');
+SELECT is(
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
+     JOIN pg_extension e ON e.oid = d.refobjid
+     WHERE e.extname = 'idempotency' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
+       AND p.prosrc ~ '%s\.idem_'),
+    ARRAY['idem_citus_stats', 'idem_keys_in_flight_rest'],
+    'PL/pgSQL bodies name the extension''s objects in dynamic SQL only in what they send to other Citus nodes');
 
 -- 1.3, the lean request (issue 30): three functions of one signature each (a prepared statement needs no
 -- casts), the claim's row type, the bytes columns in both tables.

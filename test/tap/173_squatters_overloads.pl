@@ -2,17 +2,21 @@
 #
 # Partitioned storage with 1-hour partitions. A role with CREATE on the extension's schema (public here) makes a
 # domain named like the next partition the worker will make (a table's name is taken in pg_type too, by its row
-# type), and overloads, each with a defaulted extra argument, of the functions the upkeep used to call by name:
-# idem_partitions(), idem_create_partition(timestamptz, timestamptz), idem_storage_mode(),
-# idem_keys_in_flight_claims(). Each overload records that it ran. A longer idempotency.ttl then makes the
-# worker make partitions, the first name squatted; an expired partition and expired keys in the default
-# partition wait to be removed.
+# type), and overloads, each with a defaulted extra argument, of the functions the upkeep, idem_set_storage() and
+# idem_keys_in_flight() used to call by name: idem_partitions(), idem_create_partition(timestamptz, timestamptz),
+# idem_storage_mode(), idem_keys_in_flight_claims(), and idem_keys_in_flight_rest() (1.3). Each overload records
+# that it ran. A longer idempotency.ttl then makes the worker make partitions, the first name squatted; an
+# expired partition and expired keys in the default partition wait to be removed.
 # Checks: partitions past the squatted name are made (under another name for the squatted one), the expired
 # partition is dropped, the expired keys are deleted, the log names the squatted name, the domain is untouched,
-# no overload ran, and the direct SQL calls idem_premake_partitions() and idem_drop_expired_partitions() work.
+# no overload ran, and the direct SQL calls idem_premake_partitions() and idem_drop_expired_partitions() work;
+# so do idem_keys_in_flight() (a claim and a lease listed) and idem_set_storage() to table storage and back, in
+# both storages, with none of the overloads run.
 # Fails on 1.2: only pg_class was checked for the name, so CREATE TABLE failed on the domain's type and no
 # partition was made; and the PL/pgSQL upkeep called idem_partitions() by name, which the overload made
-# ambiguous (42725), so no partition was made or dropped.
+# ambiguous (42725), so no partition was made or dropped. Fails on 1.3 before idem_keys_in_flight() had an
+# SQL-standard body and idem_set_storage() moved into C: both called the extension's functions by name in
+# PL/pgSQL, and the overloads made every call ambiguous (42725).
 use strict;
 use warnings;
 
@@ -61,6 +65,9 @@ $node->psql('appdb', qq{
 		LANGUAGE plpgsql AS \$\$ BEGIN $record; RETURN 'table'; END \$\$;
 	CREATE FUNCTION public.idem_keys_in_flight_claims(x integer DEFAULT 0, OUT scope text, OUT key text,
 		OUT pid integer, OUT since timestamptz) RETURNS SETOF record
+		LANGUAGE plpgsql AS \$\$ BEGIN $record; RETURN; END \$\$;
+	CREATE FUNCTION public.idem_keys_in_flight_rest(x integer DEFAULT 0, OUT scope text, OUT key text,
+		OUT pid integer, OUT since timestamptz, OUT lease_until timestamptz, OUT holder text) RETURNS SETOF record
 		LANGUAGE plpgsql AS \$\$ BEGIN $record; RETURN; END \$\$;}, on_error_die => 1);
 diag("newest partition ends at $newest_upper; squatted by a domain: $squatted");
 
@@ -96,10 +103,37 @@ my ($ret, $out, $err) = $node->psql('appdb', 'SELECT * FROM idem_drop_expired_pa
 is($ret, 0, 'idem_drop_expired_partitions() runs despite the overloads') or diag($err);
 ($ret, $out, $err) = $node->psql('appdb', 'SELECT idem_premake_partitions()');
 is($ret, 0, 'idem_premake_partitions() runs despite the overloads') or diag($err);
+$node->safe_psql('postgres', q{ALTER SYSTEM SET idempotency.databases = ''; SELECT pg_reload_conf()});
+
+# The functions an operator calls, as the owner, with the overloads in place: idem_keys_in_flight() (a claim of
+# this transaction and a lease) and idem_set_storage() both ways, in partitioned storage and in table storage.
+my $in_flight = q{SELECT string_agg(holder || ':' || key, ' ' ORDER BY holder, key) FROM idem_keys_in_flight()};
+$node->safe_psql('appdb', qq{SELECT idem_lease('leased', '$HASH', interval '1 hour')});
+my $claim_and_list = qq{BEGIN; SELECT (idem_claim('claimed', '$HASH')).outcome; $in_flight; ROLLBACK};
+($ret, $out, $err) = $node->psql('appdb', $claim_and_list);
+is($out, "claimed\nlease:leased transaction:claimed", 'idem_keys_in_flight() in partitioned storage')
+	or diag($err);
+($ret, $out, $err) = $node->psql('appdb', q{SELECT idem_set_storage('partitioned', interval '1 hour')});
+is($out, 'partitioned: new partitions of 01:00:00', 'idem_set_storage(partitioned) when partitioned') or diag($err);
+($ret, $out, $err) = $node->psql('appdb', q{SELECT idem_set_storage('table')});
+like($out, qr/^table: \d+ live keys moved$/, 'idem_set_storage(table) from partitioned storage') or diag($err);
+is($node->safe_psql('appdb', q{SELECT count(*) FROM pg_inherits
+	WHERE inhparent = 'idempotency_keys_partitioned'::regclass}), '1', 'only the default partition is left');
+($ret, $out, $err) = $node->psql('appdb', $claim_and_list);
+is($out, "claimed\nlease:leased transaction:claimed", 'idem_keys_in_flight() in table storage') or diag($err);
+($ret, $out, $err) = $node->psql('appdb', q{SELECT idem_set_storage('table')});
+is($out, 'table: already', 'idem_set_storage(table) when in table storage') or diag($err);
+($ret, $out, $err) = $node->psql('appdb', q{SELECT idem_set_storage('partitioned', interval '1 hour')});
+like($out, qr/^partitioned: \d+ live keys moved, partitions of 01:00:00$/,
+	'idem_set_storage(partitioned) from table storage') or diag($err);
+cmp_ok($node->safe_psql('appdb', q{SELECT count(*) FROM pg_inherits
+	WHERE inhparent = 'idempotency_keys_partitioned'::regclass}), '>=', 7, 'the partitions are made again');
+is($node->safe_psql('appdb', q{SELECT count(*) FROM idempotency_keys_partitioned WHERE key = 'leased'}), '1',
+	'the lease moved with the storage');
+
 is($node->safe_psql('appdb', 'SELECT count(*) FROM public.overload_calls'), '0', 'no overload ever ran');
 is($node->log_lines($log_from, qr/42725|is not unique/), 0, 'no call was ambiguous');
 
-$node->safe_psql('postgres', q{ALTER SYSTEM SET idempotency.databases = ''; SELECT pg_reload_conf()});
 is($node->log_lines(0, qr/terminated by signal|PANIC/), 0, 'no process crashed');
 $node->stop;
 done_testing();
