@@ -270,6 +270,23 @@ func (g *Guard) handle(passthrough http.Handler, h TxHandlerFunc) http.Handler {
 }
 
 func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
+	key, refused := g.ReadKey(r)
+	if refused == nil {
+		var raw []byte
+		if raw, refused = g.ReadBody(r); refused == nil && !ValidRequestBody(raw) {
+			refused = g.badBody()
+		}
+		if refused == nil {
+			g.run(w, r, key, raw, h)
+			return
+		}
+	}
+	refused.Write(w)
+}
+
+// ReadKey parses the request's Idempotency-Key (ParseKey); a non-nil Response is the 400 problem+json to answer
+// instead.
+func (g *Guard) ReadKey(r *http.Request) (string, *Response) {
 	key, err := ParseKey(r.Header.Values("Idempotency-Key"))
 	if err != nil {
 		ke := err.(*KeyError)
@@ -277,27 +294,41 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 		if ke.Missing {
 			title = "Idempotency-Key required"
 		}
-		g.problem(http.StatusBadRequest, ke.Slug(), title, ke.Reason).Write(w)
-		return
+		return "", g.problem(http.StatusBadRequest, ke.Slug(), title, ke.Reason)
 	}
-	if r.ContentLength > g.opts.MaxBodyBytes {
-		// Refused unread: the server closes the connection rather than drain a body this size.
-		g.tooLarge().Write(w)
-		return
+	return key, nil
+}
+
+// ReadBody reads the request body whole, as the Guard does before any claim. A non-nil Response is the answer
+// that ends the request there, nothing claimed: 413 for a Content-Length over Options.MaxBodyBytes (refused
+// unread) or a body that passes the limit (cut off there), 400 for a body that did not arrive whole (a failed
+// read, or fewer bytes than its Content-Length: the client hung up). Each refusal closes the connection, so the
+// server reads no more of the body.
+func (g *Guard) ReadBody(r *http.Request) ([]byte, *Response) {
+	var refused *Response
+	raw, err := []byte(nil), error(nil)
+	if r.ContentLength <= g.opts.MaxBodyBytes {
+		raw, err = io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
-	if err != nil {
-		g.problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body", err.Error()).Write(w)
-		return
+	switch {
+	case r.ContentLength > g.opts.MaxBodyBytes || int64(len(raw)) > g.opts.MaxBodyBytes:
+		refused = g.problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
+			fmt.Sprintf("the request body is over %d bytes (Options.MaxBodyBytes)", g.opts.MaxBodyBytes))
+	case err == nil && int64(len(raw)) < r.ContentLength:
+		err = fmt.Errorf("%d bytes of a body of %d (Content-Length)", len(raw), r.ContentLength)
+		fallthrough
+	case err != nil:
+		refused = g.problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body",
+			"the request body did not arrive whole: "+err.Error())
+	default:
+		return raw, nil
 	}
-	if int64(len(raw)) > g.opts.MaxBodyBytes {
-		g.tooLarge().Write(w)
-		return
-	}
-	if !ValidRequestBody(raw) {
-		g.badBody().Write(w)
-		return
-	}
+	refused.Header.Set("Connection", "close")
+	return nil, refused
+}
+
+// run runs the attempts of a request whose key and body were read: the transaction, again after 40001/40P01.
+func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []byte, h TxHandlerFunc) {
 	scope := ""
 	if g.opts.Scope != nil {
 		scope = g.opts.Scope(r)
@@ -344,11 +375,6 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 		}
 		return
 	}
-}
-
-func (g *Guard) tooLarge() *Response {
-	return g.problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
-		fmt.Sprintf("the request body is over %d bytes (Options.MaxBodyBytes)", g.opts.MaxBodyBytes))
 }
 
 func (g *Guard) badBody() *Response {
