@@ -198,7 +198,7 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 			case err != nil:
 				_ = c.Error(err)
 			case thrown != 0:
-				_ = c.AbortWithError(thrown, errors.New("thrown by the handler"))
+				_ = c.AbortWithError(thrown, errors.New("thrown by the handler")).SetType(gin.ErrorTypePublic)
 			}
 		}))
 		return r, nil

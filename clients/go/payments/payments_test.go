@@ -164,7 +164,8 @@ func TestUnknownFramework(t *testing.T) {
 }
 
 // X-Fault throw-422 / throw-502: each framework's own HTTP error raised after the ledger insert. The 422 is sent,
-// stored and replayed byte for byte with the debit kept; the 502 is sent and rolled back. Never a 200.
+// stored and replayed byte for byte with the debit kept; the 502 is sent and rolled back. Never a 200, and in
+// every framework the same problem+json (type http-422, http-502).
 func TestThrownErrorsEveryFramework(t *testing.T) {
 	for _, fw := range Frameworks {
 		t.Run(fw, func(t *testing.T) {
@@ -175,8 +176,8 @@ func TestThrownErrorsEveryFramework(t *testing.T) {
 			auth := "Bearer " + account
 			first := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": "throw-422"})
 			second := c.post("/payments", auth, ptr(key), body, nil)
-			if first.Status != 422 || second.Status != 422 || second.Header.Get("Idempotent-Replayed") != "true" ||
-				second.Body != first.Body {
+			if first.Status != 422 || first.ProblemType() != "http-422" || second.Status != 422 ||
+				second.Header.Get("Idempotent-Replayed") != "true" || second.Body != first.Body {
 				t.Fatalf("throw-422: first %+v, replay %+v", first, second)
 			}
 			if n := testdb.LedgerRows(t, pool, account); n != 1 {
@@ -184,7 +185,7 @@ func TestThrownErrorsEveryFramework(t *testing.T) {
 			}
 			account = testdb.Unique("acct_")
 			auth = "Bearer " + account
-			if r := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": "throw-502"}); r.Status != 502 {
+			if r := c.post("/payments", auth, ptr(key), body, map[string]string{"X-Fault": "throw-502"}); r.Status != 502 || r.ProblemType() != "http-502" {
 				t.Fatalf("throw-502: %+v", r)
 			}
 			if n := testdb.LedgerRows(t, pool, account); n != 0 {
