@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"regexp"
@@ -126,9 +127,9 @@ func NewHandler(db idempotency.DB, cfg Config) (http.Handler, error) {
 	})))
 	mux.Handle("/payments", onlyMethod(http.MethodPost, authenticate(payments)))
 	if pool, ok := db.(*pgxpool.Pool); ok {
-		mux.Handle("/rides", onlyMethod(http.MethodPost, authenticate(s.ridesHandler(pool))))
+		mux.Handle("/rides", onlyMethod(http.MethodPost, authenticate(s.ridesHandler(pool, guard))))
 	}
-	mux.Handle("/payments-unprotected", onlyMethod(http.MethodPost, authenticate(http.HandlerFunc(s.unprotected))))
+	mux.Handle("/payments-unprotected", onlyMethod(http.MethodPost, authenticate(s.unprotected(guard))))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, "not-found", "Not Found", r.URL.Path+" is not a resource here").Write(w)
 	}))
@@ -257,8 +258,7 @@ func (s *service) createPayment(w http.ResponseWriter, r *http.Request, tx pgx.T
 	}
 	if !idempotency.ValidRequestBody(body.Bytes()) {
 		idempotency.NotExecuted(ctx)
-		problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body",
-			"the request body is not JSON").Write(w)
+		notJSON().Write(w)
 		return 0, nil
 	}
 	amount, currency, detail := validate(body.Bytes())
@@ -302,41 +302,35 @@ VALUES ($1::text, $2::bigint, $3::text, $4::text) RETURNING id`, account, -amoun
 	return 0, nil
 }
 
-// unprotected runs the same handler in one transaction without the idempotency middleware.
-func (s *service) unprotected(w http.ResponseWriter, r *http.Request) {
-	const maxRetries = 3
-	var body bytes.Buffer
-	if r.ContentLength > MaxBodyBytes {
-		tooLarge().Write(w)
-		return
-	}
-	if _, err := body.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			tooLarge().Write(w)
+// unprotected runs the same handler in one transaction without the idempotency middleware (the body read as the
+// Guard reads it).
+func (s *service) unprotected(guard *idempotency.Guard) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		const maxRetries = 3
+		body, refused := guard.ReadBody(r)
+		if refused != nil {
+			refused.Write(w)
 			return
 		}
-		problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body", err.Error()).Write(w)
-		return
-	}
-	for attempt := 0; ; attempt++ {
-		resp, err := s.unprotectedAttempt(r, body.Bytes())
-		if err == nil {
-			resp.Write(w)
+		for attempt := 0; ; attempt++ {
+			resp, err := s.unprotectedAttempt(r, body)
+			if err == nil {
+				resp.Write(w)
+				return
+			}
+			if idempotency.IsRetryable(err) && attempt < maxRetries {
+				continue
+			}
+			var pe *idempotency.PanicError
+			if errors.As(err, &pe) && pe.Value == http.ErrAbortHandler {
+				panic(pe.Value)
+			}
+			s.cfg.Logger.Printf("payments-unprotected: %v (rolled back)", err)
+			problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+				"the request failed and was rolled back").Write(w)
 			return
 		}
-		if idempotency.IsRetryable(err) && attempt < maxRetries {
-			continue
-		}
-		var pe *idempotency.PanicError
-		if errors.As(err, &pe) && pe.Value == http.ErrAbortHandler {
-			panic(pe.Value)
-		}
-		s.cfg.Logger.Printf("payments-unprotected: %v (rolled back)", err)
-		problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
-			"the request failed and was rolled back").Write(w)
-		return
-	}
+	})
 }
 
 func (s *service) unprotectedAttempt(r *http.Request, body []byte) (resp *idempotency.Response, err error) {
@@ -348,10 +342,7 @@ func (s *service) unprotectedAttempt(r *http.Request, body []byte) (resp *idempo
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	rec := idempotency.NewRecorder()
 	hr := r.Clone(ctx)
-	hr.Body = http.NoBody
-	if len(body) > 0 {
-		hr.Body = readCloser{bytes.NewReader(body)}
-	}
+	hr.Body = io.NopCloser(bytes.NewReader(body))
 	handler := func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
 		thrown, err := s.createPayment(w, r, tx)
 		if thrown != 0 {
@@ -369,11 +360,6 @@ func (s *service) unprotectedAttempt(r *http.Request, body []byte) (resp *idempo
 	return resp, tx.Commit(ctx)
 }
 
-func tooLarge() *idempotency.Response {
-	return problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
-		fmt.Sprintf("the request body is over %d bytes", MaxBodyBytes))
+func notJSON() *idempotency.Response {
+	return problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body", "the request body is not JSON")
 }
-
-type readCloser struct{ *bytes.Reader }
-
-func (readCloser) Close() error { return nil }
