@@ -212,6 +212,10 @@ type service struct {
 	cfg Config
 }
 
+// MaxAmountCents is the largest amount_cents (CONTRACT.md): 2^53 - 1, the largest integer every JSON parser holds
+// exactly (I-JSON, RFC 7493), so every client answers the same amount the same way.
+const MaxAmountCents = 1<<53 - 1
+
 type paymentRequest struct {
 	AmountCents json.RawMessage `json:"amount_cents"`
 	Currency    json.RawMessage `json:"currency"`
@@ -231,8 +235,8 @@ func validate(body []byte) (int64, string, string) {
 		return 0, "", "the body must be a JSON object {\"amount_cents\": <integer > 0>, \"currency\": \"<ISO 4217>\"}"
 	}
 	amount, err := strconv.ParseInt(string(bytes.TrimSpace(req.AmountCents)), 10, 64)
-	if err != nil || amount <= 0 {
-		return 0, "", "amount_cents must be an integer greater than 0"
+	if err != nil || amount <= 0 || amount > MaxAmountCents {
+		return 0, "", "amount_cents must be an integer from 1 to 9007199254740991"
 	}
 	var currency string
 	if json.Unmarshal(req.Currency, &currency) != nil || !currencyRE.MatchString(currency) {

@@ -27,7 +27,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{`{"amount_cents": 10000, "currency": "USD"}`, 10000, "USD", true},
 		{`{"currency": "EUR", "amount_cents": 1}`, 1, "EUR", true},
-		{`{"amount_cents": 9223372036854775807, "currency": "JPY"}`, 9223372036854775807, "JPY", true},
+		{`{"amount_cents": 9007199254740991, "currency": "JPY"}`, 9007199254740991, "JPY", true},
+		{`{"amount_cents": 9007199254740992, "currency": "JPY"}`, 0, "", false},
 		{`{"amount_cents": 0, "currency": "USD"}`, 0, "", false},
 		{`{"amount_cents": -5, "currency": "USD"}`, 0, "", false},
 		{`{"amount_cents": 1.5, "currency": "USD"}`, 0, "", false},
