@@ -207,19 +207,11 @@ def test_503_is_not_cached(client, db, account):
     assert stored(db, account, key) == [(201,)]
 
 
-def test_quoted_and_bare_key_are_the_same(client, db, account):
+@pytest.mark.parametrize("first,then", [('"{}"', "{}"), ("{}", '"{}"')], ids=["quoted-then-bare", "bare-then-quoted"])
+def test_quoted_and_bare_key_are_the_same(client, db, account, first, then):
     key = new_key()
-    a = client.pay(f'"{key}"')
-    b1 = assert_created(a, account)
-    b = client.pay(key)
-    assert assert_created(b, account, replayed=True) == b1
-    assert len(debits(db, account, key)) == 1
-
-
-def test_bare_then_quoted_key(client, db, account):
-    key = new_key()
-    b1 = assert_created(client.pay(key), account)
-    assert assert_created(client.pay(f'"{key}"'), account, replayed=True) == b1
+    b1 = assert_created(client.pay(first.format(key)), account)
+    assert assert_created(client.pay(then.format(key)), account, replayed=True) == b1
     assert len(debits(db, account, key)) == 1
 
 
@@ -295,10 +287,8 @@ def test_not_json_is_400_and_key_not_consumed(client, db, account):
     assert_created(client.pay(key), account, replayed=False)
 
 
-INVALID_BODIES = {"zero": {"amount_cents": 0, "currency": "EUR"}, "negative": {"amount_cents": -5, "currency": "EUR"},
-                  "lowercase-currency": {"amount_cents": 100, "currency": "eur"},
-                  "string-amount": {"amount_cents": "100", "currency": "EUR"},
-                  "fraction": {"amount_cents": 1.5, "currency": "EUR"}, "no-amount": {"currency": "EUR"}}
+# (the answer to every kind of invalid body: CORPUS below)
+INVALID_BODIES = {"zero": {"amount_cents": 0, "currency": "EUR"}, "lowercase-currency": {"amount_cents": 100, "currency": "eur"}}
 
 
 def test_key_order_and_whitespace_do_not_change_the_fingerprint(client, db, account):

@@ -307,62 +307,46 @@ VALUES ($1::text, $2::bigint, $3::text, $4::text) RETURNING id`, account, -amoun
 }
 
 // unprotected runs the same handler in one transaction without the idempotency middleware (the body read as the
-// Guard reads it).
+// Guard reads it): the benchmark's baseline. A 5xx rolls back; 40001/40P01 runs the transaction again.
 func (s *service) unprotected(guard *idempotency.Guard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		const maxRetries = 3
 		body, refused := guard.ReadBody(r)
-		if refused != nil {
-			refused.Write(w)
-			return
+		for attempt := 0; refused == nil; attempt++ {
+			rec := idempotency.NewRecorder()
+			hr := r.Clone(r.Context())
+			hr.Body = io.NopCloser(bytes.NewReader(body))
+			err := func() error {
+				tx, err := s.db.BeginTx(r.Context(), pgx.TxOptions{})
+				if err != nil {
+					return err
+				}
+				defer func() { _ = tx.Rollback(context.Background()) }()
+				thrown, err := s.createPayment(rec, hr, tx)
+				if thrown != 0 {
+					problem(thrown, "http-"+strconv.Itoa(thrown), http.StatusText(thrown), "thrown by the handler").Write(rec)
+				}
+				if err == nil && rec.Response().Status >= 500 {
+					return errRolledBack
+				} else if err != nil {
+					return err
+				}
+				return tx.Commit(r.Context())
+			}()
+			switch {
+			case err == nil || errors.Is(err, errRolledBack):
+				refused = rec.Response()
+			case idempotency.IsRetryable(err) && attempt < 3:
+			default:
+				s.cfg.Logger.Printf("payments-unprotected: %v (rolled back)", err)
+				refused = problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+					"the request failed and was rolled back")
+			}
 		}
-		for attempt := 0; ; attempt++ {
-			resp, err := s.unprotectedAttempt(r, body)
-			if err == nil {
-				resp.Write(w)
-				return
-			}
-			if idempotency.IsRetryable(err) && attempt < maxRetries {
-				continue
-			}
-			var pe *idempotency.PanicError
-			if errors.As(err, &pe) && pe.Value == http.ErrAbortHandler {
-				panic(pe.Value)
-			}
-			s.cfg.Logger.Printf("payments-unprotected: %v (rolled back)", err)
-			problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
-				"the request failed and was rolled back").Write(w)
-			return
-		}
+		refused.Write(w)
 	})
 }
 
-func (s *service) unprotectedAttempt(r *http.Request, body []byte) (resp *idempotency.Response, err error) {
-	ctx := r.Context()
-	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	rec := idempotency.NewRecorder()
-	hr := r.Clone(ctx)
-	hr.Body = io.NopCloser(bytes.NewReader(body))
-	handler := func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
-		thrown, err := s.createPayment(w, r, tx)
-		if thrown != 0 {
-			problem(thrown, "http-"+strconv.Itoa(thrown), http.StatusText(thrown), "thrown by the handler").Write(w)
-		}
-		return err
-	}
-	if err := idempotency.CallHandler(handler, rec, hr, tx); err != nil {
-		return nil, err
-	}
-	resp = rec.Response()
-	if resp.Status >= 500 {
-		return resp, nil
-	}
-	return resp, tx.Commit(ctx)
-}
+var errRolledBack = errors.New("a 5xx answer: rolled back")
 
 func notJSON() *idempotency.Response {
 	return problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body", "the request body is not JSON")
