@@ -27,6 +27,9 @@ CREATE TABLE @extschema@.idempotency_keys (
     lease_token      uuid,
     recovery_point   text,
     recovery_state   jsonb,
+    -- 1.3 (issue 30): a response stored as the bytes sent, with its content type (response_body stays NULL)
+    response_content_type text,
+    response_bytes   bytea,
     -- key first: it tells rows apart at the first column, where scope ('' for
     -- most callers) would make every index comparison look at both columns.
     CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key, scope)
@@ -299,3 +302,64 @@ COMMENT ON SEQUENCE @extschema@.idempotency_fencing_numbers IS
 REVOKE ALL ON FUNCTION @extschema@.idem_stats_read() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_read() TO pg_monitor;
 GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
+
+
+-- The lean request (issue 30)
+-- A response stored as the bytes the handler sent, with its content type; the claim and completion take the
+-- request's and response's parts, so a client sends two statements of one value each and no jsonb is built.
+COMMENT ON COLUMN @extschema@.idempotency_keys.response_content_type IS
+    'The stored response''s Content-Type, when idem_complete_request stored it.';
+COMMENT ON COLUMN @extschema@.idempotency_keys.response_bytes IS
+    'The stored response body as the bytes sent (idem_complete_request); NULL when stored as jsonb or without body.';
+COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.response_content_type IS
+    'The stored response''s Content-Type, when idem_complete_request stored it.';
+COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.response_bytes IS
+    'The stored response body as the bytes sent (idem_complete_request); NULL when stored as jsonb or without body.';
+
+CREATE TYPE @extschema@.idem_request_claim AS (
+    outcome      text,
+    http_status  integer,
+    content_type text,
+    headers      jsonb,
+    body         bytea);
+
+CREATE FUNCTION @extschema@.idem_fingerprint(
+    method text,
+    path text,
+    query text,
+    content_type text,
+    body bytea)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_fingerprint'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@.idem_claim_request(
+    key text,
+    scope text,
+    method text,
+    path text,
+    query text,
+    content_type text,
+    body bytea,
+    ttl interval DEFAULT NULL)
+RETURNS @extschema@.idem_request_claim
+AS 'MODULE_PATHNAME', 'idem_claim_request'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_complete_request(
+    key text,
+    scope text,
+    http_status integer,
+    content_type text,
+    headers jsonb,
+    body bytea)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_complete_request'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_fingerprint(text, text, text, text, bytea) IS
+    'The request fingerprint: 1.2''s idem_hash(jsonb_build_object(method, path, body)) for a JSON body without query; see the README.';
+COMMENT ON FUNCTION @extschema@.idem_claim_request(text, text, text, text, text, text, bytea, interval) IS
+    'idem_claim with the fingerprint computed from the request''s parts; a replay returns the stored bytes.';
+COMMENT ON FUNCTION @extschema@.idem_complete_request(text, text, integer, text, jsonb, bytea) IS
+    'Stores the response of a claimed key as the bytes sent, with its content type; a 5xx releases the key and returns false.';

@@ -14,6 +14,9 @@
 
 #include "guc.h"
 #include "claim.h"
+#include "fingerprint.h"
+#include "mb/pg_wchar.h"
+#include "utils/jsonb.h"
 #include "key_lock.h"
 #include "lock_timeout.h"
 #include "key_store.h"
@@ -165,6 +168,11 @@ claim_outcome_columns(IdemClaimOutcome outcome, const KeyRow *stored, TimestampT
 			nulls[CLAIM_COL_HTTP_STATUS] = stored->http_status_null;
 			values[CLAIM_COL_RESPONSE_BODY] = stored->body;
 			nulls[CLAIM_COL_RESPONSE_BODY] = stored->body_null;
+			/* A response stored as bytes (1.3): its body as jsonb when it is JSON, else none. */
+			if (stored->body_null && !stored->bytes_null)
+				values[CLAIM_COL_RESPONSE_BODY] =
+					response_bytes_as_jsonb(stored->content_type, stored->content_type_null, stored->bytes,
+											&nulls[CLAIM_COL_RESPONSE_BODY]);
 			values[CLAIM_COL_RESPONSE_HEADERS] = stored->headers;
 			nulls[CLAIM_COL_RESPONSE_HEADERS] = stored->headers_null;
 			values[CLAIM_COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
@@ -419,4 +427,139 @@ Datum
 idem_claim_wait(PG_FUNCTION_ARGS)
 {
 	return claim_transactional(fcinfo, &claim_wait_args);
+}
+
+/*
+ * idem_claim_request(key, scope, method, path, query, content_type, body, ttl): the transactional claim of
+ * idem_claim with the request's fingerprint computed here (1.3, issue 30), answering one idem_request_claim
+ * value: outcome, http_status, content_type, headers, body (bytea). A replay returns the stored bytes; a
+ * response stored as jsonb (1.0-1.2) comes back as the UTF-8 bytes of its jsonb text.
+ */
+PG_FUNCTION_INFO_V1(idem_claim_request);
+
+enum
+{
+	REQUEST_ARG_KEY,
+	REQUEST_ARG_SCOPE,
+	REQUEST_ARG_METHOD,
+	REQUEST_ARG_PATH,
+	REQUEST_ARG_QUERY,
+	REQUEST_ARG_CONTENT_TYPE,
+	REQUEST_ARG_BODY,
+	REQUEST_ARG_TTL
+};
+
+static const RequestArgs claim_request_args = {
+	.method = REQUEST_ARG_METHOD, .path = REQUEST_ARG_PATH, .query = REQUEST_ARG_QUERY,
+	.content_type = REQUEST_ARG_CONTENT_TYPE, .body = REQUEST_ARG_BODY
+};
+
+enum
+{
+	REQUEST_COL_OUTCOME,
+	REQUEST_COL_HTTP_STATUS,
+	REQUEST_COL_CONTENT_TYPE,
+	REQUEST_COL_HEADERS,
+	REQUEST_COL_BODY,
+	REQUEST_COLUMNS
+};
+
+/* The blessed idem_request_claim row type, built once per backend. */
+static TupleDesc
+request_claim_desc(FunctionCallInfo fcinfo)
+{
+	static TupleDesc desc = NULL;
+	static Oid	desc_function = InvalidOid;
+	TupleDesc	built;
+	MemoryContext old;
+
+	if (desc != NULL && desc_function == fcinfo->flinfo->fn_oid)
+		return desc;
+	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE || built->natts != REQUEST_COLUMNS)
+		elog(ERROR, "idempotency: idem_claim_request must return idem_request_claim");
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	desc = BlessTupleDesc(CreateTupleDescCopy(built));
+	MemoryContextSwitchTo(old);
+	desc_function = fcinfo->flinfo->fn_oid;
+	return desc;
+}
+
+/* A jsonb body of 1.0-1.2 as the bytes of its text, in UTF-8. */
+static bytea *
+jsonb_body_as_bytes(Datum body)
+{
+	Jsonb	   *jb = DatumGetJsonbP(body);
+	char	   *text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+	char	   *utf8 = pg_server_to_any(text, strlen(text), PG_UTF8);
+	size_t		len = strlen(utf8);
+	bytea	   *result = palloc(VARHDRSZ + len);
+
+	SET_VARSIZE(result, VARHDRSZ + len);
+	memcpy(VARDATA(result), utf8, len);
+	return result;
+}
+
+Datum
+idem_claim_request(PG_FUNCTION_ARGS)
+{
+	KeyRef		ref;
+	uint8		identity[IDEM_SHA256_BYTES];
+	uint8		request_hash[IDEM_SHA256_BYTES];
+	ClaimAttempt attempt;
+	TxnClaim	claim;
+	TimestampTz expires_at;
+	Datum		values[REQUEST_COLUMNS] = {0};
+	bool		nulls[REQUEST_COLUMNS] = {true, true, true, true, true};
+
+	ref.extension_function = fcinfo->flinfo->fn_oid;
+	ref.key = arg_text_required(fcinfo, REQUEST_ARG_KEY, "key");
+	ref.scope = arg_text_required(fcinfo, REQUEST_ARG_SCOPE, "scope");
+	key_identity_from_args(ref.scope, ref.key, identity);
+	request_fingerprint(fcinfo, &claim_request_args, request_hash);
+	expires_at = claim_expiry(fcinfo, REQUEST_ARG_TTL);
+	PreventCommandIfReadOnly("idem_claim_request()");
+	PreventCommandDuringRecovery("idem_claim_request()");
+
+	claim_attempt(&ref, identity, request_hash, 0, &attempt);
+	values[REQUEST_COL_OUTCOME] = CStringGetTextDatum(idem_core_outcome_name(attempt.outcome));
+	nulls[REQUEST_COL_OUTCOME] = false;
+	switch (attempt.outcome)
+	{
+		case IDEM_OUTCOME_CLAIMED:
+			claim.state = TXN_CLAIM_HELD;
+			memcpy(claim.request_hash, request_hash, IDEM_SHA256_BYTES);
+			claim.expires_at = expires_at;
+			claim.replaces_expired_row = attempt.row.found;
+			txn_claims_record_claim(identity, ref.scope, ref.key, &claim);
+			break;
+		case IDEM_OUTCOME_REPLAY:
+			values[REQUEST_COL_HTTP_STATUS] = Int32GetDatum(attempt.row.http_status);
+			nulls[REQUEST_COL_HTTP_STATUS] = attempt.row.http_status_null;
+			values[REQUEST_COL_CONTENT_TYPE] = attempt.row.content_type;
+			nulls[REQUEST_COL_CONTENT_TYPE] = attempt.row.content_type_null;
+			values[REQUEST_COL_HEADERS] = attempt.row.headers;
+			nulls[REQUEST_COL_HEADERS] = attempt.row.headers_null;
+			if (!attempt.row.bytes_null)
+			{
+				values[REQUEST_COL_BODY] = attempt.row.bytes;
+				nulls[REQUEST_COL_BODY] = false;
+			}
+			else if (!attempt.row.body_null)
+			{
+				values[REQUEST_COL_BODY] = PointerGetDatum(jsonb_body_as_bytes(attempt.row.body));
+				nulls[REQUEST_COL_BODY] = false;
+			}
+			break;
+		case IDEM_OUTCOME_MISMATCH:
+			values[REQUEST_COL_HTTP_STATUS] = Int32GetDatum(idem_mismatch_status);
+			nulls[REQUEST_COL_HTTP_STATUS] = false;
+			break;
+		case IDEM_OUTCOME_IN_PROGRESS:
+			values[REQUEST_COL_HTTP_STATUS] = Int32GetDatum(409);
+			nulls[REQUEST_COL_HTTP_STATUS] = false;
+			break;
+		default:
+			elog(ERROR, "idempotency: outcome %s is not an answer", idem_core_outcome_name(attempt.outcome));
+	}
+	return HeapTupleGetDatum(heap_form_tuple(request_claim_desc(fcinfo), values, nulls));
 }

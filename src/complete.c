@@ -83,6 +83,8 @@ response_from_args(FunctionCallInfo fcinfo, int status_argno, int body_argno, in
 	response->body = response->body_null ? (Datum) 0 : PG_GETARG_DATUM(body_argno);
 	response->headers_null = PG_ARGISNULL(headers_argno);
 	response->headers = response->headers_null ? (Datum) 0 : PG_GETARG_DATUM(headers_argno);
+	response->content_type_null = response->bytes_null = true;
+	response->content_type = response->bytes = (Datum) 0;
 	if (!response->headers_null &&
 		!JB_ROOT_IS_OBJECT(DatumGetJsonbP(response->headers)))
 		ereport(ERROR,
@@ -180,5 +182,96 @@ idem_release(PG_FUNCTION_ARGS)
 	claim.state = TXN_CLAIM_RELEASED;
 	txn_claims_record(identity, &claim);
 	stats_count(IDEM_COUNT_RELEASES, 1);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * idem_complete_request(key, scope, http_status, content_type, headers, body bytea) (1.3, issue 30): stores
+ * the response of the key this transaction claimed as the bytes sent, with its content type, parsing nothing
+ * but the headers' jsonb; a 5xx releases the key and returns false, as idem_complete.
+ */
+PG_FUNCTION_INFO_V1(idem_complete_request);
+
+enum
+{
+	COMPLETE_REQUEST_ARG_KEY,
+	COMPLETE_REQUEST_ARG_SCOPE,
+	COMPLETE_REQUEST_ARG_HTTP_STATUS,
+	COMPLETE_REQUEST_ARG_CONTENT_TYPE,
+	COMPLETE_REQUEST_ARG_HEADERS,
+	COMPLETE_REQUEST_ARG_BODY
+};
+
+Datum
+idem_complete_request(PG_FUNCTION_ARGS)
+{
+	KeyRef		ref;
+	uint8		identity[IDEM_SHA256_BYTES];
+	TxnClaim	claim;
+	KeyWrite	row;
+	ResponseToStore *response = &row.response;
+	IdemCompletion decision;
+	uint64		response_bytes;
+
+	ref.extension_function = fcinfo->flinfo->fn_oid;
+	ref.key = arg_text_required(fcinfo, COMPLETE_REQUEST_ARG_KEY, "key");
+	ref.scope = arg_text_required(fcinfo, COMPLETE_REQUEST_ARG_SCOPE, "scope");
+	arg_require_not_null(fcinfo, COMPLETE_REQUEST_ARG_HTTP_STATUS, "http_status");
+	key_identity_from_args(ref.scope, ref.key, identity);
+
+	response->http_status = PG_GETARG_INT32(COMPLETE_REQUEST_ARG_HTTP_STATUS);
+	response->body_null = true;
+	response->body = (Datum) 0;
+	response->headers_null = PG_ARGISNULL(COMPLETE_REQUEST_ARG_HEADERS);
+	response->headers = response->headers_null ? (Datum) 0 : PG_GETARG_DATUM(COMPLETE_REQUEST_ARG_HEADERS);
+	response->content_type_null = PG_ARGISNULL(COMPLETE_REQUEST_ARG_CONTENT_TYPE);
+	response->content_type = response->content_type_null ? (Datum) 0
+		: PointerGetDatum(PG_GETARG_TEXT_PP(COMPLETE_REQUEST_ARG_CONTENT_TYPE));
+	response->bytes_null = PG_ARGISNULL(COMPLETE_REQUEST_ARG_BODY);
+	response->bytes = response->bytes_null ? (Datum) 0 : PG_GETARG_DATUM(COMPLETE_REQUEST_ARG_BODY);
+	if (!response->headers_null && !JB_ROOT_IS_OBJECT(DatumGetJsonbP(response->headers)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency headers must be a JSON object")));
+	if (!response->content_type_null)
+	{
+		text	   *type = DatumGetTextPP(response->content_type);
+		const char *p = VARDATA_ANY(type);
+
+		/* Replayed as a header value: no CR, LF or other control character (a tab is allowed). */
+		for (size_t i = 0; i < VARSIZE_ANY_EXHDR(type); i++)
+			if (((unsigned char) p[i] < 0x20 && p[i] != '\t') || p[i] == 0x7f)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency content_type contains a control character")));
+	}
+	response_bytes = stored_size(fcinfo, COMPLETE_REQUEST_ARG_BODY) +
+		stored_size(fcinfo, COMPLETE_REQUEST_ARG_HEADERS) + stored_size(fcinfo, COMPLETE_REQUEST_ARG_CONTENT_TYPE);
+	decision = idem_core_decide_completion(response->http_status, response_bytes,
+										   (uint64) idem_max_response_bytes);
+	if (decision == IDEM_COMPLETION_BAD_STATUS)
+		report_invalid_argument(IDEM_ARG_HTTP_STATUS, IDEM_ERR_STATUS_RANGE);
+	if (decision == IDEM_COMPLETION_TOO_LARGE)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("idempotency response of %llu bytes exceeds idempotency.max_response_bytes (%d)",
+						(unsigned long long) response_bytes, idem_max_response_bytes)));
+
+	claim = held_claim(identity, ref.key, "idem_complete_request");
+	if (decision == IDEM_COMPLETION_RELEASE)
+	{
+		claim.state = TXN_CLAIM_RELEASED;
+		txn_claims_record(identity, &claim);
+		stats_count(IDEM_COUNT_RELEASED_5XX, 1);
+		PG_RETURN_BOOL(false);
+	}
+	PreventCommandIfReadOnly("idem_complete_request()");
+	memcpy(row.request_hash, claim.request_hash, IDEM_SHA256_BYTES);
+	row.expires_at = claim.expires_at;
+	row.replaces_expired_row = claim.replaces_expired_row;
+	key_store_write(&ref, &row);
+	claim.state = TXN_CLAIM_COMPLETED;
+	txn_claims_record(identity, &claim);
+	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
 	PG_RETURN_BOOL(true);
 }

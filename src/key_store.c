@@ -31,6 +31,7 @@ static struct
 	Oid			table_oid;		/* InvalidOid: nothing remembered */
 	Oid			twin_oid;		/* idempotency_keys_partitioned */
 	bool		has_lease_columns;
+	bool		has_bytes_columns;
 	bool		mode_known;
 	bool		partitioned;
 } located;
@@ -63,6 +64,7 @@ locate_table(Oid namespace_oid)
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("idempotency: table idempotency_keys is missing from the extension's schema")));
 	located.has_lease_columns = get_attnum(table_oid, "lease_until") != InvalidAttrNumber;
+	located.has_bytes_columns = get_attnum(table_oid, "response_bytes") != InvalidAttrNumber;
 	located.twin_oid = get_relname_relid("idempotency_keys_partitioned", namespace_oid);
 	located.mode_known = false;
 	located.namespace_oid = namespace_oid;
@@ -104,6 +106,7 @@ open_key_table(Oid namespace_oid, KeyTable *table)
 	locate_table(namespace_oid);
 	table->namespace_oid = namespace_oid;
 	table->has_lease_columns = located.has_lease_columns;
+	table->has_bytes_columns = located.has_bytes_columns;
 	table->plain = relation_open(located.table_oid, AccessShareLock);
 	table->shell = NULL;
 	if (!located.mode_known)

@@ -55,6 +55,11 @@ typedef struct KeyRow
 	bool		recovery_point_null;
 	Datum		recovery_state;	/* jsonb */
 	bool		recovery_state_null;
+	/* 1.3: a response stored as the bytes sent (body stays NULL then) */
+	Datum		content_type;	/* text */
+	bool		content_type_null;
+	Datum		bytes;			/* bytea */
+	bool		bytes_null;
 } KeyRow;
 
 typedef struct ResponseToStore
@@ -64,6 +69,11 @@ typedef struct ResponseToStore
 	bool		body_null;
 	Datum		headers;
 	bool		headers_null;
+	/* 1.3: the body as bytes with its content type; body_null then (a table before 1.3 cannot take them) */
+	Datum		content_type;	/* text */
+	bool		content_type_null;
+	Datum		bytes;			/* bytea */
+	bool		bytes_null;
 } ResponseToStore;
 
 /* Looks a key up; out->found is false when no row exists. */

@@ -76,7 +76,7 @@ key_column_named(const char *name)
  * statement would store.
  */
 static void
-work_out_shape(Relation table, bool has_lease_columns)
+work_out_shape(Relation table, bool has_lease_columns, bool has_bytes_columns)
 {
 	static bool callback_registered = false;
 	TupleDesc	desc = RelationGetDescr(table);
@@ -113,7 +113,7 @@ work_out_shape(Relation table, bool has_lease_columns)
 	shape.readable = true;
 	for (int c = 0; c < KEY_COLUMNS; c++)
 		shape.readable &= (shape.attnums[c] != InvalidAttrNumber) ==
-			(c < KEY_COLUMNS_1_0 || has_lease_columns);
+			(c < KEY_COLUMNS_1_0 || (c < KEY_COLUMNS_1_2 ? has_lease_columns : has_bytes_columns));
 	shape.writable = shape.readable && !insert_would_differ;
 	shape.table = RelationGetRelid(table);
 }
@@ -127,7 +127,7 @@ fast_path_applies(const KeyTable *key_table, bool writing)
 	if (table->rd_rel->relkind != RELKIND_RELATION || table->rd_rel->relam != HEAP_TABLE_AM_OID)
 		return false;
 	if (shape.table != RelationGetRelid(table))
-		work_out_shape(table, key_table->has_lease_columns);
+		work_out_shape(table, key_table->has_lease_columns, key_table->has_bytes_columns);
 	if (!(writing ? shape.writable : shape.readable))
 		return false;
 	if (check_enable_rls(RelationGetRelid(table), InvalidOid, true) == RLS_ENABLED)
@@ -175,7 +175,8 @@ require_privilege(Relation table, AclMode mode)
 
 /* The row in the scan slot, deformed once, through the key store's one decoder. */
 static void
-read_row(TupleTableSlot *slot, bool has_lease_columns, KeyRow *out, MemoryContext context)
+read_row(TupleTableSlot *slot, bool has_lease_columns, bool has_bytes_columns, KeyRow *out,
+		 MemoryContext context)
 {
 	Datum		values[KEY_COLUMNS];
 	bool		nulls[KEY_COLUMNS];
@@ -191,7 +192,7 @@ read_row(TupleTableSlot *slot, bool has_lease_columns, KeyRow *out, MemoryContex
 		values[c] = attnum == InvalidAttrNumber ? (Datum) 0 : slot->tts_values[attnum - 1];
 		nulls[c] = attnum == InvalidAttrNumber || slot->tts_isnull[attnum - 1];
 	}
-	key_row_decode(values, nulls, has_lease_columns, out, context);
+	key_row_decode(values, nulls, has_lease_columns, has_bytes_columns, out, context);
 }
 
 bool
@@ -233,7 +234,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 	scan = idem_index_beginscan(table, index, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
-		read_row(slot, key_table->has_lease_columns, out, context);
+		read_row(slot, key_table->has_lease_columns, key_table->has_bytes_columns, out, context);
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
@@ -263,6 +264,11 @@ form_key_row(TupleDesc desc, const KeyRef *ref, const KeyWrite *row)
 	SET_COLUMN(KEY_COL_REQUEST_HASH, PointerGetDatum(hash), false);
 	SET_COLUMN(KEY_COL_RESPONSE_HEADERS, row->response.headers, row->response.headers_null);
 	SET_COLUMN(KEY_COL_RESPONSE_BODY, row->response.body, row->response.body_null);
+	if (shape.attnums[KEY_COL_RESPONSE_BYTES] != InvalidAttrNumber)
+	{
+		SET_COLUMN(KEY_COL_RESPONSE_CONTENT_TYPE, row->response.content_type, row->response.content_type_null);
+		SET_COLUMN(KEY_COL_RESPONSE_BYTES, row->response.bytes, row->response.bytes_null);
+	}
 #undef SET_COLUMN
 	return heap_form_tuple(desc, values, nulls);
 }

@@ -28,10 +28,18 @@ typedef enum KeyColumn
 	KEY_COL_LEASE_TOKEN,
 	KEY_COL_RECOVERY_POINT,
 	KEY_COL_RECOVERY_STATE,
+	/* added by the 1.3 update (issue 30): a response stored as bytes */
+	KEY_COL_RESPONSE_CONTENT_TYPE,
+	KEY_COL_RESPONSE_BYTES,
 	KEY_COLUMNS
 } KeyColumn;
 
 #define KEY_COLUMNS_1_0 KEY_COL_LEASE_UNTIL
+#define KEY_COLUMNS_1_2 KEY_COL_RESPONSE_CONTENT_TYPE
+
+/* How many of the columns, in KeyColumn order, a table has. */
+#define KEY_COLUMNS_OF(has_lease_columns, has_bytes_columns) \
+	((has_bytes_columns) ? KEY_COLUMNS : (has_lease_columns) ? KEY_COLUMNS_1_2 : KEY_COLUMNS_1_0)
 
 extern const char *const key_column_names[KEY_COLUMNS];
 extern const Oid key_column_types[KEY_COLUMNS];
@@ -45,6 +53,7 @@ typedef struct KeyTable
 	bool		partitioned;	/* the rows live in idempotency_keys_partitioned */
 	Oid			partitioned_oid;	/* idempotency_keys_partitioned, InvalidOid if missing */
 	bool		has_lease_columns;	/* the table is at 1.1 or later */
+	bool		has_bytes_columns;	/* the table is at 1.3 or later */
 } KeyTable;
 
 /*
@@ -52,7 +61,7 @@ typedef struct KeyTable
  * KeyColumn order (created_at, scope and key unused).
  */
 void		key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns,
-						   KeyRow *out, MemoryContext context);
+						   bool has_bytes_columns, KeyRow *out, MemoryContext context);
 
 /* The direct path (key_store_direct.c); false when it does not apply to this table and nothing was done. */
 bool		key_direct_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,

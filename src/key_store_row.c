@@ -10,12 +10,14 @@
 const char *const key_column_names[KEY_COLUMNS] = {
 	"expires_at", "created_at", "http_status", "scope", "key", "request_hash",
 	"response_headers", "response_body",
-	"lease_until", "lease_token", "recovery_point", "recovery_state"
+	"lease_until", "lease_token", "recovery_point", "recovery_state",
+	"response_content_type", "response_bytes"
 };
 
 const Oid	key_column_types[KEY_COLUMNS] = {
 	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, JSONBOID,
-	TIMESTAMPTZOID, UUIDOID, TEXTOID, JSONBOID
+	TIMESTAMPTZOID, UUIDOID, TEXTOID, JSONBOID,
+	TEXTOID, BYTEAOID
 };
 
 static Datum
@@ -32,8 +34,8 @@ copy_varlena(Datum value, bool isnull, MemoryContext context)
 }
 
 void
-key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns, KeyRow *out,
-			   MemoryContext context)
+key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns, bool has_bytes_columns,
+			   KeyRow *out, MemoryContext context)
 {
 	bytea	   *hash;
 
@@ -52,6 +54,16 @@ key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns, K
 	out->body = copy_varlena(values[KEY_COL_RESPONSE_BODY], out->body_null, context);
 	out->headers_null = nulls[KEY_COL_RESPONSE_HEADERS];
 	out->headers = copy_varlena(values[KEY_COL_RESPONSE_HEADERS], out->headers_null, context);
+
+	out->content_type_null = out->bytes_null = true;
+	if (has_bytes_columns)
+	{
+		out->content_type_null = nulls[KEY_COL_RESPONSE_CONTENT_TYPE];
+		out->content_type = copy_varlena(values[KEY_COL_RESPONSE_CONTENT_TYPE], out->content_type_null,
+										 context);
+		out->bytes_null = nulls[KEY_COL_RESPONSE_BYTES];
+		out->bytes = copy_varlena(values[KEY_COL_RESPONSE_BYTES], out->bytes_null, context);
+	}
 
 	out->recovery_point_null = out->recovery_state_null = true;
 	if (!has_lease_columns)

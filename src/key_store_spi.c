@@ -32,6 +32,7 @@ static struct
 	Oid			namespace_oid;
 	char		namespace_name[NAMEDATALEN];
 	bool		has_lease_columns;
+	bool		has_bytes_columns;
 	TablePlans	table;			/* idempotency_keys */
 	TablePlans	partitioned;	/* idempotency_keys_partitioned, generic plans */
 	TablePlans	partitioned_pruned; /* the same, planned per call: see plans_for() */
@@ -57,8 +58,13 @@ enum
 	WRITE_PARAM_REQUEST_HASH,
 	WRITE_PARAM_RESPONSE_HEADERS,
 	WRITE_PARAM_RESPONSE_BODY,
+	/* 1.3, only for a table with its columns */
+	WRITE_PARAM_RESPONSE_CONTENT_TYPE,
+	WRITE_PARAM_RESPONSE_BYTES,
 	WRITE_PARAMS
 };
+
+#define WRITE_PARAMS_1_2 WRITE_PARAM_RESPONSE_CONTENT_TYPE
 
 static Oid	write_param_types[WRITE_PARAMS] = {
 	[WRITE_PARAM_EXPIRES_AT] = TIMESTAMPTZOID,
@@ -68,7 +74,9 @@ static Oid	write_param_types[WRITE_PARAMS] = {
 	[WRITE_PARAM_KEY] = TEXTOID,
 	[WRITE_PARAM_REQUEST_HASH] = BYTEAOID,
 	[WRITE_PARAM_RESPONSE_HEADERS] = JSONBOID,
-	[WRITE_PARAM_RESPONSE_BODY] = JSONBOID
+	[WRITE_PARAM_RESPONSE_BODY] = JSONBOID,
+	[WRITE_PARAM_RESPONSE_CONTENT_TYPE] = TEXTOID,
+	[WRITE_PARAM_RESPONSE_BYTES] = BYTEAOID
 };
 
 /*
@@ -174,7 +182,8 @@ static const char *const lease_change_sets[LEASE_CHANGES] = {
 };
 
 static void
-prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options)
+prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options,
+					bool has_bytes_columns)
 {
 	/* Every change's first parameters name the key and the holder. */
 #define HOLDER_PARAM_TYPES \
@@ -203,12 +212,13 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		"UPDATE %s SET"
 		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $1) ELSE $1 END,"
 		" created_at = CASE WHEN $8 THEN created_at ELSE $2 END,"
-		" request_hash = $5, http_status = NULL, response_body = NULL, response_headers = NULL,"
+		" request_hash = $5, http_status = NULL, response_body = NULL, response_headers = NULL,%s"
 		" lease_until = $6, lease_token = $7,"
 		" recovery_point = CASE WHEN $8 THEN recovery_point END,"
 		" recovery_state = CASE WHEN $8 THEN recovery_state END"
 		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s RETURNING expires_at",
-		qualified, live_only), LEASE_PARAMS, lease_param_types, plan_options);
+		qualified, has_bytes_columns ? " response_content_type = NULL, response_bytes = NULL," : "",
+		live_only), LEASE_PARAMS, lease_param_types, plan_options);
 	/*
 	 * Only the key's live row can be changed: in partitioned storage an expired
 	 * row stays beside the re-claimed key's new one until the sweep, and its
@@ -238,7 +248,7 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
  */
 static void
 prepare_table_plans(TablePlans *table, const char *schema, const char *relname, bool partitioned,
-					bool custom_plan, bool has_lease_columns)
+					bool custom_plan, bool has_lease_columns, bool has_bytes_columns)
 {
 	const char *qualified = psprintf("%s.%s", schema, relname);
 	Oid			lookup_types[LOOKUP_PARAMS] = {
@@ -252,7 +262,7 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 	StringInfoData columns;
 
 	initStringInfo(&columns);
-	for (int c = 0; c < (has_lease_columns ? KEY_COLUMNS : KEY_COLUMNS_1_0); c++)
+	for (int c = 0; c < KEY_COLUMNS_OF(has_lease_columns, has_bytes_columns); c++)
 		appendStringInfo(&columns, "%s%s", c > 0 ? ", " : "", key_column_names[c]);
 
 	table->lookup = prepare_plan(psprintf(
@@ -262,21 +272,24 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		partitioned ? LOOKUP_PARAMS : LOOKUP_PARAM_LIVE_AFTER, lookup_types, plan_options);
 	table->insert = prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
-		" response_headers, response_body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-		qualified), WRITE_PARAMS, write_param_types);
+		" response_headers, response_body%s) VALUES ($1, $2, $3, $4, $5, $6, $7, $8%s)",
+		qualified, has_bytes_columns ? ", response_content_type, response_bytes" : "",
+		has_bytes_columns ? ", $9, $10" : ""),
+		has_bytes_columns ? WRITE_PARAMS : WRITE_PARAMS_1_2, write_param_types);
 	table->replace = prepare_plan(psprintf(
 		"UPDATE %s SET expires_at = $1, created_at = $2, http_status = $3,"
-		" request_hash = $6, response_headers = $7, response_body = $8%s"
+		" request_hash = $6, response_headers = $7, response_body = $8%s%s"
 		" WHERE scope OPERATOR(pg_catalog.=) $4 AND key OPERATOR(pg_catalog.=) $5"
 		" AND (expires_at OPERATOR(pg_catalog.<=) $2%s)%s",
 		qualified,
+		has_bytes_columns ? ", response_content_type = $9, response_bytes = $10" : "",
 		has_lease_columns ? ", lease_until = NULL, lease_token = NULL, recovery_point = NULL,"
 		" recovery_state = NULL" : "",
 		has_lease_columns ? " OR (http_status IS NULL AND lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())" : "",
 		live_only),
-		WRITE_PARAMS, write_param_types, plan_options);
+		has_bytes_columns ? WRITE_PARAMS : WRITE_PARAMS_1_2, write_param_types, plan_options);
 	if (has_lease_columns)
-		prepare_lease_plans(table, qualified, live_only, plan_options);
+		prepare_lease_plans(table, qualified, live_only, plan_options, has_bytes_columns);
 }
 
 /*
@@ -327,6 +340,7 @@ plans_for(const KeyTable *table)
 		elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
 	if (plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
 		plans.has_lease_columns != table->has_lease_columns ||
+		plans.has_bytes_columns != table->has_bytes_columns ||
 		strcmp(plans.namespace_name, namespace_name) != 0)
 	{
 		forget_table_plans(&plans.table);
@@ -334,13 +348,14 @@ plans_for(const KeyTable *table)
 		forget_table_plans(&plans.partitioned_pruned);
 		schema = quote_identifier(namespace_name);
 		prepare_table_plans(&plans.table, schema, "idempotency_keys", false, false,
-							table->has_lease_columns);
+							table->has_lease_columns, table->has_bytes_columns);
 		prepare_table_plans(&plans.partitioned, schema, "idempotency_keys_partitioned", true, false,
-							table->has_lease_columns);
+							table->has_lease_columns, table->has_bytes_columns);
 		prepare_table_plans(&plans.partitioned_pruned, schema, "idempotency_keys_partitioned", true, true,
-							table->has_lease_columns);
+							table->has_lease_columns, table->has_bytes_columns);
 		plans.namespace_oid = table->namespace_oid;
 		plans.has_lease_columns = table->has_lease_columns;
+		plans.has_bytes_columns = table->has_bytes_columns;
 		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
 	}
 	if (!table->partitioned)
@@ -377,7 +392,7 @@ key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot
 	{
 		for (int c = 0; c < SPI_tuptable->tupdesc->natts; c++)
 			values[c] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
-		key_row_decode(values, nulls, table->has_lease_columns, out, caller_context);
+		key_row_decode(values, nulls, table->has_lease_columns, table->has_bytes_columns, out, caller_context);
 	}
 	SPI_finish();
 }
@@ -411,6 +426,10 @@ key_spi_write(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
 	nulls[WRITE_PARAM_RESPONSE_HEADERS] = row->response.headers_null ? 'n' : ' ';
 	values[WRITE_PARAM_RESPONSE_BODY] = row->response.body;
 	nulls[WRITE_PARAM_RESPONSE_BODY] = row->response.body_null ? 'n' : ' ';
+	values[WRITE_PARAM_RESPONSE_CONTENT_TYPE] = row->response.content_type;
+	nulls[WRITE_PARAM_RESPONSE_CONTENT_TYPE] = row->response.content_type_null ? 'n' : ' ';
+	values[WRITE_PARAM_RESPONSE_BYTES] = row->response.bytes;
+	nulls[WRITE_PARAM_RESPONSE_BYTES] = row->response.bytes_null ? 'n' : ' ';
 
 	SPI_connect();
 	statements = plans_for(table);

@@ -2,7 +2,10 @@
 // idem_core.h declares it; those that can throw inside run their body through guarded() (errors.hpp).
 #include <cstring>
 
+#include <string>
+
 #include "errors.hpp"
+#include "fingerprint.hpp"
 #include "hex.hpp"
 #include "idem_core.h"
 #include "outcome.hpp"
@@ -23,6 +26,35 @@ void copy_digest(const Sha256Digest& digest, uint8_t out[IDEM_SHA256_BYTES]) {
     std::memcpy(out, digest.data(), digest.size());
 }
 
+std::string_view view(const char* data, size_t len) { return data == nullptr ? std::string_view() : std::string_view(data, len); }
+
+std::string_view query_of(const IdemRequest& r) {
+    std::string_view q = view(r.query, r.query_len);
+    if (!q.empty() && q.front() == '?')
+        q.remove_prefix(1);
+    return q;
+}
+
+// The bytes form: a tag no JSON text starts with, then each part as a 64-bit big-endian length and its bytes.
+constexpr char bytes_form_tag[] = "idempotency fingerprint 1.3 bytes\n";
+
+void update_framed(Sha256& digest, std::string_view part) {
+    unsigned char length[8];
+    const uint64_t n = part.size();
+    for (int i = 0; i < 8; ++i)
+        length[i] = static_cast<unsigned char>(n >> (56 - 8 * i));
+    digest.update(length, sizeof length);
+    digest.update(part.data(), part.size());
+}
+
+void json_form_digest(const IdemRequest& r, std::string_view canonical_body, uint8_t out[IDEM_SHA256_BYTES]) {
+    std::string text;
+    text.reserve(canonical_body.size() + r.method_len + r.path_len + r.query_len + 64);
+    idem::core::append_json_form(view(r.method, r.method_len), view(r.path, r.path_len), query_of(r),
+                                 canonical_body, text);
+    copy_digest(idem::core::sha256(text.data(), text.size()), out);
+}
+
 }  // namespace
 
 extern "C" {
@@ -40,6 +72,7 @@ const char* idem_core_status_message(IdemStatus status) noexcept {
         case IDEM_ERR_STATUS_RANGE: return "must be between 100 and 599";
         case IDEM_ERR_CRYPTO: return "OpenSSL could not compute SHA-256";
         case IDEM_ERR_INTERNAL: return "internal error in the idempotency core";
+        case IDEM_ERR_NOT_CANONICAL: return "is not JSON the core canonicalises";
     }
     return "unknown status";
 }
@@ -124,6 +157,49 @@ const char* idem_core_outcome_name(IdemClaimOutcome outcome) noexcept {
         case IDEM_OUTCOME_SERIALIZATION_FAILURE: return "serialization_failure";
     }
     return "unknown";
+}
+
+bool idem_core_fingerprint_is_json(const IdemRequest* request) noexcept {
+    try {
+        if (request->content_type == nullptr)
+            return request->body_len > 0;
+        return idem::core::is_json_media_type(view(request->content_type, request->content_type_len));
+    } catch (...) {
+        return false;
+    }
+}
+
+IdemStatus idem_core_fingerprint(const IdemRequest* request, uint8_t out[IDEM_SHA256_BYTES]) noexcept {
+    return guarded([&] {
+        const IdemRequest& r = *request;
+        if (idem_core_fingerprint_is_json(request)) {
+            std::string body;
+            body.reserve(r.body_len + 16);
+            if (!idem::core::canonical_json(view(r.body, r.body_len), body))
+                return IDEM_ERR_NOT_CANONICAL;
+            json_form_digest(r, body, out);
+            return IDEM_OK;
+        }
+        Sha256& digest = Sha256::reusable();
+        digest.update(bytes_form_tag, sizeof bytes_form_tag - 1);
+        update_framed(digest, view(r.method, r.method_len));
+        update_framed(digest, view(r.path, r.path_len));
+        update_framed(digest, query_of(r));
+        update_framed(digest, r.content_type == nullptr
+                                  ? std::string()
+                                  : idem::core::normalise_content_type(view(r.content_type, r.content_type_len)));
+        update_framed(digest, view(r.body, r.body_len));
+        copy_digest(digest.finish(), out);
+        return IDEM_OK;
+    });
+}
+
+IdemStatus idem_core_fingerprint_json_body(const IdemRequest* request, const char* canonical_body,
+                                           size_t canonical_body_len, uint8_t out[IDEM_SHA256_BYTES]) noexcept {
+    return guarded([&] {
+        json_form_digest(*request, view(canonical_body, canonical_body_len), out);
+        return IDEM_OK;
+    });
 }
 
 }  // extern "C"

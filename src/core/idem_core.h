@@ -45,7 +45,9 @@ typedef enum IdemStatus
 	IDEM_ERR_HEX_DIGIT,
 	IDEM_ERR_STATUS_RANGE,
 	IDEM_ERR_CRYPTO,
-	IDEM_ERR_INTERNAL
+	IDEM_ERR_INTERNAL,
+	/* a request body the core does not canonicalise itself: PostgreSQL's jsonb decides (fingerprint) */
+	IDEM_ERR_NOT_CANONICAL
 } IdemStatus;
 
 /* What idem_claim answers. */
@@ -144,6 +146,44 @@ IdemCompletion idem_core_decide_completion(int32_t http_status,
 										   uint64_t max_response_bytes) IDEM_CORE_NOEXCEPT;
 
 const char *idem_core_outcome_name(IdemClaimOutcome outcome) IDEM_CORE_NOEXCEPT;
+
+/*
+ * The parts of an HTTP request that make its fingerprint (1.3). content_type NULL: the request had none (or
+ * the caller wants its body hashed as JSON whatever the header said). query: without or with a leading '?'
+ * (dropped); empty means none.
+ */
+typedef struct IdemRequest
+{
+	const char *method;
+	size_t		method_len;
+	const char *path;
+	size_t		path_len;
+	const char *query;
+	size_t		query_len;
+	const char *content_type;
+	size_t		content_type_len;
+	const char *body;
+	size_t		body_len;
+} IdemRequest;
+
+/*
+ * Which form the fingerprint takes: JSON (a JSON media type, or no content type and a body) or bytes (any other
+ * content type, or neither content type nor body).
+ */
+bool		idem_core_fingerprint_is_json(const IdemRequest *request) IDEM_CORE_NOEXCEPT;
+
+/*
+ * The fingerprint, 32 bytes. The JSON form is canonicalised here for a UTF-8 database (the body's text is the
+ * database's): IDEM_ERR_NOT_CANONICAL when the body is not JSON or lies outside what the core reproduces
+ * exactly, and the caller then canonicalises it with PostgreSQL's jsonb (which reports what is wrong) and calls
+ * idem_core_fingerprint_json_body.
+ */
+IdemStatus	idem_core_fingerprint(const IdemRequest *request, uint8_t out[IDEM_SHA256_BYTES]) IDEM_CORE_NOEXCEPT;
+
+/* The JSON form around a body already in jsonb's canonical text. */
+IdemStatus	idem_core_fingerprint_json_body(const IdemRequest *request, const char *canonical_body,
+											size_t canonical_body_len,
+											uint8_t out[IDEM_SHA256_BYTES]) IDEM_CORE_NOEXCEPT;
 
 #ifdef __cplusplus
 }

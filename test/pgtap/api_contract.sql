@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(96);
+SELECT plan(113);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -86,13 +86,15 @@ SELECT is(
 SELECT has_table('public', 'idempotency_keys', 'table idempotency_keys exists');
 SELECT columns_are('public', 'idempotency_keys',
     ARRAY['expires_at', 'created_at', 'http_status', 'scope', 'key', 'request_hash',
-          'response_headers', 'response_body', 'lease_until', 'lease_token', 'recovery_point', 'recovery_state']);
+          'response_headers', 'response_body', 'lease_until', 'lease_token', 'recovery_point', 'recovery_state',
+          'response_content_type', 'response_bytes']);
 SELECT col_type_is('public', 'idempotency_keys', 'lease_token', 'uuid', 'lease_token is uuid');
 SELECT col_is_null('public', 'idempotency_keys', 'lease_until', 'lease_until is nullable');
 SELECT col_hasnt_default('public', 'idempotency_keys', 'lease_until', 'lease_until has no default (the fast path relies on it)');
 SELECT columns_are('public', 'idempotency_keys_partitioned',
     ARRAY['expires_at', 'created_at', 'http_status', 'scope', 'key', 'request_hash',
-          'response_headers', 'response_body', 'lease_until', 'lease_token', 'recovery_point', 'recovery_state'],
+          'response_headers', 'response_body', 'lease_until', 'lease_token', 'recovery_point', 'recovery_state',
+          'response_content_type', 'response_bytes'],
     'the partitioned table has the same columns in the same order');
 SELECT col_type_is('public', 'idempotency_keys', 'scope', 'text', 'scope is text');
 SELECT col_type_is('public', 'idempotency_keys', 'key', 'text', 'key is text');
@@ -236,6 +238,39 @@ SELECT is(
      WHERE a.attrelid = (SELECT typrelid FROM pg_type WHERE typname = 'idem_lease_result')
        AND a.attname = 'fencing_number'),
     'bigint', 'idem_lease returns a bigint fencing_number');
+
+-- 1.3, the lean request (issue 30): three functions of one signature each (a prepared statement needs no
+-- casts), the claim's row type, the bytes columns in both tables.
+SELECT has_function('public', 'idem_fingerprint', ARRAY['text', 'text', 'text', 'text', 'bytea']);
+SELECT function_returns('public', 'idem_fingerprint', ARRAY['text', 'text', 'text', 'text', 'bytea'], 'text');
+SELECT volatility_is('public', 'idem_fingerprint', ARRAY['text', 'text', 'text', 'text', 'bytea'], 'immutable');
+SELECT isnt_strict('public', 'idem_fingerprint', ARRAY['text', 'text', 'text', 'text', 'bytea']);
+SELECT has_function('public', 'idem_claim_request',
+                    ARRAY['text', 'text', 'text', 'text', 'text', 'text', 'bytea', 'interval']);
+SELECT function_returns('public', 'idem_claim_request',
+                        ARRAY['text', 'text', 'text', 'text', 'text', 'text', 'bytea', 'interval'], 'idem_request_claim');
+SELECT volatility_is('public', 'idem_claim_request',
+                     ARRAY['text', 'text', 'text', 'text', 'text', 'text', 'bytea', 'interval'], 'volatile');
+SELECT has_function('public', 'idem_complete_request', ARRAY['text', 'text', 'integer', 'text', 'jsonb', 'bytea']);
+SELECT function_returns('public', 'idem_complete_request', ARRAY['text', 'text', 'integer', 'text', 'jsonb', 'bytea'],
+                        'boolean');
+SELECT is((SELECT array_agg(proname::text || '/' || pronargs || '/' || pronargdefaults ORDER BY proname) FROM pg_proc
+           WHERE proname IN ('idem_fingerprint', 'idem_claim_request', 'idem_complete_request')),
+          ARRAY['idem_claim_request/8/1', 'idem_complete_request/6/0', 'idem_fingerprint/5/0'],
+          'one signature each; only the claim''s ttl has a default');
+SELECT is(
+    (SELECT array_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum)
+     FROM pg_attribute a WHERE a.attrelid = 'public.idem_request_claim'::regclass AND a.attnum > 0),
+    ARRAY['outcome text', 'http_status integer', 'content_type text', 'headers jsonb', 'body bytea'],
+    'idem_request_claim fields, in order');
+SELECT col_type_is('public', 'idempotency_keys', 'response_content_type', 'text', 'response_content_type is text');
+SELECT col_type_is('public', 'idempotency_keys', 'response_bytes', 'bytea', 'response_bytes is bytea');
+SELECT col_is_null('public', 'idempotency_keys', 'response_bytes', 'response_bytes is nullable');
+SELECT col_hasnt_default('public', 'idempotency_keys', 'response_bytes', 'response_bytes has no default (no rewrite)');
+SELECT col_type_is('public', 'idempotency_keys_partitioned', 'response_bytes', 'bytea',
+                   'the partitioned table has response_bytes');
+SELECT col_type_is('public', 'idempotency_keys_partitioned_default', 'response_content_type', 'text',
+                   'its partitions have response_content_type');
 
 SELECT * FROM finish();
 ROLLBACK;
