@@ -9,10 +9,10 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"example.com/idempotency"
 	"example.com/idempotency/internal/testdb"
@@ -352,7 +352,7 @@ VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); e
 	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("after Fail: %+v", r)
 	}
-	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "true" || r.Body != `{"ok": true}` {
+	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "true" || r.Body != `{"ok":true}` {
 		t.Fatalf("replay: %+v", r)
 	}
 	if n := testdb.LedgerRows(t, pool, scope); n != 1 {
@@ -360,37 +360,45 @@ VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); e
 	}
 }
 
-// The pool from ParsePoolConfig uses the simple protocol: pgx keeps no statement cache and the server gets no
-// prepared statement of ours. (Only statements prepared since the test began are looked at: through a pooler the
-// server connection may carry other clients' statements.)
-func TestSimpleProtocolNoPreparedStatements(t *testing.T) {
-	f := newFixture(t, idempotency.Options{})
-	if !f.pool.Config().ConnConfig.PreferSimpleProtocol {
-		t.Fatal("PreferSimpleProtocol is off")
-	}
+// NewPool prepares the statements (pgx's statement cache): after three requests on its one connection, the claim
+// and the completion are prepared there once each. With prefer_simple_protocol=true (what NewPool picks behind a
+// pooler, BehindPooler) the connection has no statement cache and the server no statement of ours.
+func TestPreparedStatements(t *testing.T) {
+	testdb.Pool(t) // skips without a database
 	ctx := context.Background()
-	var start time.Time
-	if err := f.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&start); err != nil {
+	url := os.Getenv(testdb.Env)
+	if cfg, err := pgx.ParseConfig(url); err != nil {
 		t.Fatal(err)
+	} else if pooled, err := idempotency.BehindPooler(ctx, cfg); err != nil || pooled {
+		t.Fatalf("BehindPooler of a direct connection: %v %v", pooled, err)
 	}
-	for i := 0; i < 3; i++ {
-		if r := f.post(ptr(testdb.Unique("k")), `{}`); r.Status != 201 {
-			t.Fatalf("%+v", r)
+	sep := map[bool]string{false: "?", true: "&"}[strings.Contains(url, "?")]
+	for want, opt := range map[int]string{2: "", 0: "&prefer_simple_protocol=true"} {
+		pool, err := idempotency.NewPool(ctx, url+sep+"pool_max_conns=1"+opt)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	conn, err := f.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if conn.Conn().StatementCache() != nil {
-		t.Fatal("the connection has a statement cache")
-	}
-	var n int
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements
-WHERE prepare_time >= $1::timestamptz AND statement LIKE '%idem_claim($1::text%'`, start).Scan(&n)
-	if err != nil || n != 0 {
-		t.Fatalf("%d prepared statements (%v)", n, err)
+		defer pool.Close()
+		if pool.Config().ConnConfig.PreferSimpleProtocol != (want == 0) {
+			t.Fatalf("%q: PreferSimpleProtocol %v", opt, pool.Config().ConnConfig.PreferSimpleProtocol)
+		}
+		scope := testdb.Unique("go_prep_")
+		g := idempotency.New(pool, idempotency.Options{Scope: func(*http.Request) string { return scope }})
+		srv := httptest.NewServer(g.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+			w.WriteHeader(http.StatusCreated)
+			return testdb.Debit(r.Context(), tx, scope, idempotency.Key(r.Context()))
+		}))
+		defer srv.Close()
+		for i := 0; i < 3; i++ {
+			if r := do(t, srv.URL, ptr(testdb.Unique("k")), `{}`, nil); r.Status != 201 {
+				t.Fatalf("%q: %+v", opt, r)
+			}
+		}
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements
+WHERE statement LIKE 'SELECT idem_claim_request(%' OR statement LIKE 'SELECT idem_complete_request(%'`).Scan(&n); err != nil || n != want {
+			t.Fatalf("%q: %d prepared statements of ours, want %d (%v)", opt, n, want, err)
+		}
 	}
 }
 
