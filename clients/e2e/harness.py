@@ -110,13 +110,6 @@ for _fw in ("chi", "echo", "gin"):
 # other service passes every rule.
 NOT_APPLICABLE = {}
 
-# Only to develop the harness itself: E2E_REF_SERVICE=/path/to/service.py adds a language "ref" served by
-# `/usr/bin/python3 <that file>` (with E2E_LANGS=ref).
-if os.environ.get("E2E_REF_SERVICE"):
-    _ref = os.path.abspath(os.environ["E2E_REF_SERVICE"])
-    SERVICES["ref"] = {"dir": _ref and os.path.relpath(os.path.dirname(_ref), CLIENTS), "ready": os.path.basename(_ref),
-                       "prepare": [], "argv": ["/usr/bin/python3", _ref], "env": {}}
-
 LANGS = tuple(SERVICES)
 FIRST_SERVICE_PORT, LAST_SERVICE_PORT = PORT_BASE + 2, PORT_BASE + 49
 SERVICE_PORTS = {(name, mode): FIRST_SERVICE_PORT + 2 * i + j

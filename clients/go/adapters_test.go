@@ -3,71 +3,14 @@ package idempotency_test
 import (
 	"errors"
 	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"example.com/idempotency"
 	"example.com/idempotency/internal/testdb"
-	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v4"
 )
-
-// chi takes func(http.Handler) http.Handler middleware as it is: Guard.Middleware needs no adapter. The handler
-// reaches chi's URL parameters and the transaction from the same request.
-func TestChiRouter(t *testing.T) {
-	pool := testdb.Pool(t)
-	account := testdb.Unique("go_chi_")
-	g := idempotency.New(pool, idempotency.Options{
-		Scope:  func(*http.Request) string { return account },
-		Logger: log.New(io.Discard, "", 0),
-	})
-	r := chi.NewRouter()
-	r.With(g.Middleware).Post("/orders/{kind}", func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		if err := testdb.Debit(ctx, idempotency.Tx(ctx), account, idempotency.Key(ctx)); err != nil {
-			idempotency.Fail(ctx, err)
-			return
-		}
-		switch chi.URLParam(r, "kind") {
-		case "silent": // returns without a response: nothing was seen, nothing is committed
-			return
-		case "fail": // wrote 201, then reported a failure: the 201 is dropped
-			w.WriteHeader(http.StatusCreated)
-			idempotency.Fail(ctx, errors.New("downstream failed"))
-		default:
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = io.WriteString(w, `{"kind":"`+chi.URLParam(r, "kind")+`"}`)
-		}
-	})
-	srv := httptest.NewServer(r)
-	defer srv.Close()
-
-	for _, kind := range []string{"silent", "fail"} {
-		key := testdb.Unique("k")
-		if res := testdb.Post(t, srv.URL+"/orders/"+kind, key, `{}`); res.Status != 500 || res.Replayed() {
-			t.Fatalf("%s: %+v", kind, res)
-		}
-		if res := testdb.Post(t, srv.URL+"/orders/"+kind, key, `{}`); res.Replayed() {
-			t.Fatalf("%s: the retry was replayed: %+v", kind, res)
-		}
-	}
-	if n := testdb.LedgerRows(t, pool, account); n != 0 {
-		t.Fatalf("%d rows after the failures", n)
-	}
-	key := testdb.Unique("k")
-	first := testdb.Post(t, srv.URL+"/orders/book", key, `{}`)
-	second := testdb.Post(t, srv.URL+"/orders/book", key, `{}`)
-	if first.Status != 201 || second.Status != 201 || !second.Replayed() || second.Body != first.Body {
-		t.Fatalf("first %+v second %+v", first, second)
-	}
-	if n := testdb.LedgerRows(t, pool, account); n != 1 {
-		t.Fatalf("%d rows", n)
-	}
-}
 
 // A handler that returns without writing anything: the middleware did not see a status, so it rolls back and
 // answers 500 instead of committing the implicit 200 net/http would send.
