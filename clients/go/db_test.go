@@ -89,14 +89,9 @@ func TestClaimThenReplay(t *testing.T) {
 	if second.Status != 201 || second.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("second: %+v", second)
 	}
-	if second.Header.Get("Location") != first.Header.Get("Location") ||
+	if second.Header.Get("Location") != first.Header.Get("Location") || second.Body != first.Body ||
 		second.Header.Get("Content-Type") != "application/json" {
-		t.Fatalf("replayed headers %v, first %v", second.Header, first.Header)
-	}
-	var a, b any
-	if json.Unmarshal([]byte(first.Body), &a) != nil || json.Unmarshal([]byte(second.Body), &b) != nil ||
-		fmt.Sprint(a) != fmt.Sprint(b) {
-		t.Fatalf("replayed body %q, first %q", second.Body, first.Body)
+		t.Fatalf("replayed %v %q, first %v %q", second.Header, second.Body, first.Header, first.Body)
 	}
 	if f.runs.Load() != 1 || f.rows() != 1 {
 		t.Fatalf("handler ran %d times, %d ledger rows; want 1 and 1", f.runs.Load(), f.rows())
