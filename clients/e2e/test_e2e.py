@@ -314,7 +314,7 @@ def test_unprotected_endpoint(client, db, account):
 def test_framework_error_after_write_422_is_stored_as_sent(service, client, db, account):
     key = new_key()
     r = client.pay(key, fault="throw-422")
-    assert r.status == 422, f"the handler raised its framework's 422 after the insert: {r}"
+    assert_problem(r, 422)  # the handler raised its framework's 422 after the insert
     assert len(debits(db, account, key)) == 1, "a 4xx is committed with what was sent"
     assert stored(db, account, key) == [(422,)]
     again = client.pay(key)
@@ -325,7 +325,7 @@ def test_framework_error_after_write_422_is_stored_as_sent(service, client, db, 
 def test_framework_error_after_write_502_rolls_back(service, client, db, account):
     key = new_key()
     r = client.pay(key, fault="throw-502")
-    assert r.status == 502, f"the handler raised its framework's 502 after the insert: {r}"
+    assert_problem(r, 502)  # the handler raised its framework's 502 after the insert
     assert debits(db, account, key) == [], "the debit of a 5xx answer was committed"
     assert stored(db, account, key) == []
     assert_created(client.pay(key), account, replayed=False)
@@ -624,8 +624,11 @@ def test_ride_provider_503_is_not_stored(service, client, db, account):
 # --------------------------------------------------------------------------- one request, one answer
 
 _J = "application/json"
-# name: (body, Content-Type or None for none): sent to every service, each must answer the same
+_V = b'{"amount_cents": 100, "currency": "EUR"}'
+# name: (body, Content-Type or None for none[, X-Fault]): sent to every service, each must answer the same
 CORPUS = {
+    "fault-throw-422": (_V, _J, "throw-422"), "fault-throw-502": (_V, _J, "throw-502"),
+    "fault-503": (_V, _J, "503"), "fault-db-error": (_V, _J, "db-error"),
     "valid": (b'{"amount_cents": 100, "currency": "EUR"}', _J),
     "valid-charset": (b'{"amount_cents": 100, "currency": "EUR"}', _J + "; charset=utf-8"),
     "extra-field": (b'{"amount_cents": 100, "currency": "EUR", "note": "x"}', _J),
@@ -671,13 +674,13 @@ def _answer(r):
 @rule("same-answer")
 @pytest.mark.parametrize("case", list(CORPUS))
 def test_same_request_same_answer_everywhere(stack, _service_registry, case):
-    body, ctype = CORPUS[case]
+    body, ctype, fault = (CORPUS[case] + (None,))[:3]
     account = "e2e_same_" + uuid.uuid4().hex[:8]
     answers = {}
     for lang in selected_langs():
         svc = get_service(_service_registry, stack, lang, "direct")
         r = Client(svc.base).request("POST", "/payments", body=body, headers={
-            "Authorization": f"Bearer {account}", "Idempotency-Key": new_key(), "Content-Type": ctype})
+            "Authorization": f"Bearer {account}", "Idempotency-Key": new_key(), "Content-Type": ctype, "X-Fault": fault})
         answers.setdefault(_answer(r), []).append(lang)
     assert len(answers) == 1, f"{case}: {body!r} ({ctype}) answered differently:\n" + "\n".join(
         f"  {', '.join(langs)}: {a}" for a, langs in answers.items())
