@@ -306,8 +306,11 @@ func (g *Guard) ReadKey(r *http.Request) (string, *Response) {
 // read, or fewer bytes than its Content-Length: the client hung up). Each refusal closes the connection, so the
 // server reads no more of the body.
 func (g *Guard) ReadBody(r *http.Request) ([]byte, *Response) {
-	var refused *Response
-	raw, err := []byte(nil), error(nil)
+	var (
+		refused *Response
+		raw     []byte
+		err     error
+	)
 	if r.ContentLength <= g.opts.MaxBodyBytes {
 		raw, err = io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
 	}
