@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"example.com/idempotency"
 	"example.com/idempotency/internal/testdb"
@@ -357,7 +358,8 @@ VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); e
 
 // NewPool prepares the statements (pgx's statement cache): after three requests on its one connection, the claim
 // and the completion are prepared there once each. With prefer_simple_protocol=true (what NewPool picks behind a
-// pooler, BehindPooler) the connection has no statement cache and the server no statement of ours.
+// pooler, BehindPooler) the connection has no statement cache and the server no statement of ours. Both send
+// Options.TTL (an interval parameter) as the keys' lifetime.
 func TestPreparedStatements(t *testing.T) {
 	testdb.Pool(t) // skips without a database
 	ctx := context.Background()
@@ -378,7 +380,7 @@ func TestPreparedStatements(t *testing.T) {
 			t.Fatalf("%q: PreferSimpleProtocol %v", opt, pool.Config().ConnConfig.PreferSimpleProtocol)
 		}
 		scope := testdb.Unique("go_prep_")
-		g := idempotency.New(pool, idempotency.Options{Scope: func(*http.Request) string { return scope }})
+		g := idempotency.New(pool, idempotency.Options{Scope: func(*http.Request) string { return scope }, TTL: 90 * time.Minute})
 		srv := httptest.NewServer(g.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
 			w.WriteHeader(http.StatusCreated)
 			return testdb.Debit(r.Context(), tx, scope, idempotency.Key(r.Context()))
@@ -393,6 +395,10 @@ func TestPreparedStatements(t *testing.T) {
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements
 WHERE statement LIKE 'SELECT idem_claim_request(%' OR statement LIKE 'SELECT idem_complete_request(%'`).Scan(&n); err != nil || n != want {
 			t.Fatalf("%q: %d prepared statements of ours, want %d (%v)", opt, n, want, err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE scope = $1
+AND expires_at BETWEEN now() + interval '89 minutes' AND now() + interval '91 minutes'`, scope).Scan(&n); err != nil || n != 3 {
+			t.Fatalf("%q: %d keys of 90 minutes, want 3 (%v)", opt, n, err)
 		}
 	}
 }
