@@ -62,9 +62,22 @@ unittest:
 prove_installcheck:
 	$(prove_installcheck)
 
-# The control file, META.json and the newest update script must agree with EXTVERSION.
+# The control file, META.json, debian/changelog and the newest update script must agree with EXTVERSION.
 versioncheck:
 	@grep -q "^default_version = '$(EXTVERSION)'" $(EXTENSION).control || { echo "$(EXTENSION).control: default_version is not $(EXTVERSION)"; exit 1; }
-	@grep -q '"version": "$(EXTVERSION)"' META.json || { echo "META.json: version is not $(EXTVERSION)"; exit 1; }
+	@grep -q '"version": "$(DISTVERSION)"' META.json || { echo "META.json: version is not $(DISTVERSION)"; exit 1; }
 	@test -f extension/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql || { echo "no update script to $(EXTVERSION)"; exit 1; }
-	@echo "version $(EXTVERSION): control file, META.json and update script agree"
+	@head -1 debian/changelog | grep -q "^$(EXTENSION) ($(EXTVERSION)-" || { echo "debian/changelog: the newest entry is not $(EXTVERSION)-N"; exit 1; }
+	@echo "version $(EXTVERSION): control file, META.json, debian/changelog and update script agree"
+
+# PGXN: `make dist` writes dist/idempotency-$(DISTVERSION).zip from the committed tree (git archive of HEAD), as
+# PGXN wants it: one top directory named after the distribution and its version, META.json at its top. The META
+# spec wants semantic versions (three parts): DISTVERSION is EXTVERSION with a patch number.
+# test/pgxn/validate_meta.py checks META.json against the spec; scripts/test-pgxn.sh installs the zip with
+# `pgxn install`.
+DISTVERSION = $(EXTVERSION).0
+.PHONY: dist
+dist:
+	@mkdir -p dist
+	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o dist/$(EXTENSION)-$(DISTVERSION).zip HEAD
+	@echo dist/$(EXTENSION)-$(DISTVERSION).zip

@@ -13,6 +13,9 @@
 #   clients   Go, Node.js, Python and the libraries and frameworks of the clients and their sample services,
 #             PgBouncer, wrk, curl, psql: clients/run-tests.sh and every clients/<lang>/test.sh
 #   bench     bench/run.sh's chart (gnuplot), and the groups valgrind (bench/instructions.sh) and clients (bench/clients)
+#   release   scripts/package.sh and its tests: the Debian package (pg_buildext's debhelper add-on in
+#             postgresql-server-dev-all, lintian), PGXN (pgxnclient), the clients' artifacts (python3-build, venv),
+#             Prometheus' promtool and postgres_exporter (contrib/prometheus)
 #   pg-build  what scripts/build-pg.sh needs to build PostgreSQL 17 and 18 from Debian's source packages
 #   pg-build-grammar, debian-keyring: installed by scripts/build-pg.sh only when the source needs them
 #
@@ -32,8 +35,10 @@ declare -A groups=(
                golang-github-gin-gonic-gin-dev golang-github-go-chi-chi-dev nodejs:node npm:npm
                python3-psycopg python3-psycopg-pool python3-pytest python3-waitress python3-starlette
                python3-fastapi python3-uvicorn python3-httpx python3-anyio python3-sqlalchemy python3-psycopg2
-               python3-django python3-build pgbouncer wrk curl postgresql-client"
+               python3-django python3-build python3-venv pgbouncer wrk curl postgresql-client"
     [bench]="gnuplot-nox"
+    [release]="debhelper devscripts dpkg-dev fakeroot lintian postgresql-server-dev-all pgxnclient
+               python3-build python3-venv python3-setuptools python3-wheel prometheus prometheus-postgres-exporter"
     [pg-build]="build-essential dpkg-dev curl gnupg debian-archive-keyring perl libipc-run-perl pkg-config
                 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl"
     [pg-build-grammar]="bison flex"

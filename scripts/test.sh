@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite against a real, throwaway PostgreSQL 15 cluster, as CI does:
 #   C++ unit tests (plain and under ASan/UBSan), the libFuzzer run, pg_regress, isolation specs,
-#   pgTAP (pg_prove), the Perl TAP tests (as user postgres), sqlsmith, and the Go, Node.js and Python clients.
+#   pgTAP (pg_prove), the Perl TAP tests (as user postgres), sqlsmith, the release artifacts (the Debian package, the
+#   PGXN zip, the Prometheus queries and alerts, the clients' packages), and the Go, Node.js and Python clients.
 # Ends with one line over all suites: "N passed, N failed". Exit status 0 only when nothing failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +84,18 @@ timed tap tap
 # Random SQL (sqlsmith, seed 42) and random idem_* arguments on a throwaway cluster of its own: no backend
 # may crash (~20 s). test/robustness/valgrind.sh (~5 min) stays a separate command.
 timed sqlsmith run_single sqlsmith env SMITH_PORT=55433 test/robustness/sqlsmith.sh
+
+# Release (issue 31), as DBAs and developers install it: the Debian package built with pg_buildext and lintian,
+# installed with apt-get into the system's PostgreSQL 15, pg_regress and the isolation specs against it, purged
+# (scripts/test-package.sh; the files of the build stage's `make install` are moved aside meanwhile and put back);
+# the PGXN zip validated and installed with `pgxn install` into a throwaway copy of PostgreSQL 15, and a smoke test
+# (scripts/test-pgxn.sh); the alerting rules (promtool) and postgres_exporter with contrib/prometheus/queries.yaml
+# scraped for every idem_ series (contrib/prometheus/test.sh); the clients' packages built and checked
+# (clients/package.sh check; the clients stage below serves the sample services from them).
+timed deb run_counted_suites deb scripts/test-package.sh
+timed pgxn run_counted_suites pgxn scripts/test-pgxn.sh
+timed metrics run_counted_suites metrics contrib/prometheus/test.sh
+timed clientpkg run_counted_suites clientpkg clients/package.sh check
 
 # The Go, Node.js and Python clients: each language's own tests, then one end-to-end suite over real HTTP for
 # all three services, directly and through PgBouncer, and a load test per service (clients/run-tests.sh).

@@ -1,9 +1,9 @@
 /*
  * citus.c: the key store on a Citus cluster; see citus.h.
  *
- * Citus's catalogs (pg_dist_partition, pg_dist_placement, pg_dist_local_group) and its SQL function
- * get_shard_id_for_distribution_column are used through SPI, only after the citus extension has been
- * found, so nothing here links against Citus.
+ * Citus's catalogs (pg_dist_partition, pg_dist_shard, pg_dist_placement, pg_dist_local_group) and its SQL
+ * function get_shard_id_for_distribution_column are used through SPI, and its lock_shard_metadata through
+ * the catalog, only after the citus extension has been found, so nothing here links against Citus.
  */
 #include "postgres.h"
 
@@ -12,12 +12,15 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
@@ -27,10 +30,12 @@
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "citus.h"
 #include "guc.h"
 #include "pg_compat.h"
+#include "spi_plan.h"
 
 /* What Citus makes of the key table on this node. */
 typedef enum KeyLayout
@@ -50,7 +55,6 @@ static struct
 {
 	Oid			table;			/* InvalidOid: not known */
 	KeyLayout	layout;
-	int			local_shards;	/* local shards of the key table, as the sweep last listed them */
 } known;
 
 static SPIPlanPtr shard_is_local_plan = NULL;
@@ -58,10 +62,10 @@ static SPIPlanPtr shard_of_scope_plan = NULL;
 
 /*
  * The shard of each scope met on the direct path, and this node's group: reading them is most of the cost of
- * a direct call otherwise. A shard keeps its id, index and co-location when it moves (the placement, read on
- * every transaction, is what changes); a split or any other change to the table's shards sends a relcache
- * invalidation, which marks all of it stale, as does any other (cleared at the next use, not inside the
- * callback). Scopes longer than the key are not remembered.
+ * a direct call otherwise. A shard keeps its id when it moves (the placement, read on every transaction, is
+ * what changes); a split or any other change to the table's shards sends a relcache invalidation, which
+ * marks all of it stale, as does any other (cleared at the next use, not inside the callback). Scopes as long
+ * as the key or longer are not remembered; the unscoped scope '' is.
  */
 #define SCOPE_SHARD_KEY 128
 #define SCOPE_SHARD_ENTRIES 10000
@@ -69,8 +73,6 @@ typedef struct ScopeShard
 {
 	char		scope[SCOPE_SHARD_KEY];
 	int64		shard;
-	int32		colocation;
-	int32		index;
 } ScopeShard;
 
 static HTAB *scope_shards = NULL;
@@ -113,18 +115,6 @@ forget_layout(Datum arg, Oid relid)
 {
 	known.table = InvalidOid;
 	scope_shards_stale = true;
-}
-
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *types)
-{
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "idempotency: could not keep a prepared plan");
-	return plan;
 }
 
 static KeyLayout
@@ -238,10 +228,10 @@ shard_is_local(Oid table, text *scope)
 
 	SPI_connect();
 	if (shard_is_local_plan == NULL)
-		shard_is_local_plan = prepare_kept(
+		shard_is_local_plan = spi_prepare_kept(
 			"SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_placement p, pg_catalog.pg_dist_local_group g"
 			" WHERE p.shardid OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column($1, $2)"
-			"   AND p.groupid OPERATOR(pg_catalog.=) g.groupid)", 2, types);
+			"   AND p.groupid OPERATOR(pg_catalog.=) g.groupid)", 2, types, 0);
 	rc = SPI_execute_plan(shard_is_local_plan, values, NULL, true, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "idempotency: reading Citus's shard placements failed: %s", SPI_result_code_string(rc));
@@ -278,25 +268,27 @@ report_not_local(Oid table, text *scope)
 
 /*
  * The direct path on the local shard. A Citus router modification locks its shard's metadata (ShareLock on
- * the advisory tag of the shard's co-location group and index, AcquireMetadataLocks in Citus's executor) and
- * only then reads where the shard is placed; a shard move blocks writes by taking that lock in ExclusiveLock
- * on every node with metadata (BlockWritesToShardList), from before its last copy until its metadata commits.
- * This takes the same lock, then reads the placement with a snapshot taken after it: either the move waits
- * for this transaction, or it has committed and the placement read shows the shard elsewhere.
+ * the tag of the shard's co-location group and index, AcquireMetadataLocks in Citus's executor) and only then
+ * reads where the shard is placed; a shard move blocks writes by taking that lock in ExclusiveLock on every
+ * node with metadata (BlockWritesToShardList), from before its last copy until its metadata commits. This
+ * takes the same lock, then reads the placement with a snapshot taken after it: either the move waits for
+ * this transaction, or it has committed and the placement read shows the shard elsewhere.
  */
-#define CITUS_COLOCATED_SHARDS_METADATA_LOCK 8	/* Citus's ADV_LOCKTAG_CLASS_CITUS_COLOCATED_SHARDS_METADATA */
 
-/* The scope's shard: its id, and the co-location and index of its metadata lock; remembered per scope. */
-static void
-shard_of_scope(Oid table, text *scope, ScopeShard *out)
+/* The scope's shard, remembered per scope; also reads this node's group. */
+static int64
+shard_of_scope(Oid table, text *scope)
 {
 	Oid			types[2] = {REGCLASSOID, TEXTOID};
 	Datum		values[2] = {ObjectIdGetDatum(table), PointerGetDatum(scope)};
 	int			length = VARSIZE_ANY_EXHDR(scope);
+	bool		remembered = length < SCOPE_SHARD_KEY && memchr(VARDATA_ANY(scope), '\0', length) == NULL;
+	char		name[SCOPE_SHARD_KEY] = {0};
 	bool		isnull;
 	bool		found;
 	int			rc;
-	ScopeShard *entry = NULL;
+	int64		shard;
+	ScopeShard *entry;
 
 	if (scope_shards == NULL || scope_shards_stale ||
 		hash_get_num_entries(scope_shards) >= SCOPE_SHARD_ENTRIES)
@@ -310,47 +302,35 @@ shard_of_scope(Oid table, text *scope, ScopeShard *out)
 		scope_shards = hash_create("idempotency scope shards", 256, &ctl, HASH_ELEM | HASH_STRINGS);
 		scope_shards_stale = false;
 	}
-	memset(out, 0, sizeof(*out));
-	if (length < SCOPE_SHARD_KEY && memchr(VARDATA_ANY(scope), '\0', length) == NULL)
+	if (remembered)
 	{
-		memcpy(out->scope, VARDATA_ANY(scope), length);
-		entry = hash_search(scope_shards, out->scope, HASH_FIND, &found);
-		if (entry != NULL)
-		{
-			*out = *entry;
-			return;
-		}
+		memcpy(name, VARDATA_ANY(scope), length);
+		entry = hash_search(scope_shards, name, HASH_FIND, &found);
+		if (entry != NULL && local_group >= 0)
+			return entry->shard;
 	}
 
 	SPI_connect();
-	/* The shard's index among the table's shards sorted by hash range, as Citus's metadata cache numbers them. */
 	if (shard_of_scope_plan == NULL)
-		shard_of_scope_plan = prepare_kept(
-			"SELECT s.shardid, p.colocationid,"
-			"       (SELECT pg_catalog.count(*)::pg_catalog.int4 FROM pg_catalog.pg_dist_shard o"
-			"        WHERE o.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
-			"          AND o.shardminvalue::pg_catalog.int4 OPERATOR(pg_catalog.<) s.shardminvalue::pg_catalog.int4),"
-			"       (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)"
-			" FROM pg_catalog.pg_dist_shard s"
-			" JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
-			" WHERE s.shardid OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column($1, $2)",
-			2, types);
+		shard_of_scope_plan = spi_prepare_kept(
+			"SELECT pg_catalog.get_shard_id_for_distribution_column($1, $2),"
+			"       (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)",
+			2, types, 0);
 	rc = SPI_execute_plan(shard_of_scope_plan, values, NULL, true, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "idempotency: reading Citus's shard of a scope failed: %s", SPI_result_code_string(rc));
-	out->shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	out->colocation = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	out->index = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	local_group = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	local_group = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	if (isnull)
 		local_group = -1;
 	SPI_finish();
 	/* The invalidations SPI took in may have marked the cache stale: then it is rebuilt on the next call. */
-	if (out->scope[0] != '\0' && !scope_shards_stale)
+	if (remembered && !scope_shards_stale)
 	{
-		entry = hash_search(scope_shards, out->scope, HASH_ENTER, &found);
-		*entry = *out;
+		entry = hash_search(scope_shards, name, HASH_ENTER, &found);
+		entry->shard = shard;
 	}
+	return shard;
 }
 
 /*
@@ -395,29 +375,67 @@ placement_is_local(int64 shard)
 	return local;
 }
 
-static Oid
-lock_local_shard(Relation keys, text *scope)
+/*
+ * The shard's metadata lock in ShareLock, taken by Citus's own lock_shard_metadata(lock_mode, shard_id[]),
+ * which computes the tag (class, co-location group, shard index) as Citus's router writes do: nothing of
+ * Citus's private lock layout is copied here. lock_shard_metadata requires the shard's owner, so it runs as
+ * the key table's owner in a security-restricted operation; it takes the one lock a write of the caller's
+ * would take anyway, and runs no user code. A Citus without it cannot take the direct path: the ERROR says
+ * to turn it off.
+ */
+static void
+lock_shard_metadata(Oid table, int64 shard)
 {
-	Oid			table = RelationGetRelid(keys);
-	ScopeShard	shard;
-	LOCKTAG		tag;
+	Oid			argtypes[2] = {INT4OID, INT8ARRAYOID};
+	Oid			function = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+										   CStringGetDatum("lock_shard_metadata"),
+										   PointerGetDatum(buildoidvector(argtypes, 2)),
+										   ObjectIdGetDatum(PG_CATALOG_NAMESPACE));
+	Datum		shard_datum = Int64GetDatum(shard);
+	ArrayType  *shards;
+	HeapTuple	tuple;
+	Oid			owner;
+	Oid			saved_user;
+	int			saved_context;
+
+	if (!OidIsValid(function))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idempotency: this Citus has no pg_catalog.lock_shard_metadata(integer, bigint[])"),
+				 errdetail("The direct path takes the shard metadata lock a Citus write takes through it."),
+				 errhint("Set idempotency.citus_direct = off to send the key store's statements through Citus.")));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "idempotency: relation %u is gone", table);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	shards = construct_array(&shard_datum, 1, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+
+	GetUserIdAndSecContext(&saved_user, &saved_context);
+	SetUserIdAndSecContext(owner, saved_context | SECURITY_RESTRICTED_OPERATION);
+	(void) OidFunctionCall2(function, Int32GetDatum(ShareLock), PointerGetDatum(shards));
+	SetUserIdAndSecContext(saved_user, saved_context);
+}
+
+static Oid
+lock_local_shard(Oid table, text *scope)
+{
+	int64		shard;
 	Oid			relation;
 
 	if (local_scope_known(table, scope) && OidIsValid(local_scope.shard))
 		return local_scope.shard;
 
-	shard_of_scope(table, scope, &shard);
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) shard.index, (uint32) shard.colocation,
-						 CITUS_COLOCATED_SHARDS_METADATA_LOCK);
-	(void) LockAcquire(&tag, ShareLock, false, false);
-	if (!placement_is_local(shard.shard))
+	shard = shard_of_scope(table, scope);
+	lock_shard_metadata(table, shard);
+	if (!placement_is_local(shard))
 	{
 		/* The shard moved away, or the remembered one is gone (a split): the retry reads it again. */
 		scope_shards_stale = true;
 		report_not_local(table, scope);
 	}
-	relation = get_relname_relid(psprintf("%s_%lld", RelationGetRelationName(keys), (long long) shard.shard),
-								 RelationGetNamespace(keys));
+	relation = get_relname_relid(psprintf("%s_%lld", get_rel_name(table), (long long) shard),
+								 get_rel_namespace(table));
 	local_scope.scope = MemoryContextStrdup(TopTransactionContext, text_to_cstring(scope));
 	local_scope.table = table;
 	local_scope.shard = relation;
@@ -425,15 +443,13 @@ lock_local_shard(Relation keys, text *scope)
 	return relation;
 }
 
-bool
-citus_route_key_call(Relation keys, bool partitioned, text *scope, Oid *local_shard)
+Oid
+citus_key_relation(Oid table, bool partitioned, text *scope, bool direct)
 {
-	Oid			table = RelationGetRelid(keys);
-
 	switch (key_layout(table))
 	{
 		case LAYOUT_PLAIN:
-			return false;
+			return table;
 		case LAYOUT_LOCAL_BESIDE_DISTRIBUTED:
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -462,53 +478,34 @@ citus_route_key_call(Relation keys, bool partitioned, text *scope, Oid *local_sh
 	 * The direct path only where the statements would read and write the shard with no more checks than the
 	 * direct path makes on it: no row level security on the distributed table either.
 	 */
-	if (local_shard != NULL && idem_citus_direct &&
-		check_enable_rls(table, InvalidOid, true) != RLS_ENABLED)
-	{
-		*local_shard = lock_local_shard(keys, scope);
-		return true;
-	}
+	if (direct && idem_citus_direct && check_enable_rls(table, InvalidOid, true) != RLS_ENABLED)
+		return lock_local_shard(table, scope);
 	if (!shard_is_local(table, scope))
 		report_not_local(table, scope);
-	return true;
+	return InvalidOid;
 }
 
-/* Citus refuses changes made to a shard by name; the sweep of a local shard is one it allows. */
-static void
-allow_shard_changes(void)
+List *
+citus_sweep_relations(Oid table)
 {
-	(void) set_config_option("citus.enable_manual_changes_to_shards", "on", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-}
-
-bool
-citus_sweep_target(Oid schema, const char **relname, SweepPosition *position)
-{
-	Oid			table = get_relname_relid(*relname, schema);
 	Oid			types[1] = {OIDOID};
-	Datum		values[1];
-	bool		isnull;
-	int64		shard;
+	Datum		values[1] = {ObjectIdGetDatum(table)};
+	List	   *shards = NIL;
 	int			rc;
 
-	if (!OidIsValid(table))
-		return true;			/* cleanup.c reports the missing table */
 	switch (key_layout(table))
 	{
 		case LAYOUT_PLAIN:
 		case LAYOUT_LOCAL_BESIDE_DISTRIBUTED:
-			known.local_shards = 0;
-			return true;
+			return list_make1_oid(table);
 		case LAYOUT_NOT_HASH:
 			/* Unsupported (claims refuse it): a reference table's copies must change together. */
-			known.local_shards = 0;
-			return false;
+			return NIL;
 		case LAYOUT_DISTRIBUTED:
 			break;
 	}
 
-	/* The local shards, each once per sweep, in shard order; the coordinator has none. */
-	values[0] = ObjectIdGetDatum(table);
+	/* The local shards in shard order; the coordinator has none. */
 	rc = SPI_execute_with_args(
 		"SELECT s.shardid FROM pg_catalog.pg_dist_shard s"
 		" JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
@@ -517,25 +514,20 @@ citus_sweep_target(Oid schema, const char **relname, SweepPosition *position)
 		1, types, values, NULL, true, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "idempotency: listing the local shards failed: %s", SPI_result_code_string(rc));
-	known.local_shards = (int) SPI_processed;
-	if (position->citus_shard >= known.local_shards)
-		return false;
-	shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[position->citus_shard], SPI_tuptable->tupdesc, 1,
-										&isnull));
-	*relname = psprintf("%s_%lld", *relname, (long long) shard);
-	if (!OidIsValid(get_relname_relid(*relname, schema)))
-		return false;			/* moved away meanwhile: the next sweep lists the shards again */
-	allow_shard_changes();
-	return true;
-}
-
-void
-citus_sweep_advance(SweepPosition *position)
-{
-	if (position->finished && position->citus_shard + 1 < known.local_shards)
+	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		position->citus_shard++;
-		ItemPointerSet(&position->next, 0, FirstOffsetNumber);
-		position->finished = false;
+		bool		isnull;
+		int64		shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		Oid			relation = get_relname_relid(psprintf("%s_%lld", get_rel_name(table), (long long) shard),
+												 get_rel_namespace(table));
+
+		/* A shard moved away meanwhile is left out: the next sweep lists the shards again. */
+		if (OidIsValid(relation))
+			shards = lappend_oid(shards, relation);
 	}
+	/* Citus refuses changes made to a shard by name; the sweep of a local shard is one it allows. */
+	if (shards != NIL)
+		(void) set_config_option("citus.enable_manual_changes_to_shards", "on", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+	return shards;
 }

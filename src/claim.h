@@ -24,8 +24,7 @@ void		claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 						  const uint8 request_hash[IDEM_SHA256_BYTES], TimestampTz wait_until,
 						  ClaimAttempt *out);
 
-/* The longest ttl, lease and wait (README, Limits); idempotency.ttl has the same maximum. */
-#define IDEM_MAX_TTL_DAYS 3650
+/* The longest lease and wait (README, Limits); the longest ttl, idempotency.ttl's maximum too, is in guc.h. */
 #define IDEM_MAX_LEASE_DAYS 365
 #define IDEM_MAX_WAIT_DAYS 1
 

@@ -149,7 +149,7 @@ cleanup_sweep_start(SweepPosition *position)
 {
 	ItemPointerSet(&position->next, 0, FirstOffsetNumber);
 	position->finished = false;
-	position->citus_shard = 0;
+	position->relation = 0;
 }
 
 /* The batch statement's parameters ($1 .. $4) and its result's columns (1 .. 3). */
@@ -231,12 +231,26 @@ run_batch(const char *sql, Datum *values, bool skip_locked)
 	return run_with_lock_timeout(CLEANUP_LOCK_TIMEOUT, execute_batch, &batch);
 }
 
+/*
+ * The relations a sweep deletes from, in order: in partitioned storage the default partition, the only one
+ * holding rows no drop will take; else idempotency_keys, which on a Citus node is its local shards (citus.c).
+ */
+static List *
+sweep_relations(Oid schema)
+{
+	bool		partitioned = key_store_partitioned(schema);
+	const char *relname = partitioned ? "idempotency_keys_partitioned_default" : "idempotency_keys";
+	Oid			relid = get_relname_relid(relname, schema);
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "idempotency: table %s is missing", qualified(schema, relname));
+	return partitioned ? list_make1_oid(relid) : citus_sweep_relations(relid);
+}
+
 int64
 cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 *pages_scanned)
 {
-	/* In partitioned storage only the default partition holds rows no drop will take. */
-	const char *relname = key_store_partitioned(schema)
-		? "idempotency_keys_partitioned_default" : "idempotency_keys";
+	List	   *relations = sweep_relations(schema);
 	char	   *table;
 	Oid			relid;
 	Relation	relation;
@@ -251,17 +265,14 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	int64		removed;
 	Maintenance maintenance;
 
-	/* On Citus: the node's local shards one after another, or nothing (citus.c). */
-	if (!citus_sweep_target(schema, &relname, position))
+	if (position->relation >= list_length(relations))
 	{
 		position->finished = true;
 		*pages_scanned = 0;
 		return 0;
 	}
-	table = qualified(schema, relname);
-	relid = get_relname_relid(relname, schema);
-	if (!OidIsValid(relid))
-		elog(ERROR, "idempotency: table %s is missing", table);
+	relid = list_nth_oid(relations, position->relation);
+	table = qualified(schema, quote_identifier(get_rel_name(relid)));
 	/* The lock the DELETE takes anyway; rows appended after this are not expired yet. */
 	relation = table_open(relid, RowExclusiveLock);
 	blocks = RelationGetNumberOfBlocks(relation);
@@ -300,7 +311,13 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 		position->finished = to_block >= blocks;
 		*pages_scanned = to_block - from_block;
 	}
-	citus_sweep_advance(position);
+	/* The end of one relation's heap hands over to the next relation, if any. */
+	if (position->finished && position->relation + 1 < list_length(relations))
+	{
+		position->relation++;
+		ItemPointerSet(&position->next, 0, FirstOffsetNumber);
+		position->finished = false;
+	}
 	stats_count(IDEM_COUNT_KEYS_REMOVED, removed);
 	return removed;
 }

@@ -5,20 +5,23 @@
 #ifndef IDEM_CLEANUP_H
 #define IDEM_CLEANUP_H
 
+#include "storage/itemptr.h"
+
 /* The extension's schema in this database, or InvalidOid when it is not installed. */
 Oid			cleanup_extension_schema(void);
 
 /* Logs the ordinary triggers on the key tables that a sweep does not fire, if any. */
 void		cleanup_report_skipped_triggers(Oid schema);
 
-#include "storage/itemptr.h"
-
-/* How far a sweep has got through the heap of the table it deletes from. */
+/*
+ * How far a sweep has got: which of the relations it deletes from (a table, or a Citus node's local shards,
+ * one after another), and where in that relation's heap.
+ */
 typedef struct SweepPosition
 {
+	int			relation;		/* the index of the relation in the sweep's list */
 	ItemPointerData next;		/* the first tuple the next batch may take */
-	bool		finished;		/* the last batch reached the end of the heap */
-	int			citus_shard;	/* on a Citus node: which local shard of the key table (citus.c) */
+	bool		finished;		/* the last batch reached the end of the last relation's heap */
 } SweepPosition;
 
 void		cleanup_sweep_start(SweepPosition *position);

@@ -114,7 +114,6 @@ idem_complete(PG_FUNCTION_ARGS)
 
 	ref.extension_function = fcinfo->flinfo->fn_oid;
 	ref.key = arg_text_required(fcinfo, COMPLETE_ARG_KEY, "key");
-	arg_require_not_null(fcinfo, COMPLETE_ARG_HTTP_STATUS, "http_status");
 	ref.scope = arg_text_required(fcinfo, COMPLETE_ARG_SCOPE, "scope");
 	key_identity_from_args(ref.scope, ref.key, identity);
 	decision = response_from_args(fcinfo, COMPLETE_ARG_HTTP_STATUS, COMPLETE_ARG_RESPONSE_BODY,

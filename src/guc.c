@@ -5,7 +5,6 @@
 
 #include "utils/guc.h"
 
-#include "claim.h"
 #include "guc.h"
 
 int			idem_ttl_seconds = 24 * 60 * 60;

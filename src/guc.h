@@ -2,6 +2,9 @@
 #ifndef IDEM_GUC_H
 #define IDEM_GUC_H
 
+/* The longest ttl (README, Limits): idempotency.ttl's maximum, and the longest idem_claim takes. */
+#define IDEM_MAX_TTL_DAYS 3650
+
 extern int	idem_ttl_seconds;
 extern int	idem_mismatch_status;
 extern int	idem_max_response_bytes;

@@ -2,15 +2,15 @@
 #include "postgres.h"
 
 #include "access/relation.h"
-#include "utils/acl.h"
+#include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "commands/sequence.h"
-#include "access/xact.h"
 #include "partitioning/partdesc.h"
+#include "storage/lmgr.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
-#include "utils/timestamp.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include "citus.h"
 #include "key_store.h"
@@ -94,21 +94,22 @@ twin_has_range_partitions(void)
 }
 
 /*
- * Opens idempotency_keys and tells which table holds the rows. Locking it
+ * Locks idempotency_keys and tells which table holds the rows. Locking it
  * (first, in idem_set_storage's order) pins the mode until this transaction
  * ends: idem_set_storage needs an ACCESS EXCLUSIVE lock on it to switch. Taking
  * the lock also takes in the invalidations of a switch committed before, so a
  * remembered mode read after it is current.
  */
 static void
-open_key_table(Oid namespace_oid, KeyTable *table)
+lock_key_table(Oid namespace_oid, KeyTable *table)
 {
 	locate_table(namespace_oid);
+	LockRelationOid(located.table_oid, AccessShareLock);
 	table->namespace_oid = namespace_oid;
+	table->keys = located.table_oid;
+	table->direct = NULL;
 	table->has_lease_columns = located.has_lease_columns;
 	table->has_bytes_columns = located.has_bytes_columns;
-	table->plain = relation_open(located.table_oid, AccessShareLock);
-	table->shell = NULL;
 	if (!located.mode_known)
 	{
 		located.partitioned = twin_has_range_partitions();
@@ -118,12 +119,35 @@ open_key_table(Oid namespace_oid, KeyTable *table)
 	table->partitioned_oid = located.twin_oid;
 }
 
+/* What a call does with its key. */
+typedef enum KeyAccess
+{
+	KEY_STATEMENTS,				/* the statements only */
+	KEY_READ,					/* a lookup, on the direct path where it applies */
+	KEY_INSERT					/* an insert, on the direct path where it applies */
+} KeyAccess;
+
+/*
+ * The table of one call, and for the direct path the relation that holds the scope's keys here, opened once:
+ * idempotency_keys itself, or on Citus the scope's local shard (citus.c, which also refuses a call made on a
+ * node without the scope's shard). Partitioned storage takes the statements.
+ */
+static void
+open_key_table(const KeyRef *ref, KeyAccess access, KeyTable *table)
+{
+	Oid			rows;
+
+	lock_key_table(get_func_namespace(ref->extension_function), table);
+	rows = citus_key_relation(table->keys, table->partitioned, ref->scope, access != KEY_STATEMENTS);
+	if (access != KEY_STATEMENTS && OidIsValid(rows) && !table->partitioned)
+		table->direct = relation_open(rows, access == KEY_READ ? AccessShareLock : RowExclusiveLock);
+}
+
 static void
 close_key_table(KeyTable *table)
 {
-	relation_close(table->plain, NoLock);
-	if (table->shell != NULL)
-		relation_close(table->shell, NoLock);
+	if (table->direct != NULL)
+		relation_close(table->direct, NoLock);
 }
 
 bool
@@ -131,54 +155,18 @@ key_store_partitioned(Oid namespace_oid)
 {
 	KeyTable	table;
 
-	open_key_table(namespace_oid, &table);
-	close_key_table(&table);
+	lock_key_table(namespace_oid, &table);
 	return table.partitioned;
-}
-
-/*
- * The table the direct path works on: idempotency_keys itself, or on Citus the scope's local shard (locked
- * by citus.c; the direct path checks the distributed table's privileges, as a statement on it would). False:
- * take the statements.
- */
-static bool
-direct_table(KeyTable *table, const KeyRef *ref, AclMode mode)
-{
-	Oid			shard = InvalidOid;
-
-	if (!citus_route_key_call(table->plain, table->partitioned, ref->scope, &shard))
-		return !table->partitioned;
-	if (!OidIsValid(shard))
-		return false;
-	table->shell = table->plain;
-	table->plain = relation_open(shard, mode == ACL_SELECT ? AccessShareLock : RowExclusiveLock);
-	return true;
-}
-
-/* The direct path did not apply on the shard after all: the statements run on the distributed table. */
-static void
-back_to_shell(KeyTable *table)
-{
-	if (table->shell == NULL)
-		return;
-	relation_close(table->plain, NoLock);
-	table->plain = table->shell;
-	table->shell = NULL;
 }
 
 void
 key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 {
 	KeyTable	table;
-	bool		done;
 
-	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = direct_table(&table, ref, ACL_SELECT) && key_direct_lookup(&table, ref, snapshot, out);
-	if (!done)
-	{
-		back_to_shell(&table);
+	open_key_table(ref, KEY_READ, &table);
+	if (table.direct == NULL || !key_direct_lookup(&table, ref, snapshot, out))
 		key_spi_lookup(&table, ref, snapshot, out);
-	}
 	close_key_table(&table);
 }
 
@@ -186,20 +174,14 @@ void
 key_store_write(const KeyRef *ref, const KeyWrite *row)
 {
 	KeyTable	table;
-	bool		done;
 
-	open_key_table(get_func_namespace(ref->extension_function), &table);
-	done = !row->replaces_expired_row && direct_table(&table, ref, ACL_INSERT) &&
-		key_direct_insert(&table, ref, row);
-	if (!done)
-	{
-		back_to_shell(&table);
+	/* Replacing an expired row is an UPDATE: the statements. */
+	open_key_table(ref, row->replaces_expired_row ? KEY_STATEMENTS : KEY_INSERT, &table);
+	if (table.direct == NULL || !key_direct_insert(&table, ref, row))
 		key_spi_write(&table, ref, row);
-	}
 	close_key_table(&table);
 }
 
-/* Lease writes always take the statements: they are rare next to lookups, and UPDATEs. */
 static void
 require_lease_columns(const KeyTable *table)
 {
@@ -226,14 +208,14 @@ next_fencing_number(Oid namespace_oid)
 	return nextval_internal(sequence, false);
 }
 
+/* Lease writes take the statements: they are UPDATEs, and rare next to lookups. */
 void
 key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 {
 	KeyTable	table;
 
-	open_key_table(get_func_namespace(ref->extension_function), &table);
+	open_key_table(ref, KEY_STATEMENTS, &table);
 	require_lease_columns(&table);
-	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope, NULL);
 	key_spi_take_lease(&table, ref, how, grant);
 	grant->fencing_number = next_fencing_number(table.namespace_oid);
 	close_key_table(&table);
@@ -246,9 +228,8 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 	KeyTable	table;
 	bool		changed;
 
-	open_key_table(get_func_namespace(ref->extension_function), &table);
+	open_key_table(ref, KEY_STATEMENTS, &table);
 	require_lease_columns(&table);
-	(void) citus_route_key_call(table.plain, table.partitioned, ref->scope, NULL);
 	/*
 	 * Under REPEATABLE READ and SERIALIZABLE an UPDATE of a row changed since the
 	 * snapshot fails with 40001. Whether the token is still current is read from

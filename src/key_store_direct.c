@@ -5,7 +5,7 @@
  * store it, with no SQL statement to plan and start. It is taken only where it
  * behaves exactly like the statements in key_store_spi.c: table storage, no row
  * level security, no triggers or CHECK constraints on the table; privileges are
- * checked as the statements would check them. On Citus it works on the scope's local shard, locked by
+ * checked as the statements would check them, the table's or each column's. On Citus it works on the scope's local shard, locked by
  * citus.c, with the privileges of the distributed table.
  */
 #include "postgres.h"
@@ -18,6 +18,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/objectaddress.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
@@ -122,7 +123,7 @@ work_out_shape(Relation table, bool has_lease_columns, bool has_bytes_columns)
 static bool
 fast_path_applies(const KeyTable *key_table, bool writing)
 {
-	Relation	table = key_table->plain;
+	Relation	table = key_table->direct;
 
 	if (table->rd_rel->relkind != RELKIND_RELATION || table->rd_rel->relam != HEAP_TABLE_AM_OID)
 		return false;
@@ -164,13 +165,33 @@ key_index_order(Relation index, AttrNumber *scope_column, AttrNumber *key_column
 	return *scope_column != InvalidAttrNumber && *key_column != InvalidAttrNumber;
 }
 
-static void
-require_privilege(Relation table, AclMode mode)
-{
-	AclResult	result = pg_class_aclcheck(RelationGetRelid(table), GetUserId(), mode);
+/* A set of key columns, one bit per KeyColumn. */
+#define COLUMN_BIT(column) (UINT32_C(1) << (column))
+#define FIRST_COLUMNS(n) (COLUMN_BIT(n) - 1)
 
-	if (result != ACLCHECK_OK)
-		aclcheck_error(result, OBJECT_TABLE, RelationGetRelationName(table));
+/*
+ * The privilege the statement would need on the columns it names (a set of COLUMN_BITs), checked as the
+ * executor checks it (ExecCheckPermissions): the table's privilege, or else the same privilege on each of
+ * those columns. The columns are found by name: on Citus the table checked is the distributed one, not the
+ * shard read.
+ */
+static void
+require_privilege(Oid relid, AclMode mode, uint32 columns)
+{
+	Oid			user = GetUserId();
+
+	if (pg_class_aclcheck(relid, user, mode) == ACLCHECK_OK)
+		return;
+	for (int c = 0; c < KEY_COLUMNS; c++)
+	{
+		AttrNumber	attnum;
+
+		if ((columns & COLUMN_BIT(c)) == 0)
+			continue;
+		attnum = get_attnum(relid, key_column_names[c]);
+		if (attnum == InvalidAttrNumber || pg_attribute_aclcheck(relid, attnum, user, mode) != ACLCHECK_OK)
+			aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(get_rel_relkind(relid)), get_rel_name(relid));
+	}
 }
 
 /* The row in the scan slot, deformed once, through the key store's one decoder. */
@@ -199,7 +220,7 @@ bool
 key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot which, KeyRow *out)
 {
 	MemoryContext context = CurrentMemoryContext;
-	Relation	table = key_table->plain;
+	Relation	table = key_table->direct;
 	Relation	index;
 	ScanKeyData keys[2];
 	Snapshot	snapshot;
@@ -217,7 +238,9 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 		index_close(index, NoLock);
 		return false;
 	}
-	require_privilege(key_table->shell ? key_table->shell : table, ACL_SELECT);
+	/* The lookup statement selects every key column, the scope and key among them. */
+	require_privilege(key_table->keys, ACL_SELECT,
+					  FIRST_COLUMNS(KEY_COLUMNS_OF(key_table->has_lease_columns, key_table->has_bytes_columns)));
 
 	/* As a new SQL statement would: see this transaction's own earlier writes. */
 	CommandCounterIncrement();
@@ -331,13 +354,15 @@ insert_with_executor(Relation table, HeapTuple row)
 bool
 key_direct_insert(const KeyTable *key_table, const KeyRef *ref, const KeyWrite *row)
 {
-	Relation	table = key_table->plain;
+	Relation	table = key_table->direct;
 	HeapTuple	tuple;
 
 	if (!fast_path_applies(key_table, true))
 		return false;
-	LockRelationOid(RelationGetRelid(table), RowExclusiveLock);
-	require_privilege(key_table->shell ? key_table->shell : table, ACL_INSERT);
+	/* The insert statement names the eight 1.0 columns, and the response's bytes in a table with them. */
+	require_privilege(key_table->keys, ACL_INSERT, FIRST_COLUMNS(KEY_COLUMNS_1_0) |
+					  (key_table->has_bytes_columns ? COLUMN_BIT(KEY_COL_RESPONSE_CONTENT_TYPE) |
+					   COLUMN_BIT(KEY_COL_RESPONSE_BYTES) : 0));
 	tuple = form_key_row(RelationGetDescr(table), ref, row);
 	if (!insert_with_primary_key_only(table, ref, tuple))
 		insert_with_executor(table, tuple);

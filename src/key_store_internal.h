@@ -48,8 +48,9 @@ extern const Oid key_column_types[KEY_COLUMNS];
 typedef struct KeyTable
 {
 	Oid			namespace_oid;
-	Relation	plain;			/* idempotency_keys, open with AccessShareLock; on Citus, perhaps its local shard */
-	Relation	shell;			/* on Citus with plain the local shard: idempotency_keys, else NULL */
+	Oid			keys;			/* idempotency_keys, locked: the table the statements name, whose privileges apply */
+	Relation	direct;			/* open for the direct path: idempotency_keys, or on Citus the scope's local shard
+								 * (citus.c); NULL: the statements only */
 	bool		partitioned;	/* the rows live in idempotency_keys_partitioned */
 	Oid			partitioned_oid;	/* idempotency_keys_partitioned, InvalidOid if missing */
 	bool		has_lease_columns;	/* the table is at 1.1 or later */

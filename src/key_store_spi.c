@@ -14,6 +14,7 @@
 #include "utils/snapmgr.h"
 
 #include "key_store_internal.h"
+#include "spi_plan.h"
 
 /* The statements against one of the two tables. */
 typedef struct TablePlans
@@ -78,31 +79,6 @@ static Oid	write_param_types[WRITE_PARAMS] = {
 	[WRITE_PARAM_RESPONSE_CONTENT_TYPE] = TEXTOID,
 	[WRITE_PARAM_RESPONSE_BYTES] = BYTEAOID
 };
-
-/*
- * plan_options: CURSOR_OPT_CUSTOM_PLAN plans each call for its values, so that
- * partition pruning on them happens in the planner and the pruned partitions
- * are never locked; a generic plan (CURSOR_OPT_GENERIC_PLAN) locks every
- * partition before it prunes at executor start. 0 lets the plan cache choose.
- */
-static SPIPlanPtr
-prepare_plan(const char *sql, int nargs, Oid *argtypes, int plan_options)
-{
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, plan_options);
-
-	if (plan == NULL)
-		elog(ERROR, "idempotency: could not prepare \"%s\": %s", sql,
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "idempotency: could not keep a prepared plan");
-	return plan;
-}
-
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *argtypes)
-{
-	return prepare_plan(sql, nargs, argtypes, 0);
-}
 
 static void
 forget_table_plans(TablePlans *table)
@@ -172,9 +148,16 @@ enum
 	CHANGE_PARAMS_MAX
 };
 
+/*
+ * An extension keeps the key outliving its lease by as much as before, to the microsecond: the sum is taken
+ * in UTC (timestamp + interval), so no TimeZone and no daylight saving change moves it, and every function
+ * in it is IMMUTABLE, which Citus requires of a function given columns in an UPDATE of a distributed table
+ * (timestamptz + interval is STABLE, and Citus refuses it there with 0A000).
+ */
 static const char *const lease_change_sets[LEASE_CHANGES] = {
 	[LEASE_EXTEND] = "lease_until = $4, expires_at = GREATEST(expires_at,"
-	" $4 OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) lease_until))",
+	" pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', $4) OPERATOR(pg_catalog.+)"
+	" (expires_at OPERATOR(pg_catalog.-) lease_until)))",
 	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
 	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
 	" lease_until = NULL, lease_token = NULL",
@@ -204,11 +187,11 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		[LEASE_RELEASE] = CHANGE_PARAM_UNTIL + 1
 	};
 
-	table->lease_insert = prepare_kept(psprintf(
+	table->lease_insert = spi_prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAM_TAKE_OVER, lease_param_types);
+		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAM_TAKE_OVER, lease_param_types, 0);
 	/* An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. */
-	table->lease_replace = prepare_plan(psprintf(
+	table->lease_replace = spi_prepare_kept(psprintf(
 		"UPDATE %s SET"
 		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $1) ELSE $1 END,"
 		" created_at = CASE WHEN $8 THEN created_at ELSE $2 END,"
@@ -226,11 +209,11 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 	 * start, as a claim judges it.
 	 */
 	for (int change = 0; change < LEASE_CHANGES; change++)
-		table->lease_change[change] = prepare_kept(psprintf(
+		table->lease_change[change] = spi_prepare_kept(psprintf(
 			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
 			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL"
 			" AND expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp() RETURNING lease_until",
-			qualified, lease_change_sets[change]), change_nargs[change], change_types[change]);
+			qualified, lease_change_sets[change]), change_nargs[change], change_types[change], 0);
 }
 
 /*
@@ -257,6 +240,11 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		[LOOKUP_PARAM_LIVE_AFTER] = TIMESTAMPTZOID
 	};
 	const char *live_only = partitioned ? " AND expires_at OPERATOR(pg_catalog.>) $2" : "";
+	/*
+	 * CURSOR_OPT_CUSTOM_PLAN plans each call for its values, so that partition pruning on them happens in the
+	 * planner and the pruned partitions are never locked; a generic plan (CURSOR_OPT_GENERIC_PLAN) locks every
+	 * partition before it prunes at executor start. 0 lets the plan cache choose.
+	 */
 	int			plan_options = !partitioned ? 0
 		: custom_plan ? CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN;
 	StringInfoData columns;
@@ -265,18 +253,18 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 	for (int c = 0; c < KEY_COLUMNS_OF(has_lease_columns, has_bytes_columns); c++)
 		appendStringInfo(&columns, "%s%s", c > 0 ? ", " : "", key_column_names[c]);
 
-	table->lookup = prepare_plan(psprintf(
+	table->lookup = spi_prepare_kept(psprintf(
 		"SELECT %s FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2%s",
 		columns.data, qualified, partitioned
 		? " AND expires_at OPERATOR(pg_catalog.>) $3 ORDER BY expires_at DESC LIMIT 1" : ""),
 		partitioned ? LOOKUP_PARAMS : LOOKUP_PARAM_LIVE_AFTER, lookup_types, plan_options);
-	table->insert = prepare_kept(psprintf(
+	table->insert = spi_prepare_kept(psprintf(
 		"INSERT INTO %s (expires_at, created_at, http_status, scope, key, request_hash,"
 		" response_headers, response_body%s) VALUES ($1, $2, $3, $4, $5, $6, $7, $8%s)",
 		qualified, has_bytes_columns ? ", response_content_type, response_bytes" : "",
 		has_bytes_columns ? ", $9, $10" : ""),
-		has_bytes_columns ? WRITE_PARAMS : WRITE_PARAMS_1_2, write_param_types);
-	table->replace = prepare_plan(psprintf(
+		has_bytes_columns ? WRITE_PARAMS : WRITE_PARAMS_1_2, write_param_types, 0);
+	table->replace = spi_prepare_kept(psprintf(
 		"UPDATE %s SET expires_at = $1, created_at = $2, http_status = $3,"
 		" request_hash = $6, response_headers = $7, response_body = $8%s%s"
 		" WHERE scope OPERATOR(pg_catalog.=) $4 AND key OPERATOR(pg_catalog.=) $5"
@@ -327,7 +315,7 @@ expired_partition_attached(Oid relid)
  *
  * Partitioned storage plans its claims per call only while a fully expired
  * partition is attached, so that the claims neither probe nor lock it (see
- * prepare_plan). Otherwise every partition is live and a generic plan, which
+ * prepare_table_plans). Otherwise every partition is live and a generic plan, which
  * locks them all and prunes nothing, costs a fifth of planning each call.
  */
 static TablePlans *

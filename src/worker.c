@@ -362,8 +362,8 @@ idem_sweeper_main(Datum arg)
 
 /* ---------- launcher: the schedule ---------- */
 
-/* The databases skipped at the last tick (missing, or without the extension). */
-static List *databases_without_extension = NIL;
+/* The databases skipped at the last tick: missing, or without the extension. */
+static List *databases_skipped = NIL;
 
 static bool
 name_in_list(List *names, const char *name)
@@ -436,7 +436,7 @@ note_database_state(const char *database, DatabaseState state)
 	MemoryContext old;
 	bool		skipped = state != DATABASE_READY;
 
-	if (skipped == name_in_list(databases_without_extension, database))
+	if (skipped == name_in_list(databases_skipped, database))
 		return;
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	if (state == DATABASE_MISSING)
@@ -450,9 +450,9 @@ note_database_state(const char *database, DatabaseState state)
 	else
 		ereport(LOG, (errmsg("idempotency: cleaning database \"%s\"", database)));
 	if (skipped)
-		databases_without_extension = lappend(databases_without_extension, pstrdup(database));
+		databases_skipped = lappend(databases_skipped, pstrdup(database));
 	else
-		forget_name(&databases_without_extension, database);
+		forget_name(&databases_skipped, database);
 	MemoryContextSwitchTo(old);
 }
 

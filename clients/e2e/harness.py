@@ -100,6 +100,23 @@ SERVICES = {
         "env": {"PYTHONPATH": "src", "THREADS": "10"},
     },
 }
+
+# The sample services run from the clients' packages as users install them (clients/package.sh install): the wheel
+# in a fresh virtualenv, the npm tarball in a fresh Node.js project, the Go module vendored into a fresh module. A
+# file a package leaves out fails these services while the ones above, run from the sources, pass. One build and
+# install for the three (the same prepare command).
+_ARTIFACTS = [["bash", "package.sh", "install", "{bin}/artifacts"]]
+
+
+def _from_artifact(base, argv):
+    spec = {k: v for k, v in SERVICES[base].items() if k not in ("prepare_if_missing", "prepare_env")}
+    spec.update(dir=".", ready="package.sh", prepare=_ARTIFACTS, argv=argv, env={})
+    return spec
+
+
+SERVICES["python-wheel"] = _from_artifact("python", ["{bin}/artifacts/python/serve"])
+SERVICES["node-tarball"] = _from_artifact("node", ["{bin}/artifacts/node/serve"])
+SERVICES["go-module"] = _from_artifact("go", ["{bin}/artifacts/go/payments"])
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http): the same binary, built
 # once (prepare_service runs a list of commands once per stack, whichever service asks first).
 for _fw in ("chi", "echo", "gin"):

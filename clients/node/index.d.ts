@@ -39,12 +39,18 @@ export interface IdempotencyOptions<Req = any> {
   isolationLevel?: IsolationLevel | Lowercase<IsolationLevel> | null;
   /** The path in the request fingerprint (default: the URL path without the query string). */
   requestPath?: (req: Req) => string;
-  /** Request body limit in bytes (default 1 MiB = 1048576; over it: 413). Fastify uses its own bodyLimit. */
+  /** Request body limit in bytes (default 1 MiB = 1048576; over it: 413). Fastify: default the route's bodyLimit. */
   bodyLimit?: number;
   /** Methods protected by a middleware mounted with app.use() (default POST and PATCH). */
   methods?: string[];
   /** How BEGIN travels with the claim and the completion with COMMIT (default 'auto'). */
   batching?: Batching;
+  /**
+   * Named prepared statements for the claim and the completion in 'pipeline' and 'off' batching ('multi' is simple
+   * query, never prepared). 'auto' (default): named, and unnamed for good after the first 26000/42P05 (a pooler that
+   * does not keep them: PgBouncer before 1.21 in transaction pooling); false: never named.
+   */
+  prepared?: boolean | 'auto';
   /** Base URI of the problem types (default https://idempotency.dev/problems/). */
   problemBase?: string;
   logger?: Logger;
@@ -119,10 +125,51 @@ export function problem(status: number, slug: string, title: string, detail?: st
 export function sendResponse(res: ServerResponse, answer: CapturedResponse): void;
 export function sqlLiteral(value: unknown): string;
 
+/** 1 MiB: the default request body limit. */
+export const DEFAULT_BODY_LIMIT: 1048576;
+/**
+ * The whole body of a node:http request or stream: rejects with HttpProblem 413 at once when `declared` (its
+ * Content-Length) is over `limit`, or as soon as a chunked body passes it, and with HttpProblem 400
+ * (request-body-unreadable) when the stream is aborted or ends shorter than `declared`.
+ */
+export function readBody(stream: NodeJS.ReadableStream, cfg: { bodyLimit: number; problemBase?: string },
+  declared?: string | number | null, limit?: number): Promise<Buffer>;
+/** The request body: a body parser's (req.rawBody, a Buffer or string req.body), else readBody(req). */
+export function readRawBody(req: IncomingMessage, cfg: number | { bodyLimit: number; problemBase?: string }): Promise<Buffer>;
+/** What an adapter (and lease mode) checks before the database. */
+export interface AdmitInput<Req = any> {
+  scopeArg: Req;
+  /** The raw Idempotency-Key field value (a string, or an array of its lines). */
+  keyHeader: string | string[] | undefined;
+  method: string;
+  path: string;
+  body(): Promise<Buffer>;
+  /** false: no key is parsed (a transaction without a claim). */
+  claim?: boolean;
+}
+export interface AdmittedRequest {
+  scope: string;
+  key: string | null;
+  method: string;
+  path: string;
+  raw: Buffer;
+  bodyText: string;
+  bodyValue: unknown;
+}
+/**
+ * The scope (401 from scope()), the key (400), the whole body (413, 400) as JSON (400): resolves with the answer to
+ * send at once (nothing claimed) or the admitted request.
+ */
+export function admit<Req = any>(cfg: { scope: (req: Req) => unknown; bodyLimit: number; problemBase?: string },
+  input: AdmitInput<Req>): Promise<CapturedResponse | AdmittedRequest>;
+
 export const MAX_KEY_BYTES: 255;
 export const PROBLEM_BASE: string;
 export const CLAIM_SQL: string;
 export const COMPLETE_SQL: string;
+/** The 1.3 statements (extension 1.3+; the 1.0 ones above are used on an older extension). */
+export const CLAIM_REQUEST_SQL: string;
+export const COMPLETE_REQUEST_SQL: string;
 export const RETRYABLE: Set<string>;
 
 // ---- Lease mode (extension 1.1+): runLease

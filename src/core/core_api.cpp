@@ -12,10 +12,6 @@
 #include "sha256.hpp"
 #include "text_rules.hpp"
 
-#ifdef PG_VERSION_NUM
-#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
-#endif
-
 using idem::core::guarded;
 using idem::core::Sha256;
 using idem::core::Sha256Digest;

@@ -5,10 +5,6 @@
 
 #include "idem_core.h"
 
-#ifdef PG_VERSION_NUM
-#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
-#endif
-
 namespace idem::core {
 
 // What an OpenSSL call that failed throws (sha256.cpp): only this is reported as IDEM_ERR_CRYPTO, so a

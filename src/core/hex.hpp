@@ -7,10 +7,6 @@
 
 #include "idem_core.h"
 
-#ifdef PG_VERSION_NUM
-#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
-#endif
-
 namespace idem::core {
 
 using Sha256Digest = std::array<std::uint8_t, IDEM_SHA256_BYTES>;

@@ -17,7 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The C layer includes this header after postgres.h; C++ including it after a PostgreSQL header is the core doing so. */
+/*
+ * The core's one guard against PostgreSQL headers, for every core file: each includes this header, itself or
+ * through another core header. The Makefile compiles the core without PostgreSQL's include directory, so no
+ * core file can include one; and the C layer includes this header after postgres.h, so C++ including it after
+ * a PostgreSQL header is the core doing so.
+ */
 #if defined(__cplusplus) && defined(PG_VERSION_NUM)
 #error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
 #endif

@@ -1,9 +1,5 @@
 #include "outcome.hpp"
 
-#ifdef PG_VERSION_NUM
-#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
-#endif
-
 namespace idem::core {
 
 namespace {

@@ -5,10 +5,6 @@
 
 #include "idem_core.h"
 
-#ifdef PG_VERSION_NUM
-#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
-#endif
-
 namespace idem::core {
 
 IdemClaimOutcome decide_claim(const IdemClaimFacts& facts);

@@ -7,10 +7,6 @@
 #include "errors.hpp"
 #include "hex.hpp"
 
-#ifdef PG_VERSION_NUM
-#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
-#endif
-
 struct evp_md_ctx_st;
 
 namespace idem::core {

@@ -1,9 +1,5 @@
 #include "text_rules.hpp"
 
-#ifdef PG_VERSION_NUM
-#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
-#endif
-
 namespace idem::core {
 
 std::size_t find_control_character(std::string_view text) {

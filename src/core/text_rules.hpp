@@ -6,13 +6,10 @@
 
 #include "idem_core.h"
 
-#ifdef PG_VERSION_NUM
-#error "src/core includes no PostgreSQL header: the PostgreSQL layer reaches it only through idem_core.h"
-#endif
-
 namespace idem::core {
 
-// True for C0 controls, DEL, and the UTF-8 encodings of C1 controls (U+0080..U+009F).
+// The offset of the first C0 control, DEL, or UTF-8 encoding of a C1 control (U+0080..U+009F) in text;
+// std::string_view::npos when it has none.
 std::size_t find_control_character(std::string_view text);
 
 IdemStatus validate_key(std::string_view key);

@@ -1,8 +1,8 @@
 #!/usr/bin/env perl
-# Load on a Citus cluster (scripts/test-citus.sh): --clients processes pay --keys payments with post_payment
-# (test/citus/schema.sql) through the coordinator and both workers in turn, each payment sent, then retried
-# once after its answer. A call that fails is retried on the next node until it is answered, at most --deadline
-# seconds. The fault, one of:
+# Load on a Citus cluster, for test/citus/040_load.pl and 050_move.pl: --clients processes pay --keys payments
+# with post_payment (test/citus/schema.sql) through the coordinator and both workers in turn, each payment sent,
+# then retried once after its answer. A call that fails is retried on the next node until it is answered, at
+# most --deadline seconds. The fault, one of:
 #   --kill-data DIR   a few seconds in, that worker is killed (-9, the postmaster and every child) and restarted
 #                     (the clients keep paying until it is back);
 #   --move ACCOUNTS   the payments go to these busy tenants only, whose shards (co-located: keys, accounts and
@@ -174,7 +174,9 @@ if ($move) {
         last unless kill 0, $postmaster, @children;
         sleep 0.2;
     }
-    system("su postgres -c '$pg_bin/pg_ctl -D $kill_data -l $log -w start' >/dev/null") == 0
+    # As the data directory's owner: postgres, whom root becomes for it.
+    my $start = "$pg_bin/pg_ctl -D $kill_data -l $log -w start";
+    system($> == 0 ? "su postgres -c '$start' >/dev/null" : "$start >/dev/null") == 0
         or print "restarting the worker failed\n";
     print "worker restarted\n";
     sleep 1;    # payments on the restarted worker too

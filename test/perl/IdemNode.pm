@@ -11,7 +11,8 @@
 # A node is a PostgreSQL::Test::Cluster, so every method of that class works on it (safe_psql, restart, backup,
 # init_from_backup, ...); this class adds what the extension's tests share: a node started with the library
 # preloaded and the extension created, DBI data source names, the fault proxy (pg_fault_proxy.pl beside this
-# file), waits, and the expired rows the worker sweeps. It also exports two plain functions, idem_connect and now_s.
+# file), waits, the expired rows the worker sweeps, and a Citus cluster of a coordinator and workers (citus_cluster,
+# for test/citus/*.pl). It also exports two plain functions, idem_connect and now_s.
 package IdemNode;
 
 use strict;
@@ -20,6 +21,7 @@ use warnings;
 use parent 'PostgreSQL::Test::Cluster';
 
 use DBI;
+use Test::More ();
 use Exporter 'import';
 use File::Basename qw(dirname);
 use POSIX ();
@@ -54,6 +56,94 @@ sub create
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
 	return $node;
+}
+
+# IdemNode->citus_cluster($name, $workers, @conf): a Citus cluster on loopback, a coordinator and $workers
+# workers (nodes "${name}_coordinator", "${name}_worker1", ...), each started with citus and idempotency preloaded,
+# wal_level = logical (shard moves by logical replication), the sweeper on database app every second, and database
+# app with the citus extension; the workers are added to the coordinator and the idempotency extension is created
+# there (Citus propagates it to the workers). @conf are more postgresql.conf lines for every node. Needs a
+# PostgreSQL with Citus built in (scripts/build-citus.sh). Returns the nodes, coordinator first; each knows its
+# name in the cluster ($node->{citus_name}: coordinator, worker1, ...).
+sub citus_cluster
+{
+	my ($class, $name, $workers, @conf) = @_;
+	my @nodes;
+	for my $i (0 .. $workers)
+	{
+		my $role = $i == 0 ? 'coordinator' : "worker$i";
+		my $node = $class->new("${name}_$role");
+		$node->init;
+		$node->append_conf('postgresql.conf', join("\n",
+			"shared_preload_libraries = 'citus,idempotency'", "listen_addresses = '127.0.0.1'",
+			'log_statement = none', 'log_min_messages = warning', 'wal_level = logical', 'max_wal_senders = 10',
+			'max_replication_slots = 10',
+			'max_prepared_transactions = 100', 'max_connections = 200', 'citus.shard_replication_factor = 1',
+			"idempotency.databases = 'app'", 'idempotency.cleanup_interval = 1', @conf) . "\n");
+		$node->start;
+		$node->safe_psql('postgres', 'CREATE DATABASE app');
+		$node->safe_psql('app', 'CREATE EXTENSION citus');
+		$node->{citus_name} = $role;
+		push @nodes, $node;
+	}
+	my ($coordinator, @workers) = @nodes;
+	$coordinator->safe_psql('app', join(';',
+		"SELECT citus_set_coordinator_host('127.0.0.1', ${\ $coordinator->port})",
+		map { "SELECT citus_add_node('127.0.0.1', ${\ $_->port})" } @workers));
+	$coordinator->safe_psql('app', 'CREATE EXTENSION idempotency');
+	return @nodes;
+}
+
+# On a Citus coordinator: the business side of the Citus tests (test/citus/schema.sql, distribute.sql) and
+# idem_citus_distribute('accounts'), which co-locates the keys with the accounts. Returns its output.
+sub citus_distribute
+{
+	my ($self) = @_;
+	my $dir = dirname(__FILE__) . '/../citus';
+	$self->safe_psql('app', PostgreSQL::Test::Utils::slurp_file("$dir/$_")) for qw(schema.sql distribute.sql);
+	return scalar $self->safe_psql('app', "SELECT idem_citus_distribute('accounts')");
+}
+
+# On a Citus coordinator: the nodes' names in the cluster (coordinator, worker1, ...) by port, and the name of
+# the node that holds the shard of $value in $table.
+sub citus_node_of
+{
+	my ($self, $nodes, $table, $value) = @_;
+	my $port = $self->safe_psql('app', qq{
+		SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+		WHERE p.shardid = get_shard_id_for_distribution_column('$table', '$value')});
+	my ($node) = grep { $_->port == $port } @$nodes;
+	return $node;
+}
+
+# test/citus/load.pl on a Citus cluster (the nodes, coordinator first) with more of its options; returns its
+# checks, each [name, expected, actual], after printing its output as notes.
+sub citus_load
+{
+	my ($nodes, @options) = @_;
+	my $script = dirname(__FILE__) . '/../citus/load.pl';
+	my $ports = join(',', map { $_->port } @$nodes);
+	open my $run, '-|', $^X, $script, '--ports', $ports, @options or die "load.pl: $!";
+	my @checks;
+	while (my $line = <$run>)
+	{
+		chomp $line;
+		Test::More::note($line);
+		push @checks, [ split ' ', $1, 3 ] if $line =~ /^CHECK (.*)$/;
+	}
+	close $run;
+	return @checks;
+}
+
+# One assertion: $sql fails in $db with a message matching $regexp (its lines joined by spaces).
+sub fails_like
+{
+	my ($self, $db, $sql, $regexp, $name) = @_;
+	my ($rc, $stdout, $stderr) = $self->psql($db, $sql);
+	$stderr =~ s/\n/ /g;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	return Test::More::ok($rc != 0 && $stderr =~ $regexp, $name)
+	  || Test::More::diag($rc == 0 ? "succeeded: $stdout" : "failed otherwise: $stderr");
 }
 
 # DBI data source over the node's unix socket to database postgres, unless host, port or dbname say otherwise;

@@ -9,7 +9,7 @@
 # A client that gets in_progress retries the key later; after a takeover it resumes from
 # the recovery point. The provider (a TCP stub on 127.0.0.1) honours the idempotency key
 # the way Stripe does (same charge for the same key) and logs every call, so repeated
-# calls are counted and a second charge for one key would show.
+# calls are counted and a second charge for one key would show (test/perl/PaymentProvider.pm).
 #
 # Faults while it runs, in rounds (one of each kind per round, random order): kill -9 of a
 # client backend (crash restart), pg_terminate_backend, kill -9 of the postmaster (then
@@ -55,8 +55,6 @@ use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
 use Digest::SHA qw(sha256_hex);
-use IO::Select;
-use IO::Socket::INET;
 use List::Util qw(shuffle sum0 max min);
 use DBD::Pg qw(:async);
 use POSIX ();
@@ -64,7 +62,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep clock_gettime CLOCK_MONOTONIC);
 
+use IdemFaults;
 use IdemNode;
+use PaymentProvider;
 
 my $LEASE       = '1 s';
 my $PAIRS       = 2;       # 4 client processes
@@ -125,52 +125,8 @@ my ($mode, $work, $KEYS, $started_at);
 my $parent = $$;
 $SIG{PIPE} = 'IGNORE';
 
-# ---- the payment provider stub: keyed like Stripe, records every call ----
-my $provider_log = "$root/provider.log";
-my $listener = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 64, ReuseAddr => 1)
-  or die "provider listen: $!";
-my $provider_port = $listener->sockport;
-my $provider = fork // die "fork: $!";
-if ($provider == 0)
-{
-	open my $log, '>>', $provider_log or die;
-	$log->autoflush(1);
-	my (%charge, %buf, $n);
-	my $sel = IO::Select->new($listener);
-	while (getppid() == $parent)
-	{
-		for my $fh ($sel->can_read(0.5))
-		{
-			if ($fh == $listener)
-			{
-				my $c = $listener->accept or next;
-				$sel->add($c);
-				next;
-			}
-			my $got = sysread($fh, my $chunk, 4096);
-			if (!$got)
-			{
-				$sel->remove($fh);
-				delete $buf{ fileno($fh) };
-				close $fh;
-				next;
-			}
-			$buf{ fileno($fh) } .= $chunk;
-			while ($buf{ fileno($fh) } =~ s/^([^\n]*)\n//)
-			{
-				my ($cmd, $key, $token) = split ' ', $1;
-				next unless ($cmd // '') eq 'CHARGE' && defined $token;
-				my $new = !exists $charge{$key};
-				$charge{$key} = 'ch_' . ++$n if $new;
-				# Recorded before the answer: a caller that dies now still made a call.
-				print $log "call $key $token $charge{$key} ", ($new ? 'new' : 'repeat'), ' ', mono(), "\n";
-				syswrite($fh, "OK $charge{$key}\n");
-			}
-		}
-	}
-	POSIX::_exit(0);
-}
-close $listener;
+# ---- the payment provider stub (test/perl/PaymentProvider.pm): keyed like Stripe, records every call ----
+my $provider = PaymentProvider->start("$root/provider.log");
 
 my ($proxy, $proxy_port, $proxy_log) = $node->start_proxy($root);
 
@@ -199,20 +155,7 @@ sub cut_dsn
 sub provider_charge
 {
 	my ($ctx, $key, $token) = @_;
-	for my $try (1 .. 3)
-	{
-		$ctx->{prov} //= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $provider_port,
-			Proto => 'tcp', Timeout => 5);
-		my $s = $ctx->{prov} or next;
-		if (syswrite($s, "CHARGE $key $token\n"))
-		{
-			my $line = <$s>;
-			return $1 if defined $line && $line =~ /^OK (\S+)/;
-		}
-		close $s;
-		$ctx->{prov} = undef;
-	}
-	die "provider unreachable\n";
+	return $provider->charge(\$ctx->{prov}, $key, $token);
 }
 
 sub boundary
@@ -607,13 +550,6 @@ sub wait_progress
 	while (progress() < $from + 20000 && now_s() < $until) { reap(); stats_poll(); pause_s(0.1); }
 }
 
-sub proc_stat
-{
-	open(my $stat, '<', "/proc/$_[0]/stat") or return ('X', 0);
-	return (<$stat> // '') =~ /\)\s+(\S+)\s+(\d+)/ ? ($1, $2) : ('X', 0);
-}
-sub alive { return (proc_stat($_[0]))[0] !~ /^[XZ]$/; }
-
 sub client_backends
 {
 	my $rows = eval { mon()->selectall_arrayref(
@@ -683,34 +619,17 @@ my %inject = (
 	backend_kill9 => sub {
 		my @b = client_backends() or return 0;
 		stats_poll();
-		my $offset = -s $node->logfile;
-		kill 'KILL', $b[rand @b][0] or return 0;
 		$mon = undef;
-		$node->wait_for_log(qr/reinitializing.*ready to accept connections/s, $offset);
-		return 1;
+		return IdemFaults::backend_kill9($node, $b[rand @b][0]);
 	},
 	backend_terminate => sub {
 		my @b = client_backends() or return 0;
-		return mon()->selectrow_array('SELECT pg_terminate_backend($1)', undef, $b[rand @b][0]) ? 1 : 0;
+		return IdemFaults::terminate_backend(mon(), $b[rand @b][0]);
 	},
 	postmaster_kill9 => sub {
 		stats_poll();
 		$mon = undef;
-		my $postmaster = $node->{_pid};
-		my @children = grep { (proc_stat($_))[1] == $postmaster } map { m{(\d+)$} } glob('/proc/[0-9]*');
-		$node->kill9;
-		# A new postmaster refuses to start while orphaned backends hold the old shared memory.
-		my $until = now_s() + 30;
-		sleep 0.05 while (grep({ alive($_) } @children) || kill(0, $postmaster)) && now_s() < $until;
-		unlink($node->data_dir . '/postmaster.pid', $node->host . '/.s.PGSQL.' . $node->port . '.lock')
-		  unless alive($postmaster) || !kill(0, $postmaster);
-		for my $try (1 .. 5)
-		{
-			return 1 if $node->start(fail_ok => 1);
-			$node->{_pid} = undef;
-			sleep 1;
-		}
-		BAIL_OUT('postmaster does not restart');
+		return IdemFaults::postmaster_kill9($node);
 	},
 	client_kill9 => sub {
 		my $pid = pid_of(int rand(2 * $PAIRS)) or return 0;
@@ -728,12 +647,8 @@ my %inject = (
 		$dying{$pid} = 1;
 		return 1;
 	},
-	connection_cut => sub {
-		# The proxy child carrying an odd (proxied) client's connection.
-		my @open = map { /^(\d+) open lease_client\d+$/ ? $1 : () } split /\n/, slurp_file($proxy_log);
-		my @live = grep { alive($_) } @open or return 0;
-		return kill('KILL', $live[-1 - int rand(min(2, scalar @live))]) ? 1 : 0;
-	},
+	# The proxy child carrying an odd (proxied) client's connection.
+	connection_cut => sub { return IdemFaults::cut_connection($proxy_log, qr/^lease_client\d+$/); },
 	stale_holder_after_charge => sub { return stale_holder('USR2', 'after_charge'); },
 	stale_holder_after_checkpoint => sub { return stale_holder('WINCH', 'after_checkpoint'); });
 
@@ -878,11 +793,10 @@ sub run_pass
 			}
 		}
 	}
-	open my $pin, '<', $provider_log or die;
 	my $provider_calls = 0;
-	while (<$pin>)
+	for my $call ($provider->calls)
 	{
-		my (undef, $key, $token, $charge) = split;
+		my ($key, $charge) = @$call{qw(key charge)};
 		next unless index($key, "$mode/") == 0;
 		$provider_calls++;
 		$calls{$key}++;
@@ -1190,7 +1104,8 @@ for my $pass (@MODES)
 	run_pass();
 }
 
-kill 'TERM', $proxy, $provider;
-waitpid($_, 0) for $proxy, $provider;
+kill 'TERM', $proxy;
+waitpid($proxy, 0);
+$provider->stop;
 $mon->disconnect if $mon;
 done_testing();

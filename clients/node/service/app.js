@@ -1,58 +1,67 @@
 // The payment service of clients/CONTRACT.md, as an Express app around the idempotency middleware.
 
 import express from 'express';
-import { HttpProblem, errorStatus, idempotency, problem, sendResponse, transactional } from '../src/index.js';
+import {
+  DEFAULT_BODY_LIMIT, HttpProblem, errorStatus, idempotency, problem, readRawBody, sendResponse, transactional,
+} from '../src/index.js';
 import { STATUS_CODES } from 'node:http';
 import { ridesHandler } from './rides.js';
 
-const BEARER = /^[Bb][Ee][Aa][Rr][Ee][Rr] +([a-z0-9_]{1,64})$/;
 const CURRENCY = /^[A-Z]{3}$/;
+
+const UNAUTHORIZED = 'send Authorization: Bearer <account>, the account being [a-z0-9_]{1,64}';
+const NOT_AN_OBJECT = 'the body must be a JSON object {"amount_cents": <integer > 0>, "currency": "<ISO 4217>"}';
+const AMOUNT = `amount_cents must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}`;
+// A string or a number of JSON text that is known to be valid: the numbers are rewritten as strings marked with a
+// leading NUL (which a request body cannot hold: parseJsonBody refuses \u0000), so their text survives parsing.
+const TOKEN = /"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g;
 
 /** The account of `Authorization: Bearer <account>`, or HttpProblem 401. The idempotency scope is the account. */
 export function authenticate(req) {
-  const header = req.headers.authorization;
-  const match = typeof header === 'string' ? BEARER.exec(header.trim()) : null;
-  if (!match) {
-    throw new HttpProblem(401, 'unauthorized', 'Unauthorized',
-      header === undefined ? 'an Authorization: Bearer <account> header is required'
-        : 'the Authorization header must be Bearer <account> with account [a-z0-9_]{1,64}',
-      [['WWW-Authenticate', 'Bearer']]);
+  const lines = req.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === 'authorization').length;
+  const match = /^[Bb][Ee][Aa][Rr][Ee][Rr] ([a-z0-9_]{1,64})$/.exec(req.headers.authorization ?? '');
+  if (!match || lines !== 1) {
+    throw new HttpProblem(401, 'unauthorized', 'Unauthorized', UNAUTHORIZED, [['WWW-Authenticate', 'Bearer']]);
   }
   return match[1];
 }
 
-function sendJson(res, status, obj, headers = {}) {
+function sendJson(res, status, text, headers = {}) {
   res.statusCode = status;
   res.setHeader('Content-Type', 'application/json');
   for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
-  res.end(JSON.stringify(obj));
+  res.end(text);
 }
 
 function sendProblem(res, status, slug, title, detail, headers = []) {
   sendResponse(res, problem(status, slug, title, detail, headers));
 }
 
-/** The amount and currency of a payment body, or a detail string saying what is wrong. */
-export function validatePayment(body) {
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    return { error: 'the body must be a JSON object {"amount_cents": ..., "currency": ...}' };
-  }
-  const amount = body.amount_cents;
-  if (typeof amount !== 'number' || !Number.isSafeInteger(amount) || amount <= 0) {
-    return { error: 'amount_cents must be an integer greater than 0' };
-  }
+/**
+ * The amount and currency of a payment body (JSON text), or {error} saying what is wrong, as CONTRACT.md and the Go
+ * service decide: a JSON object (null counts as one without members) whose amount_cents is written as an integer
+ * from 1 to 2^53 - 1 (not 1e2, not 100.0) and whose currency is a string of 3 upper-case letters.
+ */
+export function validatePayment(text) {
+  const body = JSON.parse(text.replace(TOKEN, (t) => (t[0] === '"' ? t : `"\\u0000${t}"`)));
+  if (body !== null && (typeof body !== 'object' || Array.isArray(body))) return { error: NOT_AN_OBJECT };
+  const amount = body?.amount_cents;
+  const written = typeof amount === 'string' && amount[0] === '\0' ? amount.slice(1) : '';
+  if (!/^[1-9][0-9]{0,15}$/.test(written) || Number(written) > Number.MAX_SAFE_INTEGER) return { error: AMOUNT };
   const currency = body.currency;
-  if (typeof currency !== 'string' || !CURRENCY.test(currency)) {
-    return { error: 'currency must be 3 upper-case letters (ISO 4217)' };
-  }
-  return { amount, currency };
+  if (typeof currency !== 'string' || !CURRENCY.test(currency)) return { error: 'currency must be 3 upper-case letters' };
+  return { amount: Number(written), currency };
+}
+
+function paymentJson(id, account, { amount, currency }) {
+  return JSON.stringify({ payment_id: id, account, amount_cents: amount, currency });
 }
 
 /** The payment handler, shared by /payments and /payments-unprotected; runs inside the request's transaction. */
 export function paymentHandler({ faults = false } = {}) {
   return async function pay(req, res) {
     const { client, key, scope: account } = req.idempotency;
-    const payment = validatePayment(req.body);
+    const payment = validatePayment(req.rawBody.toString('utf8'));
     if (payment.error) {
       // validation before any write: answered, not stored, the key released for the corrected retry
       req.idempotency.notExecuted();
@@ -80,34 +89,32 @@ export function paymentHandler({ faults = false } = {}) {
       const ms = Number(fault.slice('sleep='.length));
       if (Number.isFinite(ms) && ms >= 0) await client.query('SELECT pg_sleep($1::float8 / 1000.0)', [ms]);
     }
-    sendJson(
-      res, 201,
-      { payment_id: id, account, amount_cents: payment.amount, currency: payment.currency },
-      { Location: `/payments/${id}` },
-    );
+    sendJson(res, 201, paymentJson(id, account, payment), { Location: `/payments/${id}` });
   };
 }
 
 /**
- * The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header; `batching` is the middleware's option
- * of that name; `bench` adds POST /payments-autocommit (the handler's one INSERT in autocommit: the benchmark's
+ * The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header; `batching` and `prepared` are the
+ * middleware's options of those names; `bench` adds POST /payments-autocommit (the handler's one INSERT in autocommit: the benchmark's
  * unprotected reference); `ridesLeaseSeconds` is the lease of POST /rides (lease mode).
  */
 export function createApp({
-  pool, faults = false, logger = console, batching = 'auto', bench = false, ridesLeaseSeconds = 30,
+  pool, faults = false, logger = console, batching = 'auto', prepared = 'auto', bench = false, ridesLeaseSeconds = 30,
 } = {}) {
   const app = express();
   app.disable('x-powered-by');
   app.disable('etag');
 
-  const idem = idempotency({ pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger, batching });
-  const tx = transactional({ pool, scope: authenticate, logger });
+  const idem = idempotency({
+    pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger, batching, prepared,
+  });
+  const tx = transactional({ pool, scope: authenticate, logger, prepared });
   const pay = paymentHandler({ faults });
 
   const notAllowed = (allow) => (req, res) =>
-    sendProblem(res, 405, 'method-not-allowed', 'Method Not Allowed', `${req.path} answers ${allow}`, [['Allow', allow]]);
+    sendProblem(res, 405, 'method-not-allowed', 'Method Not Allowed', `${req.method} is not allowed here`, [['Allow', allow]]);
 
-  app.get('/healthz', (req, res) => sendJson(res, 200, { ok: true })); // Express answers HEAD with the GET route
+  app.get('/healthz', (req, res) => sendJson(res, 200, '{"ok":true}')); // Express answers HEAD with the GET route
   app.all('/healthz', notAllowed('GET, HEAD'));
   app.post('/payments', idem(pay));
   app.all('/payments', notAllowed('POST'));
@@ -117,18 +124,17 @@ export function createApp({
   app.all('/rides', notAllowed('POST'));
 
   if (bench) {
-    app.post('/payments-autocommit', express.json(), async (req, res, next) => {
+    app.post('/payments-autocommit', async (req, res, next) => {
       try {
         const account = authenticate(req);
-        const payment = validatePayment(req.body);
+        const payment = validatePayment((await readRawBody(req, DEFAULT_BODY_LIMIT)).toString('utf8'));
         if (payment.error) return sendProblem(res, 422, 'invalid-payment', 'Invalid payment', payment.error);
         const { rows } = await pool.query(
           'INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, $2, $3, $4) RETURNING id',
           [account, -payment.amount, payment.currency, ''],
         );
         const id = Number(rows[0].id);
-        sendJson(res, 201, { payment_id: id, account, amount_cents: payment.amount, currency: payment.currency },
-          { Location: `/payments/${id}` });
+        sendJson(res, 201, paymentJson(id, account, payment), { Location: `/payments/${id}` });
       } catch (e) {
         if (e instanceof HttpProblem) sendResponse(res, e.response);
         else next(e);
@@ -136,7 +142,7 @@ export function createApp({
     });
   }
 
-  app.use((req, res) => sendProblem(res, 404, 'not-found', 'Not Found', `no route for ${req.method} ${req.path}`));
+  app.use((req, res) => sendProblem(res, 404, 'not-found', 'Not Found', `${req.path} is not a resource here`));
   // The app's error handler: an error with an HTTP status is answered with it (inside /payments the middleware
   // stores that answer when it is a 4xx); anything else is a 500.
   // eslint-disable-next-line no-unused-vars
@@ -144,8 +150,8 @@ export function createApp({
     const status = errorStatus(err);
     if (status === null) logger.error('payments: unhandled error:', err);
     if (res.headersSent) return;
-    if (status === null) sendProblem(res, 500, 'internal-error', 'Internal Server Error', 'the request failed');
-    else sendProblem(res, status, status < 500 ? 'request-refused' : 'upstream-error', STATUS_CODES[status] || 'Error', err.message);
+    if (status === null) sendProblem(res, 500, 'internal-error', 'Internal Server Error', 'the request failed and was rolled back');
+    else sendProblem(res, status, `http-${status}`, STATUS_CODES[status] || 'Error', err.message);
   });
   return app;
 }

@@ -8,10 +8,9 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
-  HttpProblem, KeyHeaderError, PROBLEM_BASE, jsonResponse, parseIdempotencyKey, problem, readRawBody, runLease,
+  CapturedResponse, DEFAULT_BODY_LIMIT, HttpProblem, PROBLEM_BASE, admit, jsonResponse, problem, readRawBody, runLease,
   sendResponse,
 } from '../src/index.js';
-import { DEFAULT_BODY_LIMIT } from '../src/request.js';
 
 const STALL = /^stall=(\d{1,7})$/;
 /** The exit status of the crash-* faults. */
@@ -22,7 +21,7 @@ export const CRASH_STATUS = 70;
  * {amount, currency} or {error}; `leaseSeconds` is the lease's length; `faults` enables X-Fault.
  */
 export function ridesHandler({ pool, authenticate, validatePayment, leaseSeconds = 30, faults = false, logger = console }) {
-  const bodyCfg = { bodyLimit: DEFAULT_BODY_LIMIT, problemBase: PROBLEM_BASE };
+  const cfg = { scope: authenticate, bodyLimit: DEFAULT_BODY_LIMIT, problemBase: PROBLEM_BASE };
   return async function rides(req, res, next) {
     let answer;
     try {
@@ -35,24 +34,13 @@ export function ridesHandler({ pool, authenticate, validatePayment, leaseSeconds
   };
 
   async function ride(req) {
-    const account = authenticate(req);
-    let key;
-    try {
-      key = parseIdempotencyKey(req.headers['idempotency-key']);
-    } catch (e) {
-      if (!(e instanceof KeyHeaderError)) throw e;
-      return problem(400, e.slug, e.missing ? 'Idempotency-Key required' : 'Invalid Idempotency-Key', e.message);
-    }
-    const raw = await readRawBody(req, bodyCfg); // HttpProblem 413 over 1 MiB
-    let bodyText;
-    let body;
-    try {
-      bodyText = new TextDecoder('utf-8', { fatal: true }).decode(raw);
-      body = JSON.parse(bodyText);
-    } catch {
-      return problem(400, 'request-body-not-json', 'Malformed request body', 'the request body is not JSON');
-    }
-    const payment = validatePayment(body);
+    const request = await admit(cfg, {
+      scopeArg: req, keyHeader: req.headers['idempotency-key'], method: 'POST', path: '/rides',
+      body: () => readRawBody(req, cfg),
+    });
+    if (request instanceof CapturedResponse) return request; // 401, 400, 413: before any lease
+    const { key, scope: account, bodyText } = request;
+    const payment = validatePayment(bodyText);
     if (payment.error) {
       // not executed: answered before any lease, so nothing is stored and the corrected retry is claimed afresh
       return problem(422, 'invalid-payment', 'Invalid payment', payment.error);

@@ -34,8 +34,13 @@ if (!(ridesLeaseSeconds > 0)) {
   process.exit(2);
 }
 
+// PG_PREPARED=0: never name a statement (a pooler that cannot keep them, such as PgBouncer before 1.21 in
+// transaction pooling, behind a pipelined pool); by default the middleware names them on a pipelined pool and goes
+// on unnamed by itself at the first 26000/42P05.
+const prepared = process.env.PG_PREPARED === '0' ? false : 'auto';
 const app = createApp({
-  pool, faults, batching: process.env.IDEM_BATCHING || 'auto', bench: process.env.PAYMENTS_BENCH === '1', ridesLeaseSeconds,
+  pool, faults, batching: process.env.IDEM_BATCHING || 'auto', prepared, bench: process.env.PAYMENTS_BENCH === '1',
+  ridesLeaseSeconds,
 });
 const server = app.listen(port, host, () => {
   console.log(`payments: listening on http://${host}:${port}${faults ? ' (X-Fault enabled)' : ''}`);

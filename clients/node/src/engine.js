@@ -1,5 +1,7 @@
-// The database side of the middleware, shared by every framework adapter (Express, Koa, Fastify): the claim opened
-// with BEGIN, the completion sent with COMMIT, rollback and release. Knows nothing about HTTP frameworks.
+// The one place where an attempt of a protected request is decided, shared by every framework adapter (Express,
+// Koa, Fastify) and by lease mode: parse the key, read the whole body, claim, run the handler, capture its answer,
+// complete or roll back. An adapter only translates its framework's request into `execute()`'s input and the
+// CapturedResponse it resolves with into its framework's response.
 //
 // Round trips. A protected request costs what a bare transactional handler costs (BEGIN ..., the handler's
 // statements, ... COMMIT): BEGIN travels with the claim and idem_complete with COMMIT, either
@@ -9,35 +11,50 @@
 //   has no parameters). Works with any node-postgres and through PgBouncer in transaction pooling mode.
 // 'auto' (the default) picks 'pipeline' on a pipelined client and 'multi' otherwise; 'off' sends each statement
 // on its own (five round trips), kept for the benchmark.
+//
+// Statements. On extension 1.3 the claim is idem_claim_request (the fingerprint computed inside it from the
+// request's parts, a replay's stored bytes in the same row) and the completion idem_complete_request (the response
+// as the bytes sent: no read-back); on 1.0-1.2 (the first claim answers 42883) idem_claim and idem_complete, with
+// the body stored as jsonb and sent as jsonb's text. In 'pipeline' and 'off' mode they are named prepared
+// statements (`name` in node-postgres' query config: parsed once per connection); through a pooler that cannot
+// keep them (PgBouncer before 1.21 in transaction pooling: SQLSTATE 26000 or 42P05), `prepared: 'auto'` goes on
+// unnamed for good, and `prepared: false` never names them. 'multi' is simple query: never prepared.
 
-import { CapturedResponse, claimResponse, storedForm } from './responses.js';
+import { KeyHeaderError, parseIdempotencyKey } from './header.js';
+import {
+  CapturedResponse, HttpProblem, PROBLEM_BASE, claimResponse, parseJsonBody, parseRecord, problem, requestClaimResponse,
+  storedBytes, storedForm,
+} from './responses.js';
 
-// No `name` is ever passed to client.query: node-postgres then uses the unnamed statement, which does not outlive
-// the transaction, so this works through PgBouncer in transaction pooling mode.
-const CLAIM_SELECT = (key, method, path, body, ttl, scope) =>
+// 1.0-1.2. The statements hold no `$` but their parameters', so that 'multi' can write the values in as literals.
+export const CLAIM_SQL =
   'SELECT c.outcome, c.http_status, c.response_body::text AS response_body, ' +
   'c.response_headers::text AS response_headers ' +
-  `FROM idem_claim(${key}::text, ` +
-  `idem_hash(jsonb_build_object('method', ${method}::text, 'path', ${path}::text, 'body', ${body}::jsonb)), ` +
-  `${ttl}::interval, ${scope}::text) AS c`;
+  "FROM idem_claim($1::text, idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, " +
+  "'body', $4::jsonb)), $5::interval, $6::text) AS c";
 // The stored JSON body comes back as jsonb's text: that text is what the first answer sends, so a replay (which
 // sends the stored jsonb) is byte-identical to it.
-const COMPLETE_SELECT = (key, status, body, headers, scope) =>
-  `SELECT idem_complete(${key}::text, ${status}::int, v.body, ${headers}::jsonb, ${scope}::text) AS stored, ` +
-  `v.body::text AS body FROM (SELECT ${body}::jsonb AS body) AS v`;
+export const COMPLETE_SQL =
+  'SELECT idem_complete($1::text, $2::int, v.body, $4::jsonb, $5::text) AS stored, ' +
+  'v.body::text AS body FROM (SELECT $3::jsonb AS body) AS v';
+// 1.3: no casts (the functions have no overloads, the server infers each parameter's type); one column each.
+export const CLAIM_REQUEST_SQL = 'SELECT idem_claim_request($1, $2, $3, $4, $5, $6, $7, $8) AS c';
+export const COMPLETE_REQUEST_SQL = 'SELECT idem_complete_request($1, $2, $3, $4, $5, $6) AS stored';
+/** SQLSTATEs of a named statement the pooler's server connection does not hold (or holds already). */
+const NOT_PREPARED = new Set(['26000', '42P05']);
 
-export const CLAIM_SQL = CLAIM_SELECT('$1', '$2', '$3', '$4', '$5', '$6');
-export const COMPLETE_SQL = COMPLETE_SELECT('$1', '$2', '$3', '$4', '$5');
-
+export const DEFAULT_BODY_LIMIT = 1024 * 1024;
 /** SQLSTATEs after which the whole transaction is run again. */
 export const RETRYABLE = new Set(['40001', '40P01']);
 /** SQLSTATEs of the claim statement that mean the request body is not JSON that PostgreSQL accepts. */
-const BAD_BODY = new Set(['22P02', '22P05', '22003']);
+const BAD_BODY = new Set(['22P02', '22P05', '22003', '22021']);
 const ISOLATION = new Set(['READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE']);
 const BATCHING = new Set(['auto', 'pipeline', 'multi', 'off']);
 
-export class BadBody extends Error {}
+class BadBody extends Error {}
 export class TransactionAborted extends Error {}
+/** Thrown by an adapter's handler run when the client went away before the response: nothing is sent. */
+export class ClientGone extends Error {}
 
 export function sqlstate(err) {
   return err && (err.code || (err.cause && err.cause.code));
@@ -47,144 +64,363 @@ export function isRetryable(err) {
   return RETRYABLE.has(sqlstate(err));
 }
 
+/** The HTTP status an error carries (http-errors' `status` or `statusCode` in 400..599), or null. */
+export function errorStatus(err) {
+  const status = err && (err.status ?? err.statusCode);
+  return Number.isInteger(status) && status >= 400 && status <= 599 ? status : null;
+}
+
 /**
  * A SQL literal for a simple-query message: 'text' with quotes doubled, or E'...' when it holds a backslash (so it
  * means the same whatever standard_conforming_strings is). NUL cannot be sent in a query at all.
  */
 export function sqlLiteral(value) {
   if (value === null || value === undefined) return 'NULL';
-  const s = String(value);
+  const s = Buffer.isBuffer(value) ? `\\x${value.toString('hex')}` : String(value);
   if (s.includes('\0')) throw new TypeError('a value sent to PostgreSQL cannot contain a NUL character');
   const quoted = `'${s.replace(/'/g, "''")}'`;
   return s.includes('\\') ? `E${quoted.replace(/\\/g, '\\\\')}` : quoted;
 }
 
-/** Run queries on `client`, all written before the first answer is read; rejects with the first error. */
-export async function pipelined(client, texts, params) {
-  const results = await Promise.allSettled(texts.map((t, i) => client.query(t, params[i])));
-  const failed = results.find((r) => r.status === 'rejected');
-  if (failed) throw failed.reason;
-  return results.map((r) => r.value);
+/**
+ * Send `statements` ([[text, params, name], ...]) the way `mode` says: 'pipeline' (one round trip, extended
+ * protocol; a statement with a `name` is a named prepared statement), 'multi' (one simple-query message, the
+ * parameters written in as literals: the texts hold no other `$`) or 'off' (one round trip each). Resolves with
+ * one result per statement; rejects with the first error (the ones after it are not run, or fail in the aborted
+ * transaction).
+ */
+export async function batch(client, statements, mode = client.pipeline === true ? 'pipeline' : 'multi') {
+  const config = ([text, values, name]) => (name ? { name, text, values } : { text, values });
+  if (statements.length === 1 || mode === 'off') {
+    const results = [];
+    for (const statement of statements) results.push(await client.query(config(statement)));
+    return results;
+  }
+  if (mode === 'pipeline') {
+    const results = await Promise.allSettled(statements.map((st) => client.query(config(st))));
+    const failed = results.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    return results.map((r) => r.value);
+  }
+  const inline = ([text, params]) => (params ? text.replace(/\$(\d+)/g, (_, i) => sqlLiteral(params[i - 1])) : text);
+  return client.query(statements.map(inline).join('; '));
 }
 
-function noop() {}
+/** The query string of a request target (what follows `?`), or null. */
+export function queryOf(url) {
+  const at = (url || '').indexOf('?');
+  return at < 0 ? null : url.slice(at + 1);
+}
 
-/** Options shared by every adapter, checked once. */
-export function engineOptions(options) {
+/** The options of every adapter, checked once. */
+export function options(opts) {
   const {
-    pool,
-    ttl = null,
-    maxRetries = 3,
-    replayHeaders = null,
-    isolationLevel = null,
-    batching = 'auto',
-  } = options || {};
+    pool, ttl = null, maxRetries = 3, replayHeaders = null, isolationLevel = null, batching = 'auto',
+    scope = () => '', problemBase = PROBLEM_BASE, bodyLimit = DEFAULT_BODY_LIMIT, logger = console,
+    requestPath = null, methods = null, prepared = 'auto',
+  } = opts || {};
+  if (![true, false, 'auto'].includes(prepared)) throw new TypeError("idempotency: prepared must be true, false or 'auto'");
   if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotency: options.pool (a pg.Pool) is required');
   if (isolationLevel !== null && !ISOLATION.has(String(isolationLevel).toUpperCase())) {
     throw new TypeError(`idempotency: unknown isolationLevel ${isolationLevel}`);
   }
   if (!BATCHING.has(batching)) throw new TypeError(`idempotency: batching must be one of ${[...BATCHING].join(', ')}`);
   if (!Number.isInteger(maxRetries) || maxRetries < 0) throw new TypeError('idempotency: maxRetries must be an integer >= 0');
+  if (typeof scope !== 'function') throw new TypeError('idempotency: options.scope must be a function');
+  if (!Number.isInteger(bodyLimit) || bodyLimit < 0) throw new TypeError('idempotency: bodyLimit must be a byte count');
   return {
-    pool,
-    ttl,
-    maxRetries,
-    replayHeaders,
-    batching,
+    pool, ttl, maxRetries, replayHeaders, batching, scope, problemBase, bodyLimit, logger, requestPath,
+    methods: methods && new Set(methods.map((m) => String(m).toUpperCase())),
+    // what the database and the pooler allow, learnt from the first answers: the 1.3 statements, named statements
+    state: { lean: true, named: prepared !== false, prepared },
     beginSql: isolationLevel ? `BEGIN ISOLATION LEVEL ${String(isolationLevel).toUpperCase()}` : 'BEGIN',
   };
 }
 
-/** How `client` sends a pair of statements: 'pipeline', 'multi' or 'off'. */
-function modeOf(opts, client) {
-  if (opts.batching !== 'auto') return opts.batching;
-  return client.pipeline === true ? 'pipeline' : 'multi';
+export function internalError(cfg, detail) {
+  return problem(500, 'internal-error', 'Internal Server Error', detail, [], cfg.problemBase);
 }
 
-/** Take a connection from the pool; `release(err)` gives it back (dropped when err is set). */
-export async function connect(opts) {
-  const client = await opts.pool.connect();
-  client.on('error', noop); // a lost connection also fails the query in progress
-  return {
-    client,
-    release(err) {
-      client.removeListener('error', noop);
-      client.release(err || undefined);
-    },
-  };
+function badBody(cfg) {
+  return problem(400, 'request-body-not-json', 'Malformed request body', 'the request body is not JSON', [],
+    cfg.problemBase);
+}
+
+/** 409 when 40001/40P01 kept coming back, or came after a handler that cannot be run again. */
+function conflict(cfg) {
+  return problem(409, 'transaction-conflict', 'Conflict',
+    'the request kept conflicting with concurrent requests; retry it', [['Retry-After', '1']], cfg.problemBase);
+}
+
+function tooLarge(cfg, limit) {
+  return new HttpProblem(413, 'request-too-large', 'Request body too large',
+    `the request body is over ${limit} bytes`, [['Connection', 'close']], cfg.problemBase);
 }
 
 /**
- * BEGIN and, when `claim` is given ({key, method, path, bodyText, scope}), idem_claim in the same round trip.
- * Resolves with the early answer (replay, mismatch, in_progress: already rolled back) or null (claimed: the
- * transaction is open). Throws BadBody when PostgreSQL refuses the body as jsonb; other errors as they are (the
- * caller rolls back).
+ * The whole body of `stream` (a node:http request, or a Fastify payload stream), or HttpProblem: 413 at once when
+ * `declared` (its Content-Length) is over `limit`, without reading it, or as soon as a chunked body passes the
+ * limit (the rest is drained so that the client reads the answer); 400 request-body-unreadable (Go's name) when
+ * the stream is aborted, closed or fails before its end, or ends shorter than `declared`. Only a body that
+ * arrived whole resolves: a request is never run from part of its body.
  */
-export async function begin(opts, client, claim) {
-  if (!claim) {
-    await client.query(opts.beginSql);
-    return null;
+export function readBody(stream, cfg, declared, limit = cfg.bodyLimit) {
+  const length = declared === undefined || declared === null || declared === '' ? null : Number(declared);
+  const incomplete = () => new HttpProblem(400, 'request-body-unreadable', 'Unreadable request body',
+    'the request body ended before its Content-Length; nothing was done', [['Connection', 'close']], cfg.problemBase);
+  if (length !== null && length > limit) {
+    stream.resume();
+    return Promise.reject(tooLarge(cfg, limit));
   }
-  const mode = modeOf(opts, client);
-  const args = [claim.key, claim.method, claim.path, claim.bodyText, opts.ttl, claim.scope];
-  let row;
-  try {
-    if (mode === 'multi') {
-      const results = await client.query(`${opts.beginSql}; ${CLAIM_SELECT(...args.map(sqlLiteral))}`);
-      row = results[1].rows[0];
-    } else if (mode === 'pipeline') {
-      row = (await pipelined(client, [opts.beginSql, CLAIM_SQL], [undefined, args]))[1].rows[0];
-    } else {
-      await client.query(opts.beginSql);
-      row = (await client.query(CLAIM_SQL, args)).rows[0];
+  if (stream.readableEnded) return length ? Promise.reject(incomplete()) : Promise.resolve(Buffer.alloc(0));
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    let size = 0;
+    const settle = (err, body) => {
+      stream.removeListener('data', onData);
+      stream.removeListener('end', onEnd);
+      for (const ev of ['aborted', 'close', 'error']) stream.removeListener(ev, onGone);
+      if (err) reject(err);
+      else resolve(body);
+    };
+    function onData(chunk) {
+      size += chunk.length;
+      if (size > limit) {
+        settle(tooLarge(cfg, limit));
+        stream.resume();
+      } else {
+        chunks.push(chunk);
+      }
     }
-  } catch (e) {
-    if (BAD_BODY.has(sqlstate(e))) throw new BadBody(e.message);
-    throw e;
-  }
-  const early = claimResponse(row, claim.problemBase);
-  if (early) await client.query('ROLLBACK'); // replay, mismatch, in_progress: nothing to keep
-  return early;
+    function onEnd() {
+      const body = Buffer.concat(chunks);
+      settle(length !== null && body.length !== length ? incomplete() : null, body);
+    }
+    function onGone() {
+      settle(incomplete());
+    }
+    stream.on('data', onData);
+    stream.once('end', onEnd);
+    for (const ev of ['aborted', 'close', 'error']) stream.once(ev, onGone);
+  });
 }
 
 /**
- * Store `captured` with idem_complete (when `claim` is given) and COMMIT, in one round trip. Resolves with the
- * response to send: `captured`, its JSON body replaced by the stored (jsonb) text so that a replay is the same
- * bytes. Throws when the completion or the COMMIT fails (the caller rolls back).
+ * Everything before the database: the scope, the key, the whole body as JSON text. Resolves with an answer to
+ * send at once (401 from the scope function, 400, 413), nothing claimed, or the request {scope, key, method, path,
+ * raw, bodyText, bodyValue}.
  */
-export async function commit(opts, client, claim, captured) {
-  if (!claim) {
-    const done = await client.query('COMMIT');
-    if (done.command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
-    return captured;
+export async function admit(cfg, input) {
+  try {
+    const scope = (await cfg.scope(input.scopeArg)) ?? '';
+    const request = { scope: String(scope), key: null, method: input.method, path: input.path, query: input.query || null };
+    if (input.claim !== false) request.key = parseIdempotencyKey(input.keyHeader);
+    request.raw = await input.body();
+    if (request.raw.length > cfg.bodyLimit) throw tooLarge(cfg, cfg.bodyLimit);
+    try {
+      ({ text: request.bodyText, value: request.bodyValue } = parseJsonBody(request.raw));
+    } catch {
+      return badBody(cfg);
+    }
+    return request;
+  } catch (e) {
+    if (e instanceof HttpProblem) return e.response;
+    if (!(e instanceof KeyHeaderError)) throw e;
+    const title = e.missing ? 'Idempotency-Key required' : 'Invalid Idempotency-Key';
+    return problem(400, e.slug, title, e.message, [], cfg.problemBase);
   }
-  const stored = storedForm(captured, opts.replayHeaders);
-  const args = [claim.key, captured.status, stored.body, stored.headers, claim.scope];
-  const mode = modeOf(opts, client);
-  let row;
-  let done;
-  if (mode === 'multi') {
-    [{ rows: [row] }, done] = await client.query(`${COMPLETE_SELECT(...args.map(sqlLiteral))}; COMMIT`);
-  } else if (mode === 'pipeline') {
-    [{ rows: [row] }, done] = await pipelined(client, [COMPLETE_SQL, 'COMMIT'], [args, undefined]);
-  } else {
-    ({ rows: [row] } = await client.query(COMPLETE_SQL, args));
-    done = await client.query('COMMIT');
-  }
-  // COMMIT of a transaction that an earlier (swallowed) error aborted answers ROLLBACK.
-  if (done.command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
+}
+
+/** `captured` with its JSON body replaced by the stored (jsonb) text `row.body`, so a replay is the same bytes. */
+export function sentForm(captured, stored, row) {
   if (stored.json && row && typeof row.body === 'string') {
     return new CapturedResponse(captured.status, captured.headers, Buffer.from(row.body, 'utf8'));
   }
   return captured;
 }
 
-/** ROLLBACK; false when the connection is broken (then it must be released with an error: the pool drops it). */
-export async function rollback(client) {
+/** The effective batching of `client`, and the statement name to use in it (none in a simple-query message). */
+function modeOf(cfg, client) {
+  const mode = cfg.batching !== 'auto' ? cfg.batching : client.pipeline === true ? 'pipeline' : 'multi';
+  return { mode, name: (n) => (cfg.state.named && mode !== 'multi' ? n : undefined) };
+}
+
+/**
+ * BEGIN, with the claim in the same round trip when the request has a key. Resolves with the claim's answer
+ * (replay, mismatch, in_progress: the caller ends the transaction) or null (claimed, or no key: the transaction is
+ * open).
+ */
+async function begin(cfg, client, request) {
+  if (request.key === null) {
+    await client.query(cfg.beginSql);
+    return null;
+  }
+  const { mode, name } = modeOf(cfg, client);
+  request.lean = cfg.state.lean;
+  request.named = Boolean(name('named'));
+  const claim = request.lean
+    ? [CLAIM_REQUEST_SQL, [request.key, request.scope, request.method, request.path, request.query, null, request.raw,
+      cfg.ttl], name('idem_claim_request_1')]
+    : [CLAIM_SQL, [request.key, request.method, request.path, request.bodyText, cfg.ttl, request.scope],
+      name('idem_claim_1')];
+  let row;
+  try {
+    [, { rows: [row] }] = await batch(client, [[cfg.beginSql], claim], mode);
+  } catch (e) {
+    throw BAD_BODY.has(sqlstate(e)) ? new BadBody(e.message) : e;
+  }
+  return request.lean ? requestClaimResponse(parseRecord(row.c), cfg.problemBase) : claimResponse(row, cfg.problemBase);
+}
+
+/** The completion (with a key) and COMMIT in one round trip; resolves with the response to send. */
+async function commit(cfg, client, request, captured) {
+  const { mode, name } = modeOf(cfg, client);
+  let stored = null;
+  const statements = [['COMMIT']];
+  if (request.key !== null && request.lean) {
+    // the bytes sent, stored as they are: the first answer needs no read-back
+    const b = storedBytes(captured, cfg.replayHeaders);
+    statements.unshift([COMPLETE_REQUEST_SQL, [request.key, request.scope, captured.status, b.contentType, b.headers,
+      captured.body], name('idem_complete_request_1')]);
+  } else if (request.key !== null) {
+    stored = storedForm(captured, cfg.replayHeaders);
+    statements.unshift([COMPLETE_SQL, [request.key, captured.status, stored.body, stored.headers, request.scope],
+      name('idem_complete_1')]);
+  }
+  const results = await batch(client, statements, mode);
+  // COMMIT of a transaction that an earlier (swallowed) error aborted answers ROLLBACK.
+  if (results.at(-1).command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
+  return stored ? sentForm(captured, stored, results[0].rows[0]) : captured;
+}
+
+/**
+ * What an error says about the database and the pooler: the 1.3 statements are missing (42883: go on with 1.0's),
+ * or the pooler does not keep named statements (26000, 42P05: go on unnamed, with `prepared: 'auto'`). True when
+ * something was learnt, so that the attempt is worth running again.
+ */
+function learn(cfg, err, request) {
+  const code = sqlstate(err);
+  const { state } = cfg;
+  if (code === '42883' && request.lean && /idem_(claim|complete)_request/.test(err.message)) {
+    state.lean = false;
+  } else if (NOT_PREPARED.has(code) && request.named && state.prepared === 'auto') {
+    state.named = false; // requests already on their way with names learn it from their own error
+  } else {
+    return false;
+  }
+  cfg.logger.info?.(`idempotency: SQLSTATE ${code} (${err.message}): going on with ${state.lean ? '1.3' : '1.0'}` +
+    ` statements, ${state.named ? 'named' : 'unnamed'}`);
+  return true;
+}
+
+/** ROLLBACK; false when the connection is broken (then it is released with an error: the pool drops it). */
+async function rollback(client) {
   try {
     await client.query('ROLLBACK');
     return true;
   } catch {
     return false;
   }
+}
+
+function noop() {}
+
+/**
+ * One protected request. `input`: {scopeArg (what scope() is called with), keyHeader (the raw field value),
+ * method, path, body() -> Promise<Buffer> (readBody, or a body parser's bytes), claim (false: no key, no claim,
+ * only the transaction), rerun (the handler may be run again on 40001/40P01)}. `run(handle, request)` runs the
+ * handler in the transaction and resolves with its CapturedResponse (an HttpProblem thrown is its answer; any
+ * other error rolls back and answers 500; ClientGone rolls back and answers nothing); it may set `handle.once`
+ * when the handler can no longer be run again. Resolves with the response to send, or null.
+ *
+ * The flow: admit (scope, key, whole body: answered at once, nothing claimed), BEGIN + claim (replay, mismatch,
+ * in_progress answered and rolled back), run, then a 5xx or a not-executed answer rolls back (nothing stored, the
+ * key released) and anything else is completed and committed. 40001/40P01 runs the whole transaction again, at
+ * most maxRetries times, while the handler may be run again; else 409 Retry-After.
+ */
+export async function execute(cfg, input, run) {
+  const request = await admit(cfg, input);
+  if (request instanceof CapturedResponse) return request;
+  let client;
+  try {
+    client = await cfg.pool.connect();
+  } catch (e) {
+    cfg.logger.error('idempotency: cannot connect to the database:', e.message);
+    return internalError(cfg, 'the database is unavailable; retry the request');
+  }
+  client.on('error', noop); // a lost connection also fails the query in progress
+  let broken;
+  let ending = null;
+  const release = (err) => {
+    client.removeListener('error', noop);
+    client.release(err);
+  };
+  try {
+    for (let attempt = 0; ; attempt++) {
+      let handle = null;
+      try {
+        const early = await begin(cfg, client, request);
+        if (early) {
+          ending = client.query('ROLLBACK'); // after the answer: the replay costs no round trip of its own
+          return early;
+        }
+        handle = {
+          client, key: request.key, scope: request.scope, attempt, once: input.rerun !== true, skip: false,
+          /** Answer without executing (validation before any write): rolled back, not stored, the key released. */
+          notExecuted() {
+            handle.skip = true;
+          },
+        };
+        let captured;
+        try {
+          captured = await run(handle, request);
+        } catch (e) {
+          if (!(e instanceof HttpProblem)) throw e;
+          captured = e.response;
+        }
+        if (captured.status >= 500 || handle.skip) {
+          await client.query('ROLLBACK'); // not cached, the handler's writes undone, the key free again
+          return captured;
+        }
+        return await commit(cfg, client, request, captured);
+      } catch (e) {
+        if (!(await rollback(client))) broken = e;
+        if (e instanceof BadBody) return badBody(cfg);
+        if (e instanceof ClientGone) return null;
+        const learnt = learn(cfg, e, request);
+        if ((learnt || (isRetryable(e) && attempt < cfg.maxRetries)) && !broken && !(handle && handle.once)) {
+          cfg.logger.info?.(`idempotency: ${sqlstate(e)} on attempt ${attempt + 1}, running it again`);
+          continue;
+        }
+        if (isRetryable(e) && !broken) return conflict(cfg);
+        const code = sqlstate(e);
+        if (code) cfg.logger.error(`idempotency: request rolled back: SQLSTATE ${code}: ${e.message}`);
+        else cfg.logger.error('idempotency: request rolled back:', e);
+        return internalError(cfg, code
+          ? `database error (SQLSTATE ${code}); the request was rolled back`
+          : 'the request failed and was rolled back');
+      }
+    }
+  } finally {
+    if (ending) ending.then(() => release(), release);
+    else release(broken);
+  }
+}
+
+/**
+ * execute() for adapters whose framework runs the handler between two hooks (Fastify): resolves with {answer} (send
+ * it; nothing is open) or {handle, request, close(captured), abort(err)}: the transaction is open, the handler
+ * runs on handle.client, and close/abort resolve with the response to send.
+ */
+export function open(cfg, input) {
+  return new Promise((resolveOpen, rejectOpen) => {
+    const answer = execute(cfg, input, (handle, request) => new Promise((resolve, reject) => {
+      resolveOpen({
+        handle, request,
+        close: (captured) => (resolve(captured), answer),
+        abort: (err) => (reject(err || new ClientGone('the request ended without a response')), answer),
+      });
+    }));
+    answer.then((a) => resolveOpen({ answer: a }), rejectOpen);
+  });
 }

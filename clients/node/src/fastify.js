@@ -1,124 +1,94 @@
-// Fastify: `fastify.register(fastifyIdempotency, {pool, scope})`, then mark the routes to protect with
-// `config: { idempotency: true }`. No reply.hijack(), no body parser of its own: the plugin keeps a copy of the raw
-// body bytes as Fastify's own parser reads them (preParsing), claims in preHandler, and stores in onSend what
-// Fastify is about to write, after its serializer and its error handler, so the status committed is the status
-// sent: an error thrown by the handler is answered by Fastify's error handler (yours or the default), and that
-// answer is stored when it is a 4xx and rolled back when it is a 5xx.
+// Fastify over the engine: `fastify.register(fastifyIdempotency, {pool, scope})`, then mark the routes to protect
+// with `config: { idempotency: true }`. No reply.hijack() and no body parser of its own: preParsing reads the whole
+// body (413 at once over the limit, nothing run from a body cut short) and hands Fastify's own parser a copy,
+// preHandler claims, and onSend stores what Fastify is about to write, after its serializer and its error handler,
+// so the status committed is the status sent: an error thrown by the handler is answered by Fastify's error
+// handler (yours or the default), and that answer is stored when it is a 4xx and rolled back when it is a 5xx.
 
-import { Readable, Transform } from 'node:stream';
-import { CapturedResponse } from './responses.js';
-import { admit, frontOptions } from './request.js';
-import { handle, openSession } from './session.js';
+import { Readable } from 'node:stream';
+import { finished } from 'node:stream/promises';
+import { open, options, queryOf, readBody } from './engine.js';
+import { CapturedResponse, HttpProblem, bytesOf, wireHeaders } from './responses.js';
 
-const RAW = Symbol('idempotency.raw');
-const SESSION = Symbol('idempotency.session');
+const BODY = Symbol('idempotency.body');
+const TX = Symbol('idempotency.tx');
 
 function enabled(request) {
   const config = request.routeOptions && request.routeOptions.config;
   return Boolean(config && config.idempotency);
 }
 
-function headerPairs(headers) {
-  return Object.entries(headers).filter(([, v]) => v !== undefined);
-}
-
-function sendAnswer(reply, answer) {
+/** Answer from a hook, resolving once the answer is written, so that Fastify goes no further with the request. */
+async function send(reply, answer) {
   reply.code(answer.status);
-  for (const [k, v] of answer.headers) {
-    const lk = k.toLowerCase();
-    if (lk !== 'content-length' && lk !== 'transfer-encoding') reply.header(k, v);
-  }
-  return reply.send(answer.body);
-}
-
-async function payloadBytes(payload) {
-  if (payload === null || payload === undefined) return Buffer.alloc(0);
-  if (Buffer.isBuffer(payload)) return payload;
-  if (typeof payload === 'string') return Buffer.from(payload, 'utf8');
-  if (payload instanceof Readable || typeof payload.pipe === 'function') {
-    const chunks = [];
-    for await (const chunk of payload) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
-    return Buffer.concat(chunks);
-  }
-  return Buffer.from(String(payload), 'utf8');
+  for (const [k, v] of wireHeaders(answer)) reply.header(k, v);
+  reply.send(answer.body);
+  await finished(reply.raw).catch(() => {});
+  return reply;
 }
 
 /**
  * The plugin. Options as idempotency() (scope is called with the Fastify request). Handlers find {client, key,
- * scope, notExecuted()} in request.idempotency and the raw body in request.rawBody. The body limit is Fastify's
- * own `bodyLimit` (1 MiB by default, 413 over it).
+ * scope, notExecuted()} in request.idempotency and the raw body in request.rawBody. The body limit is the
+ * `bodyLimit` option, else the route's (Fastify's `bodyLimit`, 1 MiB by default); over it: 413 problem+json.
  */
-export function fastifyIdempotency(fastify, options, done) {
-  const cfg = frontOptions({ ...options, bodyLimit: options.bodyLimit ?? Number.MAX_SAFE_INTEGER });
+export function fastifyIdempotency(fastify, opts, done) {
+  const cfg = options({ ...opts, bodyLimit: opts.bodyLimit ?? Number.MAX_SAFE_INTEGER });
   const requestPath = cfg.requestPath || ((request) => request.url.split('?', 1)[0] || '/');
   fastify.decorateRequest('idempotency', null);
   fastify.decorateRequest('rawBody', null);
 
   fastify.addHook('preParsing', async (request, reply, payload) => {
     if (!enabled(request)) return payload;
-    const chunks = [];
-    request[RAW] = chunks;
-    // a copy of each chunk as Fastify's parser pulls it (no listener of its own, so nothing flows early)
-    const copy = new Transform({
-      transform(chunk, encoding, callback) {
-        chunks.push(chunk);
-        callback(null, chunk);
-      },
-    });
-    copy.receivedEncodedLength = payload.receivedEncodedLength;
-    payload.on('error', (e) => copy.destroy(e));
-    return payload.pipe(copy);
+    const limit = opts.bodyLimit ?? request.routeOptions.bodyLimit ?? fastify.initialConfig.bodyLimit;
+    try {
+      request[BODY] = await readBody(payload, cfg, request.headers['content-length'], limit);
+    } catch (e) {
+      if (!(e instanceof HttpProblem)) throw e;
+      await send(reply, e.response); // answered: Fastify goes no further
+      return undefined;
+    }
+    const copy = Readable.from([request[BODY]], { objectMode: false });
+    copy.receivedEncodedLength = request[BODY].length;
+    return copy;
   });
 
   fastify.addHook('preHandler', async (request, reply) => {
-    if (!enabled(request)) return;
-    const admitted = await admit(cfg, {
-      scopeArg: request,
-      keyHeader: request.headers['idempotency-key'],
-      method: request.method,
-      path: requestPath(request),
-      readRaw: async () => Buffer.concat(request[RAW] || []),
-    }, true);
-    if (admitted.answer) return sendAnswer(reply, admitted.answer);
-    const opened = await openSession(cfg, admitted.ctx);
-    if (opened.answer) return sendAnswer(reply, opened.answer);
-    request[SESSION] = opened.session;
-    request.idempotency = handle(opened.session, admitted.ctx);
-    request.rawBody = admitted.ctx.raw;
+    if (!enabled(request)) return undefined;
+    const opened = await open(cfg, {
+      scopeArg: request, keyHeader: request.headers['idempotency-key'], method: request.method,
+      path: requestPath(request), query: queryOf(request.url), body: async () => request[BODY] ?? Buffer.alloc(0),
+    });
+    if (!opened.handle) return opened.answer && send(reply, opened.answer);
+    request[TX] = opened;
+    request.idempotency = opened.handle;
+    request.rawBody = opened.request.raw;
+    return undefined;
   });
 
   fastify.addHook('onSend', async (request, reply, payload) => {
-    const session = request[SESSION];
-    if (!session) return payload;
-    request[SESSION] = null;
-    let body;
+    const tx = request[TX];
+    if (!tx) return payload;
+    request[TX] = null;
+    let answer;
     try {
-      body = await payloadBytes(payload);
+      const headers = Object.entries(reply.getHeaders()).filter(([, v]) => v !== undefined);
+      answer = await tx.close(new CapturedResponse(reply.statusCode, headers, await bytesOf(payload)));
     } catch (e) {
-      await session.abort(e);
-      throw e;
+      answer = await tx.abort(e);
     }
-    const captured = new CapturedResponse(reply.statusCode, headerPairs(reply.getHeaders()), body);
-    const answer = await session.close(captured);
-    if (answer !== captured) {
-      // the stored form of the body, or a problem when the COMMIT failed
-      if (answer.status !== reply.statusCode) reply.code(answer.status);
-      for (const [k, v] of answer.headers) {
-        const lk = k.toLowerCase();
-        if (lk !== 'content-length' && lk !== 'transfer-encoding') reply.header(k, v);
-      }
-      reply.removeHeader('content-length');
-    }
+    // the stored form of the body, or a problem when the COMMIT failed
+    reply.code(answer.status);
+    for (const [k, v] of wireHeaders(answer)) reply.header(k, v);
+    reply.removeHeader('content-length');
     return answer.body;
   });
 
-  // A request that ends without onSend (a hijacked reply, a lost connection): roll back and give the connection back.
+  // A request that ends without onSend (a hijacked reply, a lost connection): roll back, give the connection back.
   fastify.addHook('onResponse', async (request) => {
-    const session = request[SESSION];
-    if (session) {
-      request[SESSION] = null;
-      await session.abort();
-    }
+    const tx = request[TX];
+    request[TX] = null;
+    if (tx) await tx.abort();
   });
   done();
 }

@@ -1,4 +1,9 @@
-export { idempotency, transactional, isRetryable, readRawBody, errorStatus, CLAIM_SQL, COMPLETE_SQL, RETRYABLE } from './middleware.js';
+export { idempotency, transactional, readRawBody } from './express.js';
+export { koaIdempotency } from './koa.js';
+export { fastifyIdempotency } from './fastify.js';
+export {
+  CLAIM_REQUEST_SQL, CLAIM_SQL, COMPLETE_REQUEST_SQL, COMPLETE_SQL, DEFAULT_BODY_LIMIT, RETRYABLE, admit, errorStatus, isRetryable, readBody, sqlLiteral,
+} from './engine.js';
 export { parseIdempotencyKey, KeyHeaderError, MAX_KEY_BYTES } from './header.js';
 export {
   BODY_ENCODING_HEADER,
@@ -7,6 +12,9 @@ export {
   NOT_REPLAYED,
   PROBLEM_BASE,
   claimResponse,
+  parseRecord,
+  requestClaimResponse,
+  storedBytes,
   isJsonType,
   jsonResponse,
   parseJsonBody,
@@ -15,7 +23,4 @@ export {
   storedForm,
 } from './responses.js';
 export { interceptResponse, sendResponse } from './capture.js';
-export { koaIdempotency } from './koa.js';
-export { fastifyIdempotency } from './fastify.js';
-export { sqlLiteral } from './engine.js';
 export { runLease, LeaseLostError, LEASE_LOST } from './lease.js';

@@ -14,8 +14,8 @@
 // back (idem_lease_release, the recovery point kept) and is rethrown; the retry resumes after the last recorded
 // step. The same semantics as the Go lease.Runner and Python's idempotency_pg.lease.run.
 
-import { CapturedResponse, PROBLEM_BASE, claimResponse, problem, storedForm } from './responses.js';
-import { TransactionAborted, pipelined, sqlLiteral, sqlstate } from './engine.js';
+import { PROBLEM_BASE, claimResponse, problem, storedForm } from './responses.js';
+import { TransactionAborted, batch, sentForm, sqlstate } from './engine.js';
 
 /** SQLSTATE object_not_in_prerequisite_state: the token is not the key's current one any more. */
 export const LEASE_LOST = '55000';
@@ -230,23 +230,6 @@ class LeaseContext {
 }
 
 /**
- * Send `statements` ([[text, params], ...]) in one round trip: pipelined on a client of a `pipeline: true` pool
- * (node-postgres 8.23+), else as one simple-query message with the parameters written as SQL literals (works through
- * PgBouncer in transaction pooling mode too, as the middleware's BEGIN + claim does). Resolves with one result per
- * statement; rejects with the first statement's error (the ones after it are not run, or fail in the aborted
- * transaction).
- */
-async function batch(client, statements) {
-  if (statements.length === 1) return [await client.query(statements[0][0], statements[0][1])];
-  if (client.pipeline === true) {
-    return pipelined(client, statements.map(([text]) => text), statements.map(([, params]) => params));
-  }
-  // $n placeholders only: these statements hold no other `$` (no dollar quoting)
-  const inline = ([text, params]) => (params ? text.replace(/\$(\d+)/g, (_, i) => sqlLiteral(params[i - 1])) : text);
-  return client.query(statements.map(inline).join('; '));
-}
-
-/**
  * A holder's transaction in as few round trips as a bare transaction takes: BEGIN with idem_lease_extend (first:
  * 55000 before any write of a stale holder, and the key's row stays locked by this transaction until it ends, so
  * no takeover slips in before the checkpoint or the completion), then fn(client), then fn's `last` statement (the
@@ -331,10 +314,7 @@ async function complete(cfg, ctx) {
         last: [LEASE_COMPLETE_SQL, [ctx.key, ctx.token, resp.status, stored.body, stored.headers, ctx.scope]],
       };
     });
-    if (stored.json && row && typeof row.body === 'string') {
-      return new CapturedResponse(response.status, response.headers, Buffer.from(row.body, 'utf8'));
-    }
-    return response;
+    return sentForm(response, stored, row);
   } catch (e) {
     if (!(e instanceof NotStored)) throw e;
     await release(cfg, ctx);

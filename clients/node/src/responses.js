@@ -54,6 +54,24 @@ export function problem(status, slug, title, detail = '', headers = [], base = P
   );
 }
 
+/** The headers of `answer` to set on a framework's response: all but the framing ones, which it sets itself. */
+export function wireHeaders(answer) {
+  return answer.headers.filter(([k]) => !/^(content-length|transfer-encoding)$/i.test(k));
+}
+
+/** The bytes of a framework's response body: a Buffer, a string, a stream (read to its end), or an object as JSON. */
+export async function bytesOf(body) {
+  if (body === null || body === undefined) return Buffer.alloc(0);
+  if (Buffer.isBuffer(body)) return body;
+  if (typeof body === 'string') return Buffer.from(body, 'utf8');
+  if (typeof body.pipe === 'function') {
+    const chunks = [];
+    for await (const chunk of body) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
+    return Buffer.concat(chunks);
+  }
+  return Buffer.from(JSON.stringify(body), 'utf8');
+}
+
 export function jsonResponse(status, obj, headers = []) {
   return new CapturedResponse(status, [['Content-Type', 'application/json'], ...headers], Buffer.from(JSON.stringify(obj)));
 }
@@ -112,6 +130,75 @@ export function replayResponse(httpStatus, bodyText, headersText) {
   return new CapturedResponse(httpStatus, headers, body);
 }
 
+/**
+ * The fields of a record in PostgreSQL's text form, `(a,"b c",,"d""e")`: null for an empty unquoted field; inside
+ * quotes `""` is `"` and a backslash escapes the next character.
+ */
+export function parseRecord(text) {
+  const fields = [];
+  let i = 1;
+  while (i < text.length) {
+    if (text[i] === '"') {
+      let v = '';
+      for (i++; i < text.length; i++) {
+        if (text[i] === '\\') v += text[++i];
+        else if (text[i] === '"' && text[i + 1] === '"') v += text[i++];
+        else if (text[i] === '"') break;
+        else v += text[i];
+      }
+      fields.push(v);
+      i++;
+    } else {
+      const end = text.slice(i).search(/[,)]/) + i;
+      fields.push(end === i ? null : text.slice(i, end));
+      i = end;
+    }
+    i++; // the ',' or ')'
+  }
+  return fields;
+}
+
+/**
+ * The answer to an idem_claim_request value (1.3: outcome, http_status, content_type, headers, body as bytea text),
+ * or null for 'claimed'. A replay is the stored bytes with the stored Content-Type and headers; a key stored by
+ * 1.0-1.2 (no content type) is decoded as replayResponse does.
+ */
+export function requestClaimResponse([outcome, status, contentType, headersText, bodyHex], base = PROBLEM_BASE) {
+  const httpStatus = status === null ? null : Number(status);
+  if (outcome !== 'replay') return claimResponse({ outcome, http_status: httpStatus }, base);
+  const body = bodyHex === null ? Buffer.alloc(0) : Buffer.from(bodyHex.slice(2), 'hex');
+  if (contentType === null && headersText !== null && new RegExp(`"${BODY_ENCODING_HEADER}"`, 'i').test(headersText)) {
+    return replayResponse(httpStatus, body.toString('utf8'), headersText);
+  }
+  const headers = contentType === null ? [] : [['Content-Type', contentType]];
+  for (const [k, v] of Object.entries(headersText === null ? {} : JSON.parse(headersText))) headers.push([k, String(v)]);
+  headers.push(['Idempotent-Replayed', 'true']);
+  return new CapturedResponse(httpStatus, headers, body);
+}
+
+/** The headers of `response` to store for a replay: [[name, value]], repeated ones joined with ", ". */
+function replayedHeaders(response, replayHeaders) {
+  const allow = replayHeaders ? new Set(replayHeaders.map((h) => h.toLowerCase())) : null;
+  const out = new Map();
+  for (const [k, v] of response.headers) {
+    const lk = k.toLowerCase();
+    if (NOT_REPLAYED.has(lk) || (allow && !allow.has(lk))) continue;
+    const value = Array.isArray(v) ? v.join(', ') : String(v);
+    out.set(lk, out.has(lk) ? [out.get(lk)[0], `${out.get(lk)[1]}, ${value}`] : [k, value]);
+  }
+  return [...out.values()];
+}
+
+/** What idem_complete_request (1.3) stores for `response`: {contentType, headers: JSON text of the others}. */
+export function storedBytes(response, replayHeaders = null) {
+  const headers = replayedHeaders(response, replayHeaders);
+  const type = headers.find(([k]) => k.toLowerCase() === 'content-type');
+  return {
+    contentType: type ? type[1] : null,
+    headers: JSON.stringify(Object.fromEntries(headers.filter((h) => h !== type))),
+  };
+}
+
 export function isJsonType(contentType) {
   if (!contentType) return false;
   const media = String(contentType).split(';', 1)[0].trim().toLowerCase();
@@ -138,20 +225,7 @@ function decodeUtf8(buf) {
  * joined with ", ".
  */
 export function storedForm(response, replayHeaders = null) {
-  const allow = replayHeaders ? new Set(replayHeaders.map((h) => h.toLowerCase())) : null;
-  const headers = {};
-  const lowerToName = new Map();
-  for (const [k, v] of response.headers) {
-    const lk = k.toLowerCase();
-    if (NOT_REPLAYED.has(lk) || (allow && !allow.has(lk))) continue;
-    const value = Array.isArray(v) ? v.join(', ') : String(v);
-    if (lowerToName.has(lk)) {
-      headers[lowerToName.get(lk)] += ', ' + value;
-    } else {
-      lowerToName.set(lk, k);
-      headers[k] = value;
-    }
-  }
+  const headers = Object.fromEntries(replayedHeaders(response, replayHeaders));
   const body = response.body;
   let bodyJson = null;
   if (body && body.length > 0) {
@@ -177,9 +251,17 @@ export function storedForm(response, replayHeaders = null) {
   return { body: bodyJson, headers: JSON.stringify(headers), json: bodyJson !== null && !(BODY_ENCODING_HEADER in headers) };
 }
 
-/** The request body as text if it is JSON (UTF-8), else throws. */
+function hasNul(v) {
+  if (typeof v === 'string') return v.includes('\0');
+  if (v === null || typeof v !== 'object') return false;
+  return Object.entries(v).some(([k, x]) => k.includes('\0') || hasNul(x));
+}
+
+/** The request body as text and value if it is JSON that PostgreSQL's jsonb accepts (UTF-8, no \u0000), else throws. */
 export function parseJsonBody(raw) {
   const text = decodeUtf8(raw);
   if (text === null) throw new SyntaxError('the request body is not UTF-8');
-  return { text, value: JSON.parse(text) };
+  const value = JSON.parse(text);
+  if (text.includes('u0000') && hasNul(value)) throw new SyntaxError('the request body holds \\u0000');
+  return { text, value };
 }

@@ -8,6 +8,7 @@ export async function listen(app) {
   const url = `http://127.0.0.1:${server.address().port}`;
   return {
     url,
+    server,
     async close() {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
@@ -57,8 +58,10 @@ export function fakePool(script = {}) {
           pool.released.push(err);
         },
         async query(sql, params) {
-          log.push({ sql, params });
-          if (!params && /^(BEGIN[^;]*; SELECT c\.outcome|SELECT idem_complete.*; COMMIT$)/s.test(sql)) {
+          let name;
+          if (typeof sql === 'object') ({ text: sql, values: params, name } = sql);
+          log.push(name ? { sql, params, name } : { sql, params });
+          if (!params && /^(BEGIN[^;]*; SELECT (c\.outcome|idem_claim_request)|SELECT idem_complete.*; COMMIT$)/s.test(sql)) {
             // one simple-query message of two statements (the values are literals in the text)
             const [first, second] = sql.startsWith('BEGIN') ? [sql.split('; ')[0], 'claim'] : ['complete', 'COMMIT'];
             const r1 = first === 'complete' ? await client.query(sql.slice(0, sql.lastIndexOf('; COMMIT')))
@@ -73,6 +76,12 @@ export function fakePool(script = {}) {
           }
           if (/^BEGIN/.test(sql) || sql === 'ROLLBACK') return { command: sql.split(' ')[0], rows: [] };
           if (sql === 'COMMIT') return { command: 'COMMIT', rows: [] };
+          if (sql.includes('idem_claim_request')) {
+            // 1.3: one column, the idem_request_claim value in its text form
+            const row = (script.claim ? await script.claim(params, log) : undefined) || { outcome: 'claimed' };
+            return { command: 'SELECT', rows: [{ c: recordText(row) }] };
+          }
+          if (sql.includes('idem_complete_request')) return { command: 'SELECT', rows: [{ stored: true }] };
           if (sql.includes('idem_claim')) {
             const row = script.claim ? await script.claim(params, log) : undefined;
             return { command: 'SELECT', rows: [row || { outcome: 'claimed', http_status: null, response_body: null, response_headers: null }] };
@@ -91,6 +100,13 @@ export function fakePool(script = {}) {
     },
   };
   return pool;
+}
+
+/** The text form of an idem_request_claim value from a 1.0-style row (the stored body as bytea). */
+function recordText({ outcome, http_status: status, response_body: body, response_headers: headers }) {
+  const quote = (v) => `"${v.replace(/["\\]/g, (m) => m + m)}"`;
+  const bytes = body == null ? '' : quote(`\\x${Buffer.from(body).toString('hex')}`);
+  return `(${outcome},${status ?? ''},,${headers == null ? '' : quote(headers)},${bytes})`;
 }
 
 /** A stand-in for jsonb's text output of `json` (spaces after ':' and ','; keys as given). */

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import express from 'express';
 import pg from 'pg';
-import { idempotency } from '../src/index.js';
+import { CLAIM_SQL, COMPLETE_SQL, idempotency } from '../src/index.js';
 import { authenticate, createApp } from '../service/app.js';
 import { listen, post, quietLogger } from './helpers.js';
 
@@ -196,6 +196,42 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
     assert.deepEqual(await stored(acct, 'kv'), [{ http_status: 201 }]);
   });
 
+  test('a key completed by the 1.0 statements (a 1.2 client) replays through the 1.3 claim, the same bytes', async () => {
+    const acct = account();
+    const body = '{"amount_cents": 5, "currency": "EUR"}';
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      await c.query(CLAIM_SQL, ['old', 'POST', '/payments', body, null, acct]);
+      await c.query(COMPLETE_SQL, ['old', 201, '{"payment_id": 7}',
+        '{"Content-Type": "application/json", "Location": "/payments/7"}', acct]);
+      await c.query('COMMIT');
+    } finally {
+      c.release();
+    }
+    const r = await post(`${srv.url}/payments`, '{"currency":"EUR","amount_cents":5}', auth(acct, 'old'));
+    assert.equal(r.status, 201);
+    assert.equal(r.headers.get('idempotent-replayed'), 'true');
+    assert.equal(r.headers.get('content-type'), 'application/json');
+    assert.equal(r.headers.get('location'), '/payments/7');
+    assert.equal(r.text, '{"payment_id": 7}');
+    assert.deepEqual(await rows(acct), []);
+  });
+
+  test('amount_cents as written: 1e2, 100.0 and 2^53 are 422 as in Go and Python; 2^53 - 1 is paid exactly', async () => {
+    const acct = account();
+    for (const amount of ['1e2', '100.0', '9007199254740992']) {
+      const r = await post(`${srv.url}/payments`, `{"amount_cents": ${amount}, "currency": "EUR"}`, auth(acct, 'ke'));
+      assert.equal(r.status, 422, amount);
+      assert.equal(r.json.detail, 'amount_cents must be an integer from 1 to 9007199254740991');
+    }
+    const max = '9007199254740991';
+    const r = await post(`${srv.url}/payments`, `{"amount_cents": ${max}, "currency": "EUR"}`, auth(acct, 'ke'));
+    assert.equal(r.status, 201);
+    assert.match(r.text, /"amount_cents": ?9007199254740991[,}]/);
+    assert.deepEqual((await rows(acct)).map((x) => x.amount_cents), [`-${max}`]);
+  });
+
   test('an HTTP error thrown after the insert: 422 stored as sent with the debit, 502 rolled back', async () => {
     const acct = account();
     const body = { amount_cents: 7, currency: 'EUR' };
@@ -341,4 +377,30 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
     assert.equal(r.status, 200);
     assert.deepEqual(await r.json(), { ok: true });
   });
+});
+
+// Through PgBouncer in transaction pooling (E2E_PGBOUNCER_URL: clients/run-tests.sh exports it, the e2e stack's
+// bouncer; PgBouncer 1.18 keeps no named statement): a pipelined pool names the 1.3 statements, meets 26000 or
+// 42P05 on a server connection that does not hold them (or already does), and goes on unnamed by itself.
+const BOUNCER = process.env.E2E_PGBOUNCER_URL;
+describe('through PgBouncer, a pipelined pool', { skip: BOUNCER ? false : 'E2E_PGBOUNCER_URL is not set' }, () => {
+  for (const prepared of ['auto', false]) {
+    test(`prepared: ${prepared}: 30 keys at once, then again: 30 payments, then 30 replays`, async () => {
+      const pool = new pg.Pool({ connectionString: BOUNCER, max: 6, pipeline: true });
+      const srv = await listen(createApp({ pool, prepared, logger: quietLogger }));
+      const acct = `pb${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+      try {
+        const round = () => Promise.all(Array.from({ length: 30 }, (_, i) => post(`${srv.url}/payments`,
+          { amount_cents: 1 + i, currency: 'EUR' }, { Authorization: `Bearer ${acct}`, 'Idempotency-Key': `k${i}` })));
+        const answers = [...await round(), ...await round()];
+        const kinds = answers.map((r) => `${r.status}${r.headers.get('idempotent-replayed') ? ' replay' : ''}`).sort();
+        assert.deepEqual(kinds, [...Array(30).fill('201'), ...Array(30).fill('201 replay')]);
+        const { rows: [{ n }] } = await pool.query('SELECT count(*)::int AS n FROM ledger WHERE account = $1', [acct]);
+        assert.equal(n, 30);
+      } finally {
+        await srv.close();
+        await pool.end();
+      }
+    });
+  }
 });

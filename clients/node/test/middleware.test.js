@@ -48,14 +48,16 @@ test('claimed: BEGIN, claim, handler, complete, COMMIT, and only then the answer
   });
   assert.ok(pool.sawCommit);
   assert.deepEqual(steps(pool.log), ['BEGIN', 'claim', 'INSERT 1', 'complete', 'COMMIT']);
-  const claim = pool.log[1].params;
-  assert.deepEqual(claim, ['k1', 'POST', '/p', '{"a": 1}', null, 'acct']);
+  // 1.3: idem_claim_request(key, scope, method, path, query, content_type, body bytes, ttl), named statements on a
+  // pipelined client; idem_complete_request(key, scope, status, content_type, headers, body bytes)
+  assert.equal(pool.log[1].name, 'idem_claim_request_1');
+  assert.deepEqual(pool.log[1].params, ['k1', 'acct', 'POST', '/p', null, null, Buffer.from('{"a": 1}'), null]);
+  assert.equal(pool.log[3].name, 'idem_complete_request_1');
   const complete = pool.log[3].params;
-  assert.equal(complete[0], 'k1');
-  assert.equal(complete[1], 201);
-  assert.equal(complete[2], '{"id":1}');
-  assert.equal(JSON.parse(complete[3]).Location, '/p/1');
-  assert.equal(complete[4], 'acct');
+  assert.deepEqual(complete.slice(0, 4), ['k1', 'acct', 201, 'application/json; charset=utf-8']);
+  assert.equal(JSON.parse(complete[4]).Location, '/p/1');
+  assert.equal(JSON.parse(complete[4])['Content-Type'], undefined, 'the other headers, Content-Type apart');
+  assert.deepEqual(complete[5], Buffer.from('{"id":1}'), 'the bytes sent');
   assert.deepEqual(pool.released, [undefined]);
 });
 
@@ -73,8 +75,8 @@ test('write() chunks, writeHead() and a streamed body are captured whole', async
     assert.equal(r.headers.get('x-a'), '1');
   });
   const complete = pool.log.find((l) => l.sql.includes('idem_complete')).params;
-  assert.equal(complete[2], '"hello"');
-  assert.equal(JSON.parse(complete[3])['Idempotency-Body-Encoding'], 'text');
+  assert.deepEqual(complete.slice(2, 5), [202, 'text/plain', '{"X-A":"1"}']);
+  assert.deepEqual(complete[5], Buffer.from('hello'), 'any body, stored as its bytes');
 });
 
 test('a chain of handlers with next()', async () => {
@@ -341,7 +343,7 @@ test('isolationLevel and ttl options', async () => {
     await post(url, '{}', KEY);
   }, { isolationLevel: 'serializable', ttl: '1 hour' });
   assert.equal(pool.log[0].sql, 'BEGIN ISOLATION LEVEL SERIALIZABLE');
-  assert.equal(pool.log[1].params[4], '1 hour');
+  assert.equal(pool.log[1].params[7], '1 hour');
   assert.throws(() => idempotency({ pool, isolationLevel: 'chaos' }), /isolationLevel/);
   assert.throws(() => idempotency({}), /pool/);
 });
@@ -358,7 +360,7 @@ test('a body already parsed by express.json() is fingerprinted from its JSON', a
   } finally {
     await srv.close();
   }
-  assert.equal(pool.log[1].params[3], '{"b":2,"a":1}');
+  assert.deepEqual(pool.log[1].params[6], Buffer.from('{"b":2,"a":1}'));
 });
 
 test('transactional(): BEGIN, handler, COMMIT without a key', async () => {
@@ -374,4 +376,72 @@ test('transactional(): BEGIN, handler, COMMIT without a key', async () => {
     await srv.close();
   }
   assert.deepEqual(steps(pool.log), ['BEGIN', 'COMMIT']);
+});
+
+test('a database without the 1.3 statements (42883): the attempt runs again with idem_claim/idem_complete, and so does every later request', async () => {
+  const pool = fakePool({
+    query(sql) {
+      if (sql.includes('idem_claim_request')) throw pgError('42883', 'function idem_claim_request(...) does not exist');
+    },
+  });
+  await withApp(pool, [(req, res) => res.status(201).json({ id: 1 })], async (url) => {
+    assert.equal((await post(url, '{}', KEY)).status, 201);
+    assert.equal((await post(url, '{}', { ...KEY, 'Idempotency-Key': 'k2' })).status, 201);
+  });
+  assert.deepEqual(steps(pool.log), ['BEGIN', 'claim', 'ROLLBACK', 'BEGIN', 'claim', 'complete', 'COMMIT',
+    'BEGIN', 'claim', 'complete', 'COMMIT']);
+  assert.deepEqual(pool.log.filter((l) => /idem_(claim|complete)\(/.test(l.sql)).map((l) => l.name),
+    ['idem_claim_1', 'idem_complete_1', 'idem_claim_1', 'idem_complete_1']);
+});
+
+test("a pooler that does not keep named statements (26000, 42P05): prepared: 'auto' goes on unnamed; false never names", async () => {
+  for (const code of ['26000', '42P05']) {
+    let failed = false;
+    const pool = fakePool({
+      query(sql, params, log) {
+        if (log.at(-1).name && !failed) {
+          failed = true;
+          throw pgError(code, 'prepared statement "idem_claim_request_1" does not exist');
+        }
+      },
+    });
+    await withApp(pool, [(req, res) => res.status(201).json({ id: 1 })], async (url) => {
+      assert.equal((await post(url, '{}', KEY)).status, 201);
+    });
+    assert.deepEqual(steps(pool.log), ['BEGIN', 'claim', 'ROLLBACK', 'BEGIN', 'claim', 'complete', 'COMMIT']);
+    assert.deepEqual(pool.log.map((l) => l.name).filter(Boolean), ['idem_claim_request_1'], 'named once, then never');
+  }
+  const pool = fakePool();
+  await withApp(pool, [(req, res) => res.status(201).json({ id: 1 })], async (url) => {
+    assert.equal((await post(url, '{}', KEY)).status, 201);
+  }, { prepared: false });
+  assert.deepEqual(pool.log.map((l) => l.name).filter(Boolean), []);
+});
+
+test('a replay is answered from the claim; its ROLLBACK follows the answer', async () => {
+  let answered;
+  const received = new Promise((resolve) => {
+    answered = resolve;
+  });
+  let rolledBack = false;
+  const pool = fakePool({
+    claim: () => ({ outcome: 'replay', http_status: 201, response_body: '<p>hi</p>', response_headers: '{"X-A": "1"}' }),
+    async query(sql) {
+      if (sql !== 'ROLLBACK') return undefined;
+      // held until the client has its answer (at most 3 s): an engine that waited for it would answer late
+      await Promise.race([received, new Promise((resolve) => setTimeout(resolve, 3000))]);
+      rolledBack = true;
+      return { command: 'ROLLBACK', rows: [] };
+    },
+  });
+  await withApp(pool, [() => assert.fail('handler ran')], async (url) => {
+    const r = await post(url, '{}', KEY);
+    assert.equal(rolledBack, false, 'answered before the ROLLBACK came back');
+    answered();
+    assert.equal(r.status, 201);
+    assert.equal(r.text, '<p>hi</p>');
+    assert.equal(r.headers.get('x-a'), '1');
+    assert.equal(r.headers.get('idempotent-replayed'), 'true');
+  });
+  assert.deepEqual(steps(pool.log), ['BEGIN', 'claim', 'ROLLBACK']);
 });

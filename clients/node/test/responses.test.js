@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  parseRecord, requestClaimResponse,
   BODY_ENCODING_HEADER,
   CapturedResponse,
   HttpProblem,
@@ -153,4 +154,20 @@ test('parseJsonBody', () => {
   assert.throws(() => parseJsonBody(Buffer.from('{a')));
   assert.throws(() => parseJsonBody(Buffer.alloc(0)));
   assert.throws(() => parseJsonBody(Buffer.from([0x22, 0xff, 0x22])), /UTF-8/);
+});
+
+test('parseRecord and requestClaimResponse: the 1.3 claim value in its text form', () => {
+  assert.deepEqual(parseRecord('(claimed,,,,)'), ['claimed', null, null, null, null]);
+  assert.deepEqual(parseRecord('(a,"",")(, ""q"" \\\\",x)'), ['a', '', ')(, "q" \\', 'x']);
+  const r = requestClaimResponse(parseRecord(
+    '(replay,201,"text/html; charset=utf-8","{""X-A"": ""1,2""}","\\\\x3c703e")'));
+  assert.equal(r.status, 201);
+  assert.deepEqual(r.headers, [['Content-Type', 'text/html; charset=utf-8'], ['X-A', '1,2'], ['Idempotent-Replayed', 'true']]);
+  assert.deepEqual(r.body, Buffer.from('<p>'));
+  assert.equal(requestClaimResponse(['in_progress', '409', null, null, null]).status, 409);
+  assert.equal(requestClaimResponse(['claimed', null, null, null, null]), null);
+  // a key stored by 1.0-1.2 as text under the encoding header is decoded as replayResponse does
+  const old = requestClaimResponse(['replay', '200', null, '{"Idempotency-Body-Encoding": "text", "Content-Type": "text/plain"}',
+    `\\x${Buffer.from('"hi"').toString('hex')}`]);
+  assert.equal(old.body.toString(), 'hi');
 });

@@ -1,5 +1,6 @@
 import os
 import pathlib
+import socket
 import sys
 import uuid
 
@@ -49,3 +50,79 @@ def db(database_url):
 def account():
     """A fresh account (scope) per test, so tests never share keys."""
     return "t_" + uuid.uuid4().hex[:20]
+
+
+@pytest.fixture(scope="module")
+def start_service(database_url):
+    """``start_service(argv) -> port``: a sample service (``python -m ...``) on a free loopback port, with faults on,
+    ready (its /healthz answered 200); stopped at the end of the module."""
+    import json
+    import subprocess
+    import tempfile
+    import time
+    import urllib.error
+    import urllib.request
+
+    started = []
+
+    def start(argv):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        src = str(pathlib.Path(__file__).resolve().parents[1] / "src")
+        env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, PAYMENTS_FAULTS="1", POOL_SIZE="8",
+                   THREADS="8", PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        log = tempfile.TemporaryFile()
+        proc = subprocess.Popen([sys.executable] + argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        started.append((proc, log))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=1) as r:
+                    assert json.load(r) == {"ok": True}
+                    return port
+            except (urllib.error.URLError, ConnectionError):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError("%s did not start:\n%s" % (argv, log.read().decode()))
+                time.sleep(0.05)
+
+    yield start
+    for proc, log in started:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def traced_round_trips(path):
+    """Each round trip of a libpq trace, named by what it sends: a simple query (Query) or an extended-protocol
+    exchange up to its Sync (a pipeline of several statements, or one), e.g. "BEGIN; idem_lease_extend" or
+    "idem_checkpoint; COMMIT": each statement by the idem_ function it calls, else its text; a prepared statement
+    bound again (Bind without Parse) by the text it was parsed with."""
+    import re
+
+    def name(sql):
+        called = [f for f in re.findall(r"\b(idem_\w+)\(", sql) if f != "idem_hash"]
+        return called[0] if called else sql.strip()
+
+    trips, pending, prepared = [], [], {}
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")  # F(rontend)/B(ackend), length, message, its fields
+            if fields[0] != "F" or len(fields) < 3:
+                continue
+            if fields[2] == "Query":
+                trips.append(re.match(r'\s*"(.*)"$', fields[3]).group(1))
+            elif fields[2] == "Parse":
+                stmt, sql = re.match(r'\s*"([^"]*)" "(.*)" \d+', fields[3]).groups()
+                prepared[stmt] = name(sql)
+            elif fields[2] == "Bind":
+                pending.append(prepared[re.match(r'\s*"[^"]*" "([^"]*)"', fields[3]).group(1)])
+            elif fields[2] == "Sync":
+                trips.append("; ".join(pending))
+                pending = []
+    return trips

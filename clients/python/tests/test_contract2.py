@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from idempotency_pg import CONNECTION, MAX_BODY_BYTES, HTTPProblem, IdempotencyMiddleware, NotExecuted, json_response
+from idempotency_pg import CONNECTION, MAX_BODY_BYTES, HTTPProblem, IdempotencyMiddleware, NotExecuted
 from idempotency_pg.responses import problem
 from payments_service import account_scope
 
@@ -27,11 +27,12 @@ def writer(then):
 
 
 @needs_db
-@pytest.mark.parametrize("combine", [True, False, "pipeline"], ids=["one-message", "separate", "pipeline"])
-def test_error_raised_after_a_write_422_is_committed_as_sent(pool, db, account, combine):
+@pytest.mark.parametrize("mode", [{}, {"combine": False}, {"prepare": False}],
+                         ids=["pipelined-prepared", "separate", "unprepared"])
+def test_error_raised_after_a_write_422_is_committed_as_sent(pool, db, account, mode):
     def then(start_response):
         raise HTTPProblem(422, "declined", "Declined", "after the write")
-    mw = IdempotencyMiddleware(writer(then), pool, scope=account_scope, combine=combine)
+    mw = IdempotencyMiddleware(writer(then), pool, scope=account_scope, **mode)
     r = pay(mw, account, "w")
     assert r.status == 422 and body_json(r)["type"].endswith("/declined")
     assert len(ledger(db, account)) == 1
@@ -75,14 +76,15 @@ def test_not_executed_after_a_write_undoes_it(pool, db, account):
 
 
 @needs_db
-@pytest.mark.parametrize("combine", [True, False, "pipeline"], ids=["one-message", "separate", "pipeline"])
-def test_replay_is_byte_identical(pool, db, account, combine):
-    """The handler's JSON has its own spacing and key order; the first answer is sent in the stored form."""
+@pytest.mark.parametrize("mode", [{}, {"combine": False}, {"prepare": False}],
+                         ids=["pipelined-prepared", "separate", "unprepared"])
+def test_replay_is_byte_identical(pool, db, account, mode):
+    """The handler's JSON has its own spacing and key order: stored as sent, so every replay is those bytes."""
     def then(start_response):
         body = b'{"z": 1,   "a": [1, 2.50, "x"], "m": {"b": null, "aa": true}}'
         start_response("201 Created", [("Content-Type", "application/json"), ("Location", "/x/1")])
         return [body]
-    mw = IdempotencyMiddleware(writer(then), pool, scope=account_scope, combine=combine)
+    mw = IdempotencyMiddleware(writer(then), pool, scope=account_scope, **mode)
     first = pay(mw, account, "b")
     again = pay(mw, account, "b")
     assert first.status == again.status == 201
@@ -142,3 +144,18 @@ def test_several_keys_are_400():
         r = request(mw, "POST", "/", b"{}", {"Idempotency-Key": header})
         assert r.status == 400 and body_json(r)["type"].endswith("/idempotency-key-invalid"), header
         assert "several" in body_json(r)["detail"]
+
+
+@needs_db
+def test_a_short_body_is_not_executed(pool, db, account):
+    """A server that hands over fewer bytes than the Content-Length (the client hung up): nothing claimed."""
+    from payments_service import PaymentsApp
+    from wsgiref.util import setup_testing_defaults
+    from idempotency_pg import run_wsgi
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/payments", "CONTENT_LENGTH": "600",
+               "wsgi.input": io.BytesIO(b'{"amount_cents":100,"currency":"EUR"}'),
+               "HTTP_AUTHORIZATION": "Bearer " + account, "HTTP_IDEMPOTENCY_KEY": "short"}
+    setup_testing_defaults(environ)
+    r = run_wsgi(PaymentsApp(pool), environ)
+    assert r.status == 400 and body_json(r)["type"].endswith("/request-body-incomplete"), r
+    assert ledger(db, account) == [] and stored_outcome(db, account, "short") == "claimed"

@@ -182,3 +182,20 @@ def test_lease_takeover_on_django_stops_the_stalled_holder_with_409(dj, db, acco
     r = lease_run(account, [Step("one", action=stall, commit=local)], lease=1.0)
     assert r.status == 409 and r.header("Retry-After") == "1", r
     assert wrote == []
+
+
+def test_a_short_body_is_not_executed(dj, db, account):
+    """Fewer bytes than the Content-Length reach Django (the client hung up): nothing claimed, nothing written."""
+    import io
+
+    from django.core.handlers.wsgi import WSGIRequest
+
+    from payments_service.django_app import payments
+
+    environ = dj._base_environ(PATH_INFO="/payments", REQUEST_METHOD="POST", CONTENT_LENGTH="600",
+                               CONTENT_TYPE="application/json", HTTP_AUTHORIZATION="Bearer " + account,
+                               HTTP_IDEMPOTENCY_KEY="short")
+    environ["wsgi.input"] = io.BytesIO(b'{"amount_cents":100,"currency":"EUR"}')
+    r = payments(WSGIRequest(environ))
+    assert r.status_code == 400 and json.loads(r.content)["type"].endswith("/request-body-incomplete"), r.content
+    assert ledger(db, account) == [] and stored_outcome(db, account, "short") == "claimed"

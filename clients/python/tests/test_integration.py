@@ -1,17 +1,17 @@
 """Against a real database (IDEM_TEST_DATABASE_URL): claim, replay, mismatch, 5xx and errors not cached, retries."""
 
+import contextlib
 import hashlib
-import json
 import time
 
 import psycopg
 import pytest
 
-from idempotency_pg import ATTEMPT, CONNECTION, IdempotencyMiddleware, json_response
+from idempotency_pg import ATTEMPT, CONNECTION, IdempotencyMiddleware, json_response, run_wsgi
 from payments_service import PaymentsApp, account_scope
 
-from conftest import needs_db
-from wsgi_client import body_json, request
+from conftest import needs_db, traced_round_trips
+from wsgi_client import body_json, environ_of
 
 pytestmark = needs_db
 
@@ -23,13 +23,17 @@ def app(pool):
     return PaymentsApp(pool, faults=True)
 
 
-def pay(app, account, key, body=PAY, fault=None, path="/payments"):
+def pay_environ(account, key, body=PAY, fault=None, path="/payments"):
     headers = {"Authorization": "Bearer " + account}
     if key is not None:
         headers["Idempotency-Key"] = key
     if fault:
         headers["X-Fault"] = fault
-    return request(app, "POST", path, body, headers)
+    return environ_of("POST", path, body, headers)
+
+
+def pay(app, account, key, body=PAY, fault=None, path="/payments"):
+    return run_wsgi(app, pay_environ(account, key, body, fault, path))
 
 
 def ledger(db, account):
@@ -239,11 +243,54 @@ def test_faults_are_off_unless_enabled(pool, db, account):
     assert r.status == 201
 
 
-def test_many_calls_on_one_connection_prepare_nothing(pool, db, account):
-    """prepare_threshold=None: no named prepared statement, even after many executions (PgBouncer)."""
-    app = PaymentsApp(pool, faults=False)
-    for i in range(12):
-        assert pay(app, account, "p%d" % i).status == 201
-    with pool.connection() as conn:
-        assert conn.prepare_threshold is None
+class OneConnection:
+    """A pool of one autocommit connection."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    @contextlib.contextmanager
+    def connection(self):
+        yield self.conn
+
+
+def test_round_trips_prepared_statements_and_the_replay_answered_before_its_rollback(database_url, account, tmp_path):
+    """A claimed request is 3 round trips (BEGIN + claim, the handler's INSERT, completion + COMMIT), a replay 2 of
+    which the client waits for one: it is answered while the transaction is still open.  The claim and the
+    completion are prepared once and bound after (ROLLBACKs included); the handler's statements are not prepared."""
+    from psycopg.pq import Trace, TransactionStatus
+
+    trace = tmp_path / "trace"
+    with psycopg.connect(database_url, autocommit=True) as conn, open(trace, "w") as f:
+        app, seen = PaymentsApp(OneConnection(conn), faults=True), []
+        conn.pgconn.trace(f.fileno())
+        conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS)
+        assert pay(app, account, "rt").status == 201
+        environ = dict(pay_environ(account, "rt"))
+        replay = app.protected.handle(environ, lambda r: seen.append((r.status, conn.info.transaction_status)))
+        assert replay is None and seen == [(201, TransactionStatus.INTRANS)]
+        assert pay(app, account, "rt", fault="503").header("Idempotent-Replayed") == "true"
+        assert pay(app, account, "rt2", fault="503").status == 503  # rolled back
+        assert pay(app, account, "rt2").status == 201
+        conn.pgconn.untrace()
+        prepared = [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time")]
+    trips = traced_round_trips(trace)
+    assert trips[:5] == ["BEGIN; idem_claim_request", trips[1], "idem_complete_request; COMMIT",
+                         "BEGIN; idem_claim_request", "ROLLBACK"], trips
+    assert trips[1].startswith("INSERT INTO ledger")
+    assert [p.split("(")[0] for p in prepared] == ["SELECT idem_claim_request", "SELECT idem_complete_request"]
+
+
+def test_a_pooler_that_loses_prepared_statements_turns_them_off(database_url, db, account):
+    """The server connection forgets the prepared statements behind psycopg's back (as when PgBouncer in
+    transaction pooling hands the client another one): the request runs again unprepared and succeeds."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        app = PaymentsApp(OneConnection(conn))
+        assert pay(app, account, "pb1").status == 201 and app.protected.preparing.on
+        conn.pgconn.exec_(b"DEALLOCATE ALL")
+        r = pay(app, account, "pb2")
+        assert r.status == 201 and r.header("Idempotent-Replayed") is None, r
+        assert not app.protected.preparing.on
+        assert pay(app, account, "pb2").header("Idempotent-Replayed") == "true"
         assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
+    assert len(ledger(db, account)) == 2

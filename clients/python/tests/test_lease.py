@@ -2,7 +2,6 @@
 
 import contextlib
 import json
-import re
 import time
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from idempotency_pg import json_response, problem
 from idempotency_pg.lease import Step, run
 
-from conftest import needs_db
+from conftest import needs_db, traced_round_trips
 
 pytestmark = needs_db
 
@@ -134,31 +133,6 @@ def test_heartbeat_keeps_a_long_step_alive(pool, account):
 
 
 # --------------------------------------------------------------------------- round trips (libpq's trace)
-
-def traced_round_trips(path):
-    """Each round trip of a libpq trace, named by what it sends: a simple query (Query) or an extended-protocol
-    exchange (Parse ... Sync) becomes e.g. "BEGIN; idem_lease_extend" or "idem_checkpoint; COMMIT" (the idem_
-    function called, else the statement's text); psycopg waits for the answer of each before sending the next."""
-    def name(sql):
-        called = [f for f in re.findall(r"\b(idem_\w+)\(", sql) if f != "idem_hash"]
-        label = called[0] if called else sql.strip()
-        begin, commit = sql.startswith("BEGIN;"), sql.endswith("; COMMIT")
-        return ("BEGIN; " if begin else "") + label + ("; COMMIT" if commit else "")
-
-    trips, parsed = [], None
-    with open(path) as f:
-        for line in f:
-            fields = line.rstrip("\n").split("\t")  # F(rontend)/B(ackend), length, message, its fields
-            if fields[0] != "F" or len(fields) < 3:
-                continue
-            if fields[2] == "Query":
-                trips.append(name(re.match(r'\s*"(.*)"$', fields[3]).group(1)))
-            elif fields[2] == "Parse":
-                parsed = name(re.match(r'\s*"[^"]*" "(.*)" \d+', fields[3]).group(1))
-            elif fields[2] == "Sync":
-                trips.append(parsed)
-    return trips
-
 
 class OneConnection:
     """A pool of one autocommit connection (traced, or checked for a transaction left open)."""

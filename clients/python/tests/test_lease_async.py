@@ -172,7 +172,7 @@ def test_a_step_transaction_takes_the_round_trips_of_a_bare_one(database_url, ac
     import psycopg
     from psycopg.pq import Trace
 
-    from test_lease import traced_round_trips
+    from conftest import traced_round_trips
 
     class OneTracedConnection:
         def __init__(self, conn):

@@ -85,3 +85,30 @@ def test_other_methods_pass_through():
     r = request(mw, "GET", "/x")
     assert (r.status, r.body, seen) == (200, b"ok", ["GET"])
     assert request(mw, "POST", "/x", {}).status == 400  # no key: refused before the pool
+
+
+def test_asgi_read_body_takes_only_a_whole_body():
+    """A disconnect is not the end of the body; a Content-Length over the limit is refused before any receive."""
+    import asyncio
+
+    from idempotency_pg import BodyIncomplete, BodyTooLarge
+    from idempotency_pg.asgi import read_body
+
+    def read(messages, length=None):
+        got = []
+
+        async def receive():
+            got.append(messages[len(got)])
+            return got[-1]
+        headers = [(b"content-length", str(length).encode())] if length is not None else []
+        try:
+            return asyncio.run(read_body({"headers": headers}, receive, 100)), len(got)
+        except (BodyIncomplete, BodyTooLarge) as e:
+            return type(e).__name__, len(got)
+
+    part = {"type": "http.request", "body": b"{}", "more_body": True}
+    assert read([part, {"type": "http.disconnect"}]) == ("BodyIncomplete", 2)
+    assert read([dict(part, more_body=False)], length=60) == ("BodyIncomplete", 1)
+    assert read([part], length=101) == ("BodyTooLarge", 0)
+    assert read([dict(part, body=b" " * 60)] * 2) == ("BodyTooLarge", 2)  # no length: cut off at the limit
+    assert read([part, dict(part, more_body=False)], length=4) == (b"{}{}", 2)

@@ -1,12 +1,6 @@
 """`python -m payments_service` as a process, over HTTP: health, a payment and its replay, five parallel clicks."""
 
 import json
-import os
-import pathlib
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -19,49 +13,10 @@ from conftest import needs_db
 
 pytestmark = needs_db
 
-SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
-
-
-def free_port():
-    for port in range(55479, 55471, -1):  # the ports this client's tests may use
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    pytest.skip("no free port in 55472-55479")
-
 
 @pytest.fixture(scope="module")
-def service(database_url):
-    port = free_port()
-    env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, PAYMENTS_FAULTS="1",
-               PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "payments_service"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = "http://127.0.0.1:%d" % port
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/healthz", timeout=1) as r:
-                    assert json.load(r) == {"ok": True}
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError("the service did not start:\n" + log.read().decode())
-                time.sleep(0.05)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+def service(start_service):
+    return "http://127.0.0.1:%d" % start_service(["-m", "payments_service"])
 
 
 def post(base, account, key, body, fault=None):

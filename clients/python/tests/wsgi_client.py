@@ -8,6 +8,10 @@ from idempotency_pg import run_wsgi
 
 
 def request(app, method, path, body=b"", headers=None):
+    return run_wsgi(app, environ_of(method, path, body, headers))
+
+
+def environ_of(method, path, body=b"", headers=None):
     if isinstance(body, (dict, list)):
         body = json.dumps(body).encode()
     elif isinstance(body, str):
@@ -17,7 +21,7 @@ def request(app, method, path, body=b"", headers=None):
     for name, value in (headers or {}).items():
         environ["HTTP_" + name.upper().replace("-", "_")] = value
     setup_testing_defaults(environ)
-    return run_wsgi(app, environ)
+    return environ
 
 
 def body_json(response):

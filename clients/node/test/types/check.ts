@@ -2,7 +2,8 @@
 // package's own name and its "exports", type the documented uses and refuse wrong ones.
 import { createServer } from 'node:http';
 import {
-  HttpProblem, LeaseLostError, errorStatus, fastifyIdempotency, idempotency, jsonResponse, koaIdempotency,
+  CapturedResponse, DEFAULT_BODY_LIMIT, HttpProblem, LeaseLostError, admit, errorStatus, fastifyIdempotency, idempotency,
+  jsonResponse, koaIdempotency, readBody,
   parseIdempotencyKey, runLease, transactional,
   type IdempotencyHandle, type IdempotencyOptions, type LeasePoolLike, type LeaseStep, type PoolLike,
 } from 'idempotency-pg';
@@ -76,3 +77,11 @@ void (async () => {
   // @ts-expect-error a body goes with a path, not with a requestHash
   void runLease(leasePool, 'key', { requestHash: 'ab'.repeat(32), body: '{}', finish: () => jsonResponse(200, {}) });
 })();
+
+// admit(): what every adapter checks before the database, for a framework of your own
+declare const incoming: import('node:http').IncomingMessage;
+const admitted = admit({ scope: () => 'acct', bodyLimit: DEFAULT_BODY_LIMIT }, {
+  scopeArg: incoming, keyHeader: incoming.headers['idempotency-key'], method: 'POST', path: '/p',
+  body: () => readBody(incoming, { bodyLimit: DEFAULT_BODY_LIMIT }, incoming.headers['content-length']),
+});
+void admitted.then((r) => (r instanceof CapturedResponse ? r.status : r.bodyText.length));

@@ -1,6 +1,5 @@
-"""Django integration: the claim inside ``transaction.atomic()`` on Django's own connection.
-
-::
+"""Django: a view decorator translating Django's request and response to :meth:`idempotency_pg.core.Options.respond`,
+the claim inside ``transaction.atomic()`` on Django's own connection::
 
     from idempotency_pg.django import idempotent
 
@@ -9,44 +8,19 @@
         payment = Payment.objects.create(...)          # the ORM write joins the claim's transaction
         return JsonResponse({...}, status=201)
 
-Per request: scope (may raise :class:`HTTPProblem`, e.g. a 401), key (400 missing, invalid or several), body
-(413 over ``max_body_bytes``, 400 if not JSON), then ``with transaction.atomic(using=...)``: ``idem_claim`` on
-``connections[using]``, the view, ``idem_complete`` with the response the view produced, and the atomic block's
-COMMIT.  An exception in the view becomes the response Django itself would send for it
-(``response_for_exception``: 404 for ``Http404``, 403, 400, 500): a 4xx is stored and committed as sent, a 5xx
-rolls back.  ``raise NotExecuted(response)`` (or ``request.idempotency.not_executed = True``) answers without
-storing anything.  The response is sent in its stored form, so replays are the same bytes.  40001/40P01: the
-whole block runs again (``max_retries``).  Streaming responses cannot be stored: they roll back with a 500.
-
-Round trips: psycopg2 (Django 3.2's driver) sends BEGIN on its own and ``atomic()`` sends COMMIT, so the claim
-and the completion are one statement each (5 with the view's INSERT, where the psycopg middleware sends 3).
+An exception in the view becomes the response Django itself would send for it (``response_for_exception``: 404
+for ``Http404``, 403, 400, 500): a 4xx is stored as sent, a 5xx rolls back; a database error rolls back and is
+answered 500 (or runs again after 40001/40P01).  ``raise NotExecuted(response)`` (or
+``request.idempotency.not_executed = True``) answers without storing.  Streaming responses cannot be stored: they
+roll back with a 500.  Round trips: psycopg2 sends BEGIN on its own and ``atomic()`` sends COMMIT, so the claim and
+the completion are one statement each (5 with the view's INSERT, where :class:`idempotency_pg.core.PgTx` sends 3).
 """
 
 import functools
-import logging
 from contextlib import contextmanager
 
 from . import core
-from .header import parse_idempotency_key
-from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyTooLarge, HTTPProblem, NotExecuted, Response,
-                        claim_response, problem, sent_form, stored_form_of)
-
-log = logging.getLogger("idempotency_pg")
-
-BAD_BODY_STATES = ("22P02", "22P05", "22003")
-
-
-class RequestContext:
-    """``request.idempotency`` inside the view."""
-
-    def __init__(self, key, scope, attempt):
-        self.key, self.scope, self.attempt = key, scope, attempt
-        self.not_executed = False
-
-
-def _sqlstate(exc):
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
-    return getattr(cause, "pgcode", None) or getattr(exc, "pgcode", None)
+from .responses import Response, problem
 
 
 def to_django(response):
@@ -61,117 +35,102 @@ def to_django(response):
 
 
 def from_django(dresp):
-    headers = [(k, v) for k, v in dresp.items()]
-    return Response(dresp.status_code, headers, dresp.content)
+    return Response(dresp.status_code, list(dresp.items()), dresp.content)
 
 
-def idempotent(scope=None, *, using="default", methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None,
-               max_retries=3, replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES):
-    """Decorate a Django view so that each request with an ``Idempotency-Key`` runs at most once."""
-    opts = core.Options(scope=scope, methods=methods, ttl=ttl, max_retries=max_retries,
-                        replay_headers=replay_headers, problem_base=problem_base, max_body_bytes=max_body_bytes)
+def read_body(request, limit):
+    """The whole body: a ``Content-Length`` over the limit refused before Django reads it, and fewer bytes than it
+    (the client hung up) refused as incomplete."""
+    length = core.content_length(request.META.get("CONTENT_LENGTH"))
+    core.check_length(length, limit)
+    return core.check_whole(request.body, length, limit)
+
+
+class _DjangoTx:
+    """One ``transaction.atomic(using)`` block per attempt, entered by the claim, left by complete or rollback."""
+
+    def __init__(self, using):
+        from django.db import connections
+
+        self.using, self.handle, self.atomic = using, connections[using], None
+
+    def _execute(self, sql, params):
+        with self.handle.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchone()
+
+    async def claim(self, params):
+        from django.db import transaction
+
+        self.atomic = transaction.atomic(using=self.using)
+        self.atomic.__enter__()
+        try:
+            return core.claim_fields(self._execute(core.CLAIM_REQUEST, core.claim_args(params))[0])
+        except Exception as e:
+            if core.sqlstate(e) in core.BAD_BODY_STATES:
+                raise core.BadBody() from e
+            raise
+
+    async def complete(self, params, response, replay_headers):
+        self._execute(core.COMPLETE_REQUEST, core.complete_args(params, response, replay_headers))
+        self.atomic, atomic = None, self.atomic
+        atomic.__exit__(None, None, None)  # COMMIT (raises if it fails)
+        return response
+
+    async def rollback(self):
+        from django.db import transaction
+
+        if self.atomic is not None:
+            self.atomic, atomic = None, self.atomic
+            transaction.set_rollback(True, using=self.using)
+            atomic.__exit__(None, None, None)
+
+
+def idempotent(scope=None, *, using="default", **options):
+    """Decorate a Django view so that each request with an ``Idempotency-Key`` runs at most once; ``scope(request)``
+    and the other options: :class:`idempotency_pg.core.Options`."""
+    opts = core.Options(scope=scope, **options)
 
     def decorator(view):
         @functools.wraps(view)
         def wrapper(request, *args, **kwargs):
             if request.method.upper() not in opts.methods:
                 return view(request, *args, **kwargs)
-            return _handle(request, view, args, kwargs)
+            sent = {}
 
-        def _handle(request, view, args, kwargs):
-            from django.db import OperationalError
+            async def run(ctx, raw):
+                from django.core.handlers.exception import response_for_exception
+                from django.db import DatabaseError
 
-            try:
-                tenant = opts.scope(request)
-                key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
-                params = opts.claim_params(key, request.method.upper(), request.path, _body(request), tenant)
-            except core.REFUSED as e:
-                return to_django(opts.refused(e))
-            for attempt in range(opts.max_retries + 1):
-                try:
-                    return _attempt(request, view, args, kwargs, params, attempt)
-                except core.BadBody as e:
-                    return to_django(opts.refused(e))
-                except OperationalError as e:
-                    if _sqlstate(e) not in ("40001", "40P01"):
-                        return _failed(e)
-                    log.info("idempotency: %s on attempt %d, retrying", _sqlstate(e), attempt + 1)
-                except Exception as e:  # noqa: BLE001 - a database error outside the view
-                    return _failed(e)
-            return to_django(opts.conflict())
-
-        def _body(request):
-            """The body, refused (:class:`BodyTooLarge`) over the limit: by its ``Content-Length`` before Django
-            reads it, else by its length."""
-            try:
-                length = int(request.META.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                length = 0
-            if length > opts.max_body_bytes:
-                raise BodyTooLarge(length)
-            raw = request.body
-            if len(raw) > opts.max_body_bytes:
-                raise BodyTooLarge(len(raw))
-            return raw
-
-        def _failed(e):
-            log.exception("idempotency: request failed")
-            return to_django(opts.failed(_sqlstate(e)))
-
-        def _attempt(request, view, args, kwargs, params, attempt):
-            from django.core.handlers.exception import response_for_exception
-            from django.db import DatabaseError, connections, transaction
-
-            with transaction.atomic(using=using):
-                with connections[using].cursor() as cur:
-                    try:
-                        cur.execute(core.CLAIM_SELECT, params)
-                    except DatabaseError as e:
-                        if _sqlstate(e) in BAD_BODY_STATES:
-                            raise core.BadBody() from e
-                        raise
-                    row = cur.fetchone()
-                early = claim_response(*row, base=opts.problem_base)
-                if early is not None:
-                    transaction.set_rollback(True, using=using)
-                    return to_django(early)
-                ctx = RequestContext(params["key"], params["scope"], attempt)
                 request.idempotency = ctx
                 try:
                     dresp = view(request, *args, **kwargs)
-                except NotExecuted as ne:
-                    transaction.set_rollback(True, using=using)
-                    return to_django(ne.response)
-                except HTTPProblem as hp:
-                    dresp = to_django(hp.response)
-                except DatabaseError:
-                    raise  # the statement failed: the block rolls back, the caller answers 500 (or retries)
+                except (core.NotExecuted, core.HTTPProblem, DatabaseError):
+                    raise  # answered by the flow: not stored / as sent / rolled back
                 except Exception as exc:  # noqa: BLE001 - answered as Django would, at its own boundary
                     dresp = response_for_exception(request, exc)
                 if getattr(dresp, "streaming", False):
-                    transaction.set_rollback(True, using=using)
-                    return to_django(problem(500, "internal-error", "Internal Server Error",
-                                             "a streaming response cannot be stored", (), opts.problem_base))
-                if ctx.not_executed or 500 <= dresp.status_code <= 599:
-                    transaction.set_rollback(True, using=using)
-                    return dresp
-                response = from_django(dresp)
-                stored = stored_form_of(response, opts.replay_headers)
-                with connections[using].cursor() as cur:
-                    cur.execute(core.COMPLETE_SELECT, core.complete_params(params, response.status, stored))
-                    stored.read_back = cur.fetchone()[1]
-            # committed
-            final = sent_form(response, stored)
-            if final is response:
-                return dresp
-            out = to_django(final)
-            for c in dresp.cookies.values():
-                out.cookies[c.key] = c
-            return out
+                    return problem(500, "internal-error", "Internal Server Error",
+                                   "a streaming response cannot be stored", (), opts.problem_base)
+                sent["django"], sent["response"] = dresp, from_django(dresp)
+                return sent["response"]
 
+            out = core.drive(opts.respond(request, request.method.upper(), request.path,
+                                          request.META.get("HTTP_IDEMPOTENCY_KEY"),
+                                          lambda limit: read_body(request, limit), lambda: _transaction(using), run))
+            if out is not None and out is sent.get("response"):
+                return sent["django"]  # the view's own response object, sent as it made it
+            return to_django(out)
+
+        wrapper.options = opts  # the view's Options: other views can read a request as it does (intake)
         return wrapper
 
     return decorator
+
+
+@contextmanager
+def _transaction(using):
+    yield _DjangoTx(using)
 
 
 # --------------------------------------------------------------------------- lease mode
@@ -179,9 +138,6 @@ def idempotent(scope=None, *, using="default", methods=("POST", "PUT", "PATCH", 
 def lease_pool(using="default"):
     """Django's own connection as the pool of :func:`idempotency_pg.lease.run`, so that a step's ``commit`` and
     the ``finish`` run in ``transaction.atomic(using=using)`` and may write with the ORM::
-
-        from idempotency_pg.django import lease_pool
-        from idempotency_pg.lease import Step, run
 
         response = to_django(run(lease_pool(), key=..., steps=[...], finish=...))
 
@@ -223,4 +179,4 @@ class _DjangoConnection:
         return transaction.atomic(using=self.using)
 
 
-__all__ = ["RequestContext", "idempotent", "lease_pool", "to_django", "from_django"]
+__all__ = ["idempotent", "lease_pool", "to_django", "from_django"]

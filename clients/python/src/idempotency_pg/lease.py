@@ -33,14 +33,15 @@ Three ways to run the same steps:
   can write with the ORM in the checkpoint's transaction (``transaction.atomic``).
 
 Each step's transaction takes the round trips of a bare ``BEGIN`` / the step's writes / ``COMMIT``: the fence
-(``idem_lease_extend``) is sent with ``BEGIN`` and the checkpoint (or the completion) with ``COMMIT``, as one
-message each, on a psycopg connection in autocommit mode (:func:`idempotency_pg.connect_kwargs`).  Django's
+(``idem_lease_extend``) is sent with ``BEGIN`` and the checkpoint (or the completion) with ``COMMIT``, pipelined
+(:class:`idempotency_pg.core.PgTx`), on a psycopg connection in autocommit mode.  The lease statements are not
+prepared (they are the 1.1 API's, one per step).  Django's
 connection keeps one statement per round trip: its ``transaction.atomic`` keeps the transaction's state itself
 (its autocommit flag, the atomic blocks open), so a BEGIN or COMMIT sent behind its back would leave the ORM writes
 of ``commit`` and ``finish`` in a transaction Django does not know it is in.
 
-The steps are written once (:func:`_run`, a coroutine); a sync pool's calls never suspend it, so :func:`run`
-drives it to the end with one ``send`` and no event loop.
+The steps are written once (:func:`_run`, a coroutine) on the pieces of :mod:`idempotency_pg.core`; a sync pool's
+calls never suspend it, so :func:`run` drives it to the end (:func:`idempotency_pg.core.drive`) with no event loop.
 """
 
 import asyncio
@@ -53,7 +54,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from .core import rollback, rollback_async
+from .core import PgTx, aw, drive, entered, sqlstate
 from .responses import claim_response, problem, sent_form, stored_form_of
 
 log = logging.getLogger("idempotency_pg")
@@ -98,15 +99,6 @@ class LeaseContext:
         return (self.key, self.token, self.lease_seconds, self.scope)
 
 
-def sqlstate(exc):
-    """The SQLSTATE of a psycopg 3 error, a psycopg2 error, or a Django error wrapping one; else None."""
-    for e in (exc, exc.__cause__):
-        state = getattr(e, "sqlstate", None) or getattr(e, "pgcode", None)
-        if state:
-            return state
-    return None
-
-
 # --------------------------------------------------------------------------- the steps, written once
 
 async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_seconds=30.0, ttl=None,
@@ -131,11 +123,11 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
                     state = await db.call(step.action, ctx)
             async with db.fenced_transaction(ctx) as tx:
                 if step.commit is not None:
-                    state = await db.call(step.commit, tx.conn, ctx, state)
+                    state = await db.call(step.commit, tx.handle, ctx, state)
                 await tx.commit_with(CHECKPOINT_SQL, (key, ctx.token, step.name, json.dumps(state), scope))
             ctx.state, ctx.recovery_point = state, step.name
         async with db.fenced_transaction(ctx) as tx:
-            response = await db.call(finish, tx.conn, ctx)
+            response = await db.call(finish, tx.handle, ctx)
             if 500 <= response.status <= 599:
                 raise _NotStored(response)  # finish's writes roll back: the retry runs finish again
             stored = stored_form_of(response, replay_headers)
@@ -155,16 +147,11 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
         raise
 
 
-# A step's transaction in the round trips of a bare one (BEGIN / the step's writes / COMMIT): the fence travels
-# with BEGIN and the checkpoint (or the completion) with COMMIT, each pair as one multi-statement message of the
-# simple query protocol (a ClientCursor binds the parameters on the client, as core.CLAIM_MESSAGE does).
-#
-# The fence (idem_lease_extend) comes first: the token is still the key's (else 55000, before any local write), and
-# the key's row stays locked by this transaction until it commits, so no takeover can slip in before the
-# checkpoint or the completion.  If the fence fails, the message stops there (BEGIN ran, nothing else); if the
-# checkpoint fails, COMMIT does not run: either way the transaction is rolled back before the connection goes back.
-BEGIN_FENCE_MESSAGE = "BEGIN; " + EXTEND_SQL
-
+# A step's transaction in the round trips of a bare one (BEGIN / the step's writes / COMMIT): the fence travels with
+# BEGIN and the checkpoint (or the completion) with COMMIT (core.PgTx).  The fence (idem_lease_extend) comes first:
+# the token is still the key's (else 55000, before any local write), and the key's row stays locked by this
+# transaction until it commits, so no takeover can slip in before the checkpoint or the completion.  Whatever fails
+# in between, the transaction is rolled back before the connection goes back.
 
 def _combinable(conn):
     """Only a psycopg connection in autocommit mode takes a hand-written BEGIN / COMMIT (one that is not would send
@@ -172,33 +159,14 @@ def _combinable(conn):
     return isinstance(conn, (psycopg.Connection, psycopg.AsyncConnection)) and conn.autocommit
 
 
-class _SyncTx:
-    """A step's open transaction on a sync connection: ``conn`` for the step's writes, ``commit_with`` to end it."""
+class _InAtomic:
+    """A step's transaction on a connection that opens and commits it itself (``conn.transaction()``)."""
 
-    def __init__(self, conn, combined):
-        self.conn, self.combined = conn, combined
-
-    async def commit_with(self, sql, params):
-        """Run ``sql`` (one row back) and commit: one message if combined, else the statement and the caller's
-        ``transaction()`` block commits on exit."""
-        if not self.combined:
-            return self.conn.execute(sql, params).fetchone()
-        cur = psycopg.ClientCursor(self.conn)
-        cur.execute(sql + "; COMMIT", params)  # raises if either failed (then COMMIT did not run)
-        return cur.fetchone()
-
-
-class _AsyncTx:
-    def __init__(self, conn, combined):
-        self.conn, self.combined = conn, combined
+    def __init__(self, conn):
+        self.handle = conn
 
     async def commit_with(self, sql, params):
-        if not self.combined:
-            cur = await self.conn.execute(sql, params)
-            return await cur.fetchone()
-        cur = psycopg.AsyncClientCursor(self.conn)
-        await cur.execute(sql + "; COMMIT", params)
-        return await cur.fetchone()
+        return await aw((await aw(self.handle.execute(sql, params))).fetchone())  # the block commits on exit
 
 
 class _NotStored(Exception):
@@ -214,90 +182,112 @@ def _lost():
                    "another attempt took this request over; retry later", [("Retry-After", "1")])
 
 
-def _row_dict(cur, row):
-    return dict(zip([d.name for d in cur.description], row))
-
-
-# --------------------------------------------------------------------------- a sync pool (threads)
-
 class _Heartbeat:
-    """Extends the lease every ``lease / 3`` seconds on a connection of its own while a step runs."""
+    """Extends the lease every ``lease / 3`` seconds on a connection of its own while a step runs: a thread on a
+    sync pool, an asyncio task on an async one."""
 
-    def __init__(self, pool, ctx):
+    def __init__(self, pool, ctx, asynchronous):
         self.pool, self.ctx = pool, ctx
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        if asynchronous:
+            self.task = asyncio.ensure_future(self._run_async())
+        else:
+            self.done = threading.Event()
+            self.thread = threading.Thread(target=self._run_thread, daemon=True)
+            self.thread.start()
 
     def stop(self):
+        if hasattr(self, "task"):
+            self.task.cancel()
+            return
         self.done.set()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join()
 
-    def _run(self):
+    async def wait(self):
+        if hasattr(self, "task"):
+            await asyncio.wait([self.task])  # no extend left running (never raises the task's cancellation)
+
+    def _failed(self, e):
+        """True to stop: the lease is lost (the step's checkpoint gets 55000 too and stops the run)."""
+        if sqlstate(e) == LEASE_LOST:
+            return True
+        log.warning("idempotency: lease heartbeat failed", exc_info=True)  # never takes the request down
+        return False
+
+    def _run_thread(self):
         try:
             while not self.done.wait(self.ctx.lease_seconds / 3.0):
                 try:
                     with self.pool.connection() as conn:
                         conn.execute(EXTEND_SQL, self.ctx.extend_args())
-                except Exception as e:  # noqa: BLE001 - a heartbeat never takes the request down
-                    if sqlstate(e) == LEASE_LOST:
-                        return  # the step's checkpoint will get 55000 too and stop the run
-                    log.warning("idempotency: lease heartbeat failed", exc_info=True)
+                except Exception as e:  # noqa: BLE001
+                    if self._failed(e):
+                        return
         finally:
-            close = getattr(self.pool, "close_thread", None)
-            if close is not None:
-                close()  # a pool with a connection per thread (Django's): this thread's is not needed any more
+            if hasattr(self.pool, "close_thread"):
+                self.pool.close_thread()  # a pool with a connection per thread (Django's): this one's is done
+
+    async def _run_async(self):
+        while True:
+            await asyncio.sleep(self.ctx.lease_seconds / 3.0)
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(EXTEND_SQL, self.ctx.extend_args())
+            except Exception as e:  # noqa: BLE001
+                if self._failed(e):
+                    return
 
 
-class _SyncDB:
-    """The step coroutine's database on a sync pool: every call blocks and returns, none suspends."""
+class _DB:
+    """The steps' database: a sync pool (every call returns at once, none suspends the coroutine) or an async one."""
 
-    def __init__(self, pool):
-        self.pool = pool
+    def __init__(self, pool, asynchronous):
+        self.pool, self.asynchronous = pool, asynchronous
 
     async def lease(self, params):
-        with self.pool.connection() as conn:
-            cur = conn.execute(LEASE_SQL, params)
-            return _row_dict(cur, cur.fetchone())
+        async with entered(self.pool.connection()) as conn:
+            cur = await aw(conn.execute(LEASE_SQL, params))
+            row = await aw(cur.fetchone())
+            return dict(zip([d.name for d in cur.description], row))
 
     @asynccontextmanager
     async def heartbeat(self, ctx):
-        ctx._heartbeat = hb = _Heartbeat(self.pool, ctx)
-        hb.thread.start()
+        ctx._heartbeat = hb = _Heartbeat(self.pool, ctx, self.asynchronous)
         try:
             yield
         finally:
             hb.stop()
             ctx._heartbeat = None
+            await hb.wait()
 
     @asynccontextmanager
     async def fenced_transaction(self, ctx):
-        with self.pool.connection() as conn:
+        async with entered(self.pool.connection()) as conn:
             if not _combinable(conn):  # Django's connection: one statement per round trip inside atomic()
-                with conn.transaction():
-                    conn.execute(EXTEND_SQL, ctx.extend_args())
-                    yield _SyncTx(conn, combined=False)
+                async with entered(conn.transaction()):
+                    await aw(conn.execute(EXTEND_SQL, ctx.extend_args()))
+                    yield _InAtomic(conn)
                 return
+            tx = PgTx(conn)
             try:
-                psycopg.ClientCursor(conn).execute(BEGIN_FENCE_MESSAGE, ctx.extend_args())
-                yield _SyncTx(conn, combined=True)
+                await tx.begin_with(EXTEND_SQL, ctx.extend_args())
+                yield tx
             except BaseException:
-                rollback(conn)  # the fence, a step's write, the checkpoint or finish failed (or finish's 5xx)
+                await tx.rollback()  # the fence, a step's write, the checkpoint or finish failed (or finish's 5xx)
                 raise
 
-    @staticmethod
-    async def call(fn, *args):
+    async def call(self, fn, *args):
         result = fn(*args)
-        if inspect.isawaitable(result):
-            if inspect.iscoroutine(result):
-                result.close()  # no "never awaited" warning on top of the error
-            raise TypeError("%r returned an awaitable: async steps need run_async" % (fn,))
-        return result
+        if self.asynchronous or not inspect.isawaitable(result):
+            return await aw(result)
+        if inspect.iscoroutine(result):
+            result.close()  # no "never awaited" warning on top of the error
+        raise TypeError("%r returned an awaitable: async steps need run_async" % (fn,))
 
     async def release(self, ctx):
         try:
-            with self.pool.connection() as conn:
-                conn.execute(RELEASE_SQL, (ctx.key, ctx.token, ctx.scope))
+            async with entered(self.pool.connection()) as conn:
+                await aw(conn.execute(RELEASE_SQL, (ctx.key, ctx.token, ctx.scope)))
         except Exception:  # noqa: BLE001 - stale (55000) or the database is gone: the lease runs out on its own
             pass
 
@@ -307,88 +297,13 @@ def run(pool, *, key, scope, method, path, body_text, steps, finish, lease_secon
     """Lease the key, run the steps that are not done yet, complete; returns the :class:`Response` to send.
 
     ``pool``: a ``psycopg_pool.ConnectionPool`` (or ``idempotency_pg.django.lease_pool()``)."""
-    coro = _run(_SyncDB(pool), key=key, scope=scope, method=method, path=path, body_text=body_text, steps=steps,
-                finish=finish, lease_seconds=lease_seconds, ttl=ttl, replay_headers=replay_headers)
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value
-    coro.close()
-    raise RuntimeError("a step awaited something: use run_async with an async pool")
-
-
-# --------------------------------------------------------------------------- an async pool (asyncio)
-
-class _AsyncHeartbeat:
-    def __init__(self, pool, ctx):
-        self.pool, self.ctx = pool, ctx
-        self.task = asyncio.ensure_future(self._run())
-
-    def stop(self):
-        self.task.cancel()
-
-    async def _run(self):
-        while True:
-            await asyncio.sleep(self.ctx.lease_seconds / 3.0)
-            try:
-                async with self.pool.connection() as conn:
-                    await conn.execute(EXTEND_SQL, self.ctx.extend_args())
-            except Exception as e:  # noqa: BLE001
-                if sqlstate(e) == LEASE_LOST:
-                    return
-                log.warning("idempotency: lease heartbeat failed", exc_info=True)
-
-
-class _AsyncDB:
-    def __init__(self, pool):
-        self.pool = pool
-
-    async def lease(self, params):
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(LEASE_SQL, params)
-            return _row_dict(cur, await cur.fetchone())
-
-    @asynccontextmanager
-    async def heartbeat(self, ctx):
-        ctx._heartbeat = hb = _AsyncHeartbeat(self.pool, ctx)
-        try:
-            yield
-        finally:
-            hb.stop()
-            ctx._heartbeat = None
-            await asyncio.wait([hb.task])  # no extend left running (waits, never raises the task's cancellation)
-
-    @asynccontextmanager
-    async def fenced_transaction(self, ctx):
-        async with self.pool.connection() as conn:
-            if not _combinable(conn):
-                async with conn.transaction():
-                    await conn.execute(EXTEND_SQL, ctx.extend_args())
-                    yield _AsyncTx(conn, combined=False)
-                return
-            try:
-                await psycopg.AsyncClientCursor(conn).execute(BEGIN_FENCE_MESSAGE, ctx.extend_args())
-                yield _AsyncTx(conn, combined=True)
-            except BaseException:
-                await rollback_async(conn)
-                raise
-
-    @staticmethod
-    async def call(fn, *args):
-        result = fn(*args)
-        return (await result) if inspect.isawaitable(result) else result
-
-    async def release(self, ctx):
-        try:
-            async with self.pool.connection() as conn:
-                await conn.execute(RELEASE_SQL, (ctx.key, ctx.token, ctx.scope))
-        except Exception:  # noqa: BLE001 - as in _SyncDB.release
-            pass
+    return drive(_run(_DB(pool, False), key=key, scope=scope, method=method, path=path, body_text=body_text,
+                      steps=steps, finish=finish, lease_seconds=lease_seconds, ttl=ttl, replay_headers=replay_headers))
 
 
 async def run_async(pool, **kwargs):
     """:func:`run` on a ``psycopg_pool.AsyncConnectionPool`` (same keyword arguments); steps may be async."""
-    return await _run(_AsyncDB(pool), **kwargs)
+    return await _run(_DB(pool, True), **kwargs)
 
 
 __all__ = ["LeaseContext", "Step", "run", "run_async", "sqlstate"]

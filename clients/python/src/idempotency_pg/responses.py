@@ -75,8 +75,12 @@ class NotExecuted(Exception):
         self.response = response
 
 
-class BodyTooLarge(ValueError):
-    pass
+class BodyTooLarge(Exception):
+    """The request body is over the limit (its Content-Length, or the bytes read so far): answered 413."""
+
+
+class BodyIncomplete(Exception):
+    """The request body ended before its Content-Length (the client hung up): nothing is claimed or run."""
 
 
 def body_too_large(limit, base=PROBLEM_BASE):
@@ -102,15 +106,16 @@ def json_response(status, obj, headers=()):
     )
 
 
-def claim_response(outcome, http_status, response_body, response_headers, base=PROBLEM_BASE):
-    """Map one ``idem_claim`` row to the answer, or None for ``claimed`` (run the handler).
+def claim_response(outcome, http_status, response_body, response_headers, base=PROBLEM_BASE, content_type=None):
+    """Map one claim row to the answer, or None for ``claimed`` (run the handler).
 
-    ``response_body`` and ``response_headers`` are the columns as JSON text (``::text``), or None.
+    ``response_body``: the stored body (bytes, or a 1.0-1.2 jsonb column as text); ``response_headers``: the stored
+    headers as JSON text, or None; ``content_type``: 1.3's stored content type, or None.
     """
     if outcome == "claimed":
         return None
     if outcome == "replay":
-        return replay_response(http_status, response_body, response_headers)
+        return replay_response(http_status, response_body, response_headers, content_type)
     if outcome == "mismatch":
         return problem(
             http_status or 422, "idempotency-key-reused", "Idempotency-Key reused",
@@ -122,28 +127,47 @@ def claim_response(outcome, http_status, response_body, response_headers, base=P
             "a request with this Idempotency-Key is still being processed; retry later",
             [("Retry-After", "1")], base,
         )
-    raise ValueError("unknown idem_claim outcome %r" % (outcome,))
+    raise ValueError("unknown claim outcome %r" % (outcome,))
 
 
-def replay_response(http_status, body_text, headers_text):
-    """The stored response, decoded from what :func:`stored_form` wrote, plus ``Idempotent-Replayed: true``."""
+def replay_response(http_status, body, headers_text, content_type=None):
+    """The stored response plus ``Idempotent-Replayed: true``: 1.3 stores the bytes sent; a body stored by
+    :func:`stored_form` (1.0-1.2, the lease API) that is not JSON comes back as a JSON string decoded here."""
     stored = json.loads(headers_text) if headers_text else {}
     encoding = None
-    headers = []
+    headers = [("Content-Type", content_type)] if content_type else []
     for k, v in stored.items():
         if k.lower() == BODY_ENCODING_HEADER.lower():
             encoding = v
         else:
             headers.append((k, str(v)))
-    if body_text is None:
+    if isinstance(body, str):
+        body = body.encode("utf-8")  # jsonb's canonical text of the stored JSON body
+    if body is None:
         body = b""
-    elif encoding is None:
-        body = body_text.encode("utf-8")  # jsonb's canonical text of the stored JSON body
-    else:
-        value = json.loads(body_text)
+    elif encoding is not None:
+        value = json.loads(body)
         body = value.encode("utf-8") if encoding == "text" else base64.b64decode(value)
     headers.append(("Idempotent-Replayed", "true"))
     return Response(http_status, headers, body)
+
+
+def replayed_headers(response, replay_headers=None):
+    """The headers of ``response`` to store for a replay, as a dict: ``replay_headers``, when given, is the
+    allow-list (case-insensitive); otherwise every header but the per-connection ones in :data:`NOT_REPLAYED`.
+    Repeated headers are joined with ", "."""
+    allow = None if replay_headers is None else {h.lower() for h in replay_headers}
+    headers, lower_to_name = {}, {}
+    for k, v in response.headers:
+        lk = k.lower()
+        if lk in NOT_REPLAYED or (allow is not None and lk not in allow):
+            continue
+        if lk in lower_to_name:
+            headers[lower_to_name[lk]] += ", " + v
+        else:
+            lower_to_name[lk] = k
+            headers[k] = v
+    return headers
 
 
 def is_json_type(content_type):
@@ -167,18 +191,7 @@ def stored_form(response, replay_headers=None):
 
 def stored_form_of(response, replay_headers=None):
     """:func:`stored_form` as a :class:`StoredForm`."""
-    allow = None if replay_headers is None else {h.lower() for h in replay_headers}
-    headers = {}
-    lower_to_name = {}
-    for k, v in response.headers:
-        lk = k.lower()
-        if lk in NOT_REPLAYED or (allow is not None and lk not in allow):
-            continue
-        if lk in lower_to_name:
-            headers[lower_to_name[lk]] += ", " + v
-        else:
-            lower_to_name[lk] = k
-            headers[k] = v
+    headers = replayed_headers(response, replay_headers)
     body = response.body
     as_json = False
     if not body:

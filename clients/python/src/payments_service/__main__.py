@@ -1,8 +1,7 @@
-"""``python -m payments_service``: serve on 127.0.0.1:$PORT against $DATABASE_URL.
+"""``python -m payments_service``: serve on 127.0.0.1:$PORT against $DATABASE_URL, with waitress.
 
 Environment: ``PORT`` (default 8080), ``DATABASE_URL`` (required, a libpq URI), ``PAYMENTS_FAULTS=1`` to act on
 ``X-Fault``; optional ``POOL_SIZE`` (default 20 connections) and ``THREADS`` (default 32 request threads).
-Served by waitress when it is installed (Debian ``python3-waitress``), else by a threaded ``wsgiref`` server.
 """
 
 import logging
@@ -13,30 +12,7 @@ import sys
 from idempotency_pg import connection_pool
 
 from .app import PaymentsApp
-
-
-def serve(app, port, threads):
-    try:
-        import waitress
-    except ImportError:
-        waitress = None
-    if waitress is not None:
-        waitress.serve(app, host="127.0.0.1", port=port, threads=threads, ident=None,
-                       connection_limit=max(100, threads * 4), _quiet=True)
-        return
-    from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
-    class Server(ThreadingMixIn, WSGIServer):
-        daemon_threads = True
-        request_queue_size = 128
-
-    class QuietHandler(WSGIRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    with make_server("127.0.0.1", port, app, server_class=Server, handler_class=QuietHandler) as httpd:
-        httpd.serve_forever()
+from .payment import serve
 
 
 def main():
@@ -47,16 +23,14 @@ def main():
         return 2
     port = int(os.environ.get("PORT", "8080"))
     pool_size = int(os.environ.get("POOL_SIZE", "20"))
-    threads = int(os.environ.get("THREADS", "32"))
     faults = os.environ.get("PAYMENTS_FAULTS") == "1"
-
     pool = connection_pool(dsn, min_size=min(4, pool_size), max_size=pool_size, timeout=10)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         pool.wait(timeout=30)
         print("payments_service: listening on 127.0.0.1:%d (faults %s)" % (port, "on" if faults else "off"),
               file=sys.stderr, flush=True)
-        serve(PaymentsApp(pool, faults=faults), port, threads)
+        serve(PaymentsApp(pool, faults=faults), port, int(os.environ.get("THREADS", "32")))
     except KeyboardInterrupt:
         pass
     finally:

@@ -11,7 +11,8 @@ import threading
 import time
 from urllib.parse import unquote, urlsplit
 
-from .app import SLEEP_RE, account_from_authorization, validate_payment
+from .payment import account_from_authorization, after_write, created, not_allowed, not_found as _not_found, serve, \
+    validate_payment
 
 
 def database_settings(url):
@@ -45,30 +46,13 @@ def configure(url, faults=False):
 
 # --------------------------------------------------------------------------- views
 
-def _problem(status, slug, title, detail="", headers=()):
-    from idempotency_pg import problem
+def _django(response):
     from idempotency_pg.django import to_django
-    return to_django(problem(status, slug, title, detail, headers))
-
-
-def _json(status, obj, headers=()):
-    from idempotency_pg import json_response
-    from idempotency_pg.django import to_django
-    return to_django(json_response(status, obj, headers))
+    return to_django(response)
 
 
 def account_scope(request):
     return account_from_authorization(request.META.get("HTTP_AUTHORIZATION", ""))
-
-
-def _body(request):
-    """The request body; :class:`BodyTooLarge` when its ``Content-Length`` is over 1 MiB, before reading it."""
-    from idempotency_pg import MAX_BODY_BYTES, BodyTooLarge
-
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
-    if length > MAX_BODY_BYTES:
-        raise BodyTooLarge(length)
-    return request.body
 
 
 def _fault(request):
@@ -76,85 +60,64 @@ def _fault(request):
     return (request.META.get("HTTP_X_FAULT", "").strip() or None) if settings.PAYMENTS_FAULTS else None
 
 
-def _pay(request, account, key):
+def _pay(request, account, key, raw):
     """The handler: validation (not executed), the ORM insert, the faults; inside the caller's transaction."""
     from django.db import connection
-    from idempotency_pg import HTTPProblem
+    from idempotency_pg.core import drive
 
     from .djangoledger.models import Ledger
 
-    amount, currency = validate_payment(request.body)
+    amount, currency = validate_payment(raw)
     row = Ledger.objects.create(account=account, amount_cents=-amount, currency=currency, idempotency_key=key)
-    fault = _fault(request)
-    if fault == "503":
-        return _problem(503, "upstream-unavailable", "Service Unavailable", "upstream unavailable")
-    if fault in ("throw-422", "throw-502"):  # Django has no HTTP error exception for these: the library's
-        status = int(fault[-3:])
-        raise HTTPProblem(status, "thrown-%d" % status, "Thrown %d" % status, "the handler raised after its write")
     with connection.cursor() as cur:
-        if fault == "db-error":
-            cur.execute("SELECT 1/0")
-        m = SLEEP_RE.match(fault or "")
-        if m:
-            cur.execute("SELECT pg_sleep(%s::int / 1000.0)", [int(m.group(1))])
-    return _json(201, {"payment_id": row.id, "account": account, "amount_cents": amount, "currency": currency},
-                 [("Location", "/payments/%d" % row.id)])
+        early = drive(after_write(_fault(request), cur.execute))
+    return _django(early or created(row.id, account, amount, currency))
+
+
+def _intake(request, path, need_key=True):
+    """The request read as the decorator reads it (account, key, whole body, JSON), or the Response refusing it."""
+    from idempotency_pg.core import drive
+    from idempotency_pg.django import read_body
+
+    return drive(_protected.options.intake(request, "POST", path, request.META.get("HTTP_IDEMPOTENCY_KEY"),
+                                           lambda limit: read_body(request, limit), need_key=need_key))
 
 
 def payments(request):
     if request.method != "POST":
-        return _not_allowed()
+        return _django(not_allowed())
     return _protected(request)
-
-
-def _payments_view(request):
-    return _pay(request, request.idempotency.scope, request.idempotency.key)
 
 
 def unprotected(request):
     from django.db import transaction
-    from idempotency_pg import MAX_BODY_BYTES, BodyTooLarge, HTTPProblem, NotExecuted
-    from idempotency_pg.django import to_django
-    from idempotency_pg.responses import body_too_large, parse_json_body
+    from idempotency_pg import NotExecuted, Response
 
     if request.method != "POST":
-        return _not_allowed()
-    try:
-        account = account_scope(request)
-        parse_json_body(_body(request))
-    except HTTPProblem as p:
-        return to_django(p.response)
-    except BodyTooLarge:
-        return to_django(body_too_large(MAX_BODY_BYTES))
-    except ValueError:
-        return _problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON")
+        return _django(not_allowed())
+    params = _intake(request, "/payments-unprotected", need_key=False)
+    if isinstance(params, Response):
+        return _django(params)
     try:
         with transaction.atomic():
-            return _pay(request, account, "")
+            return _pay(request, params["scope"], "", params["raw"])
     except NotExecuted as e:
-        return to_django(e.response)
+        return _django(e.response)
 
 
 def rides(request):
     """POST /rides: lease mode (payments_service.rides) on Django's own connection."""
-    from idempotency_pg import parse_idempotency_key
-    from idempotency_pg.django import lease_pool, to_django
+    from idempotency_pg import Response
+    from idempotency_pg.core import drive
+    from idempotency_pg.django import lease_pool, read_body
 
-    from .rides import REFUSED, Ride, handle_ride, refused
+    from .rides import handle_ride, ride_request
 
     if request.method != "POST":
-        return _not_allowed()
-    try:
-        account = account_scope(request)
-        key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
-        ride = Ride(account, key, _body(request), _fault(request))
-    except REFUSED as e:
-        return to_django(refused(e))
-    return to_django(handle_ride(lease_pool(), ride))
-
-
-def _not_allowed():
-    return _problem(405, "method-not-allowed", "Method Not Allowed", "use POST", [("Allow", "POST")])
+        return _django(not_allowed())
+    ride = drive(ride_request(_protected.options, request, request.META.get("HTTP_IDEMPOTENCY_KEY"),
+                              lambda limit: read_body(request, limit), _fault(request)))
+    return _django(ride if isinstance(ride, Response) else handle_ride(lease_pool(), ride))
 
 
 _warm = threading.Event()
@@ -162,14 +125,16 @@ _warm = threading.Event()
 
 def healthz(request):
     if request.method not in ("GET", "HEAD"):
-        return _problem(405, "method-not-allowed", "Method Not Allowed", "use GET", [("Allow", "GET, HEAD")])
+        return _django(not_allowed("GET, HEAD"))
     if request.META.get("HTTP_X_WARM_UP") == "1":  # see warm_up(): open this thread's connection
         from django.db import connection
         connection.ensure_connection()
         time.sleep(0.2)  # hold this thread so that the other warm-up requests land on other threads
     elif not _warm.is_set():
-        return _problem(503, "starting", "Service Unavailable", "opening database connections")
-    return _json(200, {"ok": True})
+        from idempotency_pg import problem
+        return _django(problem(503, "starting", "Service Unavailable", "opening database connections"))
+    from idempotency_pg import json_response
+    return _django(json_response(200, {"ok": True}))
 
 
 def warm_up(port, threads):
@@ -197,16 +162,18 @@ def warm_up(port, threads):
 
 
 def not_found(request, exception=None):
-    return _problem(404, "not-found", "Not Found", "no route for %s" % request.path)
+    return _django(_not_found(request.path))
 
 
 def server_error(request):
-    return _problem(500, "internal-error", "Internal Server Error", "the request failed and was rolled back")
+    from idempotency_pg import problem
+    return _django(problem(500, "internal-error", "Internal Server Error", "the request failed and was rolled back"))
 
 
 def _payments_protected():
     from idempotency_pg.django import idempotent
-    return idempotent(scope=account_scope, methods=("POST",))(_payments_view)
+    return idempotent(scope=account_scope, methods=("POST",))(
+        lambda request: _pay(request, request.idempotency.scope, request.idempotency.key, request.body))
 
 
 _protected = _payments_protected()
@@ -235,7 +202,6 @@ def main():
     if not url:
         print("payments_service.django_app: DATABASE_URL is required", file=sys.stderr)
         return 2
-    from .__main__ import serve
     app = application(url, os.environ.get("PAYMENTS_FAULTS") == "1")
     from django.db import connection
     connection.ensure_connection()  # fail before /healthz answers if the database is not there

@@ -14,11 +14,10 @@ import os
 import re
 import time
 
-from idempotency_pg import BodyTooLarge, HTTPProblem, KeyHeaderError, NotExecuted, json_response, problem
+from idempotency_pg import NotExecuted, json_response, problem
 from idempotency_pg.lease import Step, run, run_async
-from idempotency_pg.responses import MAX_BODY_BYTES, body_too_large, parse_json_body
 
-from .app import validate_payment
+from .payment import validate_payment
 
 log = logging.getLogger("payments_service")
 
@@ -36,24 +35,28 @@ RECEIPT_SQL = ("INSERT INTO receipts (account, idempotency_key, ride_id) VALUES 
                "ON CONFLICT DO NOTHING")
 RECEIPT_SENT_SQL = "UPDATE rides SET receipt_sent = true WHERE id = %s"
 
-#: What :func:`refused` answers: before any lease, nothing is written.
-REFUSED = (HTTPProblem, KeyHeaderError, BodyTooLarge, NotExecuted, ValueError)
-
-
 def lease_seconds():
     return float(os.environ.get("RIDES_LEASE_SECONDS", "30"))
 
 
-class Ride:
-    """A parsed ride request: ``body`` over the limit -> :class:`BodyTooLarge`, not JSON -> ``ValueError``,
-    invalid -> :class:`NotExecuted` (a 422 before any lease)."""
+async def ride_request(options, request, key_header, read_body, fault=None):
+    """A :class:`Ride`, or the Response refusing the request before any lease (nothing written): the service's
+    ``options`` (:class:`idempotency_pg.core.Options`, its scope) read the request as for ``POST /payments``."""
+    params = await options.intake(request, "POST", "/rides", key_header, read_body)
+    if not isinstance(params, dict):
+        return params
+    try:
+        return Ride(params, fault)
+    except NotExecuted as e:
+        return e.response  # invalid: a 422 before any lease
 
-    def __init__(self, account, key, raw, fault=None):
-        if len(raw) > MAX_BODY_BYTES:
-            raise BodyTooLarge(len(raw))
-        self.body_text = parse_json_body(raw)
-        self.amount, self.currency = validate_payment(raw)
-        self.account, self.key, self.fault = account, key, fault
+
+class Ride:
+    """A ride request read whole (``params`` of :meth:`idempotency_pg.core.Options.intake`) and validated."""
+
+    def __init__(self, params, fault=None):
+        self.amount, self.currency = validate_payment(params["raw"])
+        self.account, self.key, self.body_text, self.fault = params["scope"], params["key"], params["body"], fault
 
     def run_args(self, steps, finish):
         return dict(key=self.key, scope=self.account, method="POST", path="/rides", body_text=self.body_text,
@@ -155,17 +158,6 @@ async def handle_ride_async(pool, ride):
         return failed(e)
 
 
-def refused(exc):
-    """The answer to one of :data:`REFUSED`, raised while reading the request."""
-    if isinstance(exc, (HTTPProblem, NotExecuted)):
-        return exc.response
-    if isinstance(exc, KeyHeaderError):
-        return problem(400, exc.slug, "Invalid Idempotency-Key", str(exc))
-    if isinstance(exc, BodyTooLarge):
-        return body_too_large(MAX_BODY_BYTES)
-    return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON")
-
-
 def failed(exc):
     """The answer when a step failed (the lease was released, its recovery point kept)."""
     if isinstance(exc, ProviderDown):
@@ -178,4 +170,4 @@ class ProviderDown(Exception):
     pass
 
 
-__all__ = ["REFUSED", "Ride", "handle_ride", "handle_ride_async", "refused"]
+__all__ = ["Ride", "handle_ride", "handle_ride_async", "ride_request"]
