@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# Instructions per request, counted by callgrind in a single-user backend: repeatable on a noisy machine where
-# throughput is not. Each request is what the pgbench scripts send (prepared statements, one transaction per
-# request); the count is (run of N requests - run of 0 requests) / N, so start-up and shutdown cancel out.
-# Client round trips and socket I/O are not counted: this measures the backend's own work.
+# Server instructions per request, counted by callgrind: repeatable on a noisy machine where throughput is not.
 #
-#   bench/instructions.sh                 all variants of "new" and "replay", N=2000
+#   bench/instructions.sh                 the table of issue 30 (the lean request) for the 1.2 and 1.3 statements,
+#                                         over the wire (below), N=500
+#   INSTR_CASES="w_bare w_client_new" bench/instructions.sh   some rows of it (w_plpgsql, not in the default list:
+#       bench/plpgsql_baseline.sql's functions over the wire)
+#
+# Over the wire (the w_* cases, the default): the postmaster runs under callgrind, and pgbench sends each case's
+# transactions from one connection, prepared (-M prepared: named statements, parameters sent as text) unless the
+# case says simple (-M simple: values written into the statement, parsed and planned every time, as Node.js and
+# Python 1.2 and any client through PgBouncer 1.18 in transaction pooling send them). The backend's count is
+# (run of N + 50 transactions - run of 50) / N, so connection start-up and the first executions (plan cache,
+# catalog caches) cancel out. Settings: fsync = off, synchronous_commit = off, autovacuum = off, and no
+# checkpoint, full-page image or WAL segment zero-fill during the runs (each would land in one run only).
+#
+# The single-user cases (not w_*; bench/clients/server_cost.sh uses them) count a single-user backend that
+# parses each EXECUTE as text, (N requests - 0 requests) / N with N = INSTR_N (2000):
+#   INSTR_CASES="new_bare new_floor new_plpgsql new_extension proc_floor proc_plpgsql proc_extension replay_floor
+#       replay_plpgsql replay_extension" bench/instructions.sh   the 1.1 table of bench/RESULTS.md
 #   INSTR_N=500 INSTR_CASES="new_floor new_extension" INSTR_KEEP=1 bench/instructions.sh
 #   INSTR_CASES="new_partitioned replay_partitioned" bench/instructions.sh   new_extension's and replay_extension's
 #       statements against a database in partitioned storage (1 hour partitions), not in the default list
@@ -27,7 +40,8 @@ cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 
 n=${INSTR_N:-2000}
-cases=${INSTR_CASES:-new_bare new_floor new_plpgsql new_extension proc_floor proc_plpgsql proc_extension replay_floor replay_plpgsql replay_extension}
+wire_cases="w_bare w_floor w_cte w_direct_old w_direct_new_jsonb w_direct_new w_client_old w_step_fingerprint w_step_claim w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new"
+cases=${INSTR_CASES:-$wire_cases}
 port=${INSTR_PORT:-55434}
 dir=$(mktemp -d /tmp/idem-instr.XXXXXX)
 # INSTR_KEEP=1 keeps the callgrind files in $dir for callgrind_annotate.
@@ -37,7 +51,169 @@ kp=bench-key-000000-
 body='{"payment_id":"pay_7Hk2N9xQ4mB8vR1s","status":"succeeded","amount_cents":1999,"currency":"EUR","captured":true}'
 first_key=1000000000000000001
 
+# --- Over the wire (issue 30) -------------------------------------------------------------------------------
+# One row per case: the label, the pgbench protocol, the script (pgbench's \set and the statements of one
+# transaction). :k is a new key per transaction, :r a stored key for the replays; the request and response are
+# the clients' payment request and answer.
+wire_req='{"account":"acct-1","amount_cents":500,"currency":"EUR"}'
+wire_resp='{"payment_id":"pay_7Hk2N9xQ4mB8vR1s","status":"succeeded","amount_cents":1999,"currency":"EUR","captured":true}'
+wire_hdrs='{"Content-Type": "application/json", "Location": "/payments/1"}'
+wire_loc='{"Location": "/payments/1"}'
+# The Go client's 1.2 statements (clients/go/idempotency.go claimSQL, completeSQL); Node.js and Python sent the
+# same composition unprepared.
+wire_claim_1_2='SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text FROM idem_claim(:k::text, idem_hash(jsonb_build_object('"'"'method'"'"', :m::text, '"'"'path'"'"', :p::text, '"'"'body'"'"', :req::jsonb)), NULL::interval, :s::text) AS c;'
+wire_complete_1_2='SELECT idem_complete(:k::text, 201::int, :resp::jsonb, :hdrs::jsonb, :s::text), :resp::jsonb::text;'
+wire_fingerprint='idem_fingerprint(:m::text, :p::text, NULL::text, :ct::text, :req::bytea)'
+# The 1.3 statements (clients/CONTRACT.md, "Statements of 1.3").
+wire_claim_1_3='SELECT idem_claim_request(:k, :s, :m, :p, NULL, :ct, :req);'
+wire_complete_1_3='SELECT idem_complete_request(:k, :s, 201, :ct, :loc, :resp);'
+wire_insert='INSERT INTO bench.ledger (account_id, amount_cents) VALUES (:a, 500) RETURNING id;'
+
+wire_case() {  # wire_case CASE: sets label, mode, scope and script (one statement a line)
+    local tx=()
+    mode=prepared scope=acct-1
+    case $1 in
+        w_bare) label='bare `BEGIN; INSERT ... RETURNING; COMMIT` (prepared)'
+            tx=("$wire_insert") ;;
+        w_floor) label='same statement count, trivial statements in place of claim/complete'
+            tx=('SELECT :k::text, :h::text;' "$wire_insert" 'SELECT :k::text, 201, :resp::text;') ;;
+        w_cte) label='a hand-written key row inside the business statement (CTE), body as text'
+            tx=("WITH key AS (INSERT INTO bench.hand_keys (key, request_hash, http_status, body) VALUES (:k, decode(:h, 'hex'), 201, :resp)) $wire_insert") ;;
+        w_direct_old) label='direct SQL API 1.0-1.2: `SELECT * FROM idem_claim(key, hash)`, INSERT, `SELECT idem_complete(key, 201, body jsonb)`'
+            tx=('SELECT * FROM idem_claim(:k, :h);' "$wire_insert" 'SELECT idem_complete(:k, 201, :resp::jsonb);') ;;
+        w_direct_new_jsonb) label='direct SQL API, the same functions in the select list: `SELECT idem_claim(key, hash)`, INSERT, `SELECT idem_complete(...)`'
+            tx=('SELECT idem_claim(:k, :h);' "$wire_insert" 'SELECT idem_complete(:k, 201, :resp::jsonb);') ;;
+        w_direct_new) label='direct SQL API 1.3: `SELECT idem_claim(key, hash)`, INSERT, `SELECT idem_complete_request(key, scope, 201, type, NULL, body bytea)`'
+            tx=('SELECT idem_claim(:k, :h);' "$wire_insert" "SELECT idem_complete_request(:k, '', 201, :ct, NULL, :resp);") ;;
+        w_client_old) label="the clients' 1.2 statements, prepared (Go's claimSQL and completeSQL: fingerprint on the server)"
+            tx=("$wire_claim_1_2" "$wire_insert" "$wire_complete_1_2") ;;
+        w_client_new) label="the clients' 1.3 statements, prepared: \`SELECT idem_claim_request(...)\`, INSERT, \`SELECT idem_complete_request(...)\`"
+            tx=("$wire_claim_1_3" "$wire_insert" "$wire_complete_1_3") ;;
+        w_step_fingerprint) label="step 1: the 1.2 statements with \`idem_fingerprint(...)\` in place of \`idem_hash(jsonb_build_object(...))\`"
+            tx=("${wire_claim_1_2/idem_hash(jsonb_build_object(*)), NULL::interval/$wire_fingerprint, NULL::interval}" "$wire_insert" "$wire_complete_1_2") ;;
+        w_step_claim) label="step 2: then \`SELECT idem_claim_request(...)\` (fingerprint inside, select list, 7 parameters without casts), the 1.2 completion"
+            tx=("$wire_claim_1_3" "$wire_insert" "$wire_complete_1_2") ;;
+        w_client_old_simple) wire_case w_client_old
+            label="the clients' 1.2 statements unprepared (Node.js and Python 1.2: parsed and planned every time)"
+            mode=simple; return ;;
+        w_client_new_simple) wire_case w_client_new
+            label="the clients' 1.3 statements unprepared (a client through PgBouncer 1.18 in transaction pooling)"
+            mode=simple; return ;;
+        w_replay_old) label='a replay as the 1.2 clients do it (BEGIN, claim, ROLLBACK), prepared'
+            scope=old; tx=("${wire_claim_1_2//:k::text/:r::text}") ;;
+        w_replay_new) label='a replay as the 1.3 clients do it (BEGIN, `SELECT idem_claim_request(...)`, ROLLBACK), prepared'
+            scope=new; tx=("${wire_claim_1_3//:k,/:r,}") ;;
+        w_plpgsql) label='the careful PL/pgSQL reference (bench/plpgsql_baseline.sql), new key'
+            tx=('SELECT * FROM plpgsql_idem.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_idem.idem_complete(:k, 201, :resp::jsonb);') ;;
+        *) echo "unknown case $1" >&2; exit 2 ;;
+    esac
+    local end=COMMIT
+    [[ $1 == w_replay_* ]] && end=ROLLBACK
+    script=$(printf '%s\n' '\set k random(1, 9000000000000000)' '\set a random(1, 1000)' '\set r random(1, 20000)' \
+        'BEGIN;' "${tx[@]}" "$end;")
+}
+
+# pgbench -M simple writes a variable's value into the statement's text: quote the string ones.
+wire_simple() { sed -E "s/:(req|resp|hdrs|loc|m|p|s|ct|h|k|r)\b/':\1'/g"; }
+
+wire_table() {  # wire_table CASE...
+    local wport=${INSTR_WIRE_PORT:-$((port + 1))} wn=${INSTR_WIRE_N:-500} c base full per bare=
+    wdir=$(mktemp -d /tmp/idem-instr-wire.XXXXXX)    # global: the EXIT trap reads it
+    chmod 755 "$wdir"
+    [ "${INSTR_KEEP:-0}" = 1 ] || trap 'stop_cluster "$wdir"' EXIT
+    # No checkpoint, full-page image or WAL segment zero-fill lands in one run and not the other.
+    init_cluster "$wdir" "$wport" "shared_preload_libraries = 'idempotency'" "autovacuum = off" \
+        "synchronous_commit = off" "listen_addresses = ''" "full_page_writes = off" "wal_init_zero = off" \
+        "checkpoint_timeout = 1h" "max_wal_size = 10GB"
+    cluster_ctl "$wdir" start
+    local wq=(psql -X -q -v ON_ERROR_STOP=1 -h "$wdir" -p "$wport" -U postgres -d bench)
+    psql -X -q -h "$wdir" -p "$wport" -U postgres -d postgres -c "CREATE DATABASE bench"
+    "${wq[@]}" -c "CREATE EXTENSION idempotency" -f bench/plpgsql_baseline.sql -f bench/setup.sql >/dev/null
+    "${wq[@]}" -c "CREATE TABLE bench.hand_keys (key text COLLATE \"C\" PRIMARY KEY, request_hash bytea NOT NULL,
+        http_status int, body text, created_at timestamptz NOT NULL DEFAULT now())"
+    local h
+    h=$("${wq[@]}" -At -c "SELECT idem_hash('$wire_req'::jsonb)")
+    # Stored keys for the replays: '1' .. '20000' in scope 'acct-1', by the 1.2 statements (jsonb) for the 1.2
+    # replay and by the 1.3 completion (bytes) for the 1.3 replay, in separate scopes.
+    "${wq[@]}" >/dev/null <<SQL
+DO \$\$
+BEGIN
+    FOR i IN 1 .. 20000 LOOP
+        IF i % 500 = 0 THEN
+            COMMIT;
+        END IF;
+        PERFORM idem_claim(i::text, idem_hash(jsonb_build_object('method', 'POST', 'path', '/payments', 'body', '$wire_req'::jsonb)), NULL, 'old');
+        PERFORM idem_complete(i::text, 201, '$wire_resp'::jsonb, '$wire_hdrs'::jsonb, 'old');
+        PERFORM idem_claim_request(i::text, 'new', 'POST', '/payments', NULL, 'application/json', convert_to('$wire_req', 'UTF8'));
+        PERFORM idem_complete_request(i::text, 'new', 201, 'application/json', '$wire_loc', convert_to('$wire_resp', 'UTF8'));
+    END LOOP;
+END \$\$;
+VACUUM ANALYZE;
+SQL
+    # The loaded cluster, now under callgrind: forked backends are counted each in its own file.
+    cluster_ctl "$wdir" stop
+    mkdir -p "$wdir/cg" && chown postgres "$wdir/cg"
+    su postgres -c "valgrind --tool=callgrind --callgrind-out-file=$wdir/cg/cg.%p $PG_BIN/postgres -D $wdir/data \
+        >$wdir/server.log 2>&1 &"
+    for _ in $(seq 300); do "$PG_BIN/pg_isready" -q -h "$wdir" -p "$wport" && break; sleep 1; done
+    local postmaster children
+    postmaster=$(head -1 "$wdir/data/postmaster.pid")
+    sleep 2
+    children=$(pgrep -c -P "$postmaster")
+    wire_run() {  # wire_run SCRIPT-FILE MODE SCOPE COUNT: the backend's instructions
+        local before f val=0 s
+        before=$(ls "$wdir/cg")
+        su postgres -c "$(printf '%q ' "$PG_BIN/pgbench" -n -M "$2" -c 1 -t "$4" -f "$1" -h "$wdir" -p "$wport" \
+            -U postgres -D m=POST -D p=/payments -D ct=application/json -D "s=$3" -D "h=$h" -D "req=$wire_req" \
+            -D "resp=$wire_resp" -D "hdrs=$wire_hdrs" -D "loc=$wire_loc" bench)" \
+            >"$wdir/pgbench.log" 2>&1 || { cat "$wdir/pgbench.log" >&2; exit 1; }
+        grep -q "number of failed transactions: 0" "$wdir/pgbench.log" ||
+            { grep -i "error\|failed" "$wdir/pgbench.log" >&2; exit 1; }
+        # Every backend of the run has exited (the postmaster is back to its own children) and written its file;
+        # of the run's two connections (pgbench's first only looks the server up), the benchmark's did more.
+        for _ in $(seq 600); do
+            [ "$(pgrep -c -P "$postmaster")" -le "$children" ] && break
+            sleep 0.1
+        done
+        for f in $(ls "$wdir/cg"); do
+            grep -qx "$f" <<<"$before" && continue
+            for _ in $(seq 100); do grep -q '^summary:' "$wdir/cg/$f" && break; sleep 0.1; done
+            s=$(sed -nE 's/^summary: ([0-9]+)/\1/p' "$wdir/cg/$f")
+            [ "${s:-0}" -gt "$val" ] && val=$s
+        done
+        echo "$val"
+    }
+    echo "| per request | server instructions | vs bare |"
+    echo "|---|---:|---:|"
+    for c in "$@"; do
+        local label mode script scope
+        wire_case "$c"
+        if [ "$mode" = simple ]; then wire_simple <<<"$script"; else printf '%s\n' "$script"; fi >"$wdir/$c.sql"
+        chmod 644 "$wdir/$c.sql"
+        wire_run "$wdir/$c.sql" "$mode" "$scope" 5 >/dev/null    # the connection's first executions, once
+        base=$(wire_run "$wdir/$c.sql" "$mode" "$scope" 50)
+        full=$(wire_run "$wdir/$c.sql" "$mode" "$scope" $((wn + 50)))
+        per=$(((full - base) / wn))
+        [ -z "$bare" ] && [ "$c" = w_bare ] && bare=$per
+        printf '| %s | %sk | %s |\n' "$label" $(((per + 500) / 1000)) \
+            "$([ -n "$bare" ] && awk -v a="$per" -v b="$bare" 'BEGIN { printf "%.2fx", a / b }')"
+        [ -n "${INSTR_WIRE_RAW:-}" ] && echo "$c $per" >>"$INSTR_WIRE_RAW"
+    done
+    su postgres -c "$PG_BIN/pg_ctl -D $wdir/data -m fast -t 300 stop" >/dev/null 2>&1 || true
+    # The postmaster's own callgrind file is written after pg_ctl saw it go.
+    for _ in $(seq 300); do pgrep -f -- "-D $wdir/data" >/dev/null || break; sleep 0.1; done
+    [ "${INSTR_KEEP:-0}" = 1 ] || { rm -rf "$wdir"; trap - EXIT; }
+}
+# -------------------------------------------------------------------------------------------------------------
+
 make -s >/dev/null && make -s install >/dev/null
+single_cases=$(for c in $cases; do if [[ $c != w_* ]]; then echo "$c"; fi; done)
+wire=$(for c in $cases; do if [[ $c == w_* ]]; then echo "$c"; fi; done)
+if [ -n "$wire" ]; then
+    wire_table $wire
+fi
+[ -z "$single_cases" ] && exit 0
+cases=$single_cases
 start_cluster "$dir" "$port" "shared_preload_libraries = 'idempotency'"
 q() { psql -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d bench "$@"; }
 psql -X -q -h "$dir" -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench"

@@ -180,4 +180,50 @@ SELECT count(*) AS differ_past_core_range
 FROM unnest(ARRAY['1e999', '-2.5E-999', '1e1001', '0e1001', '1.5e-1001']) AS n
 WHERE idem_fingerprint('POST', '/n', NULL, NULL, convert_to(n, 'UTF8'))
       <> idem_hash(jsonb_build_object('method', 'POST', 'path', '/n', 'body', n::jsonb));
+-- Differential: 5000 byte-level mutations (a byte replaced, inserted or removed, the text cut short) of valid
+-- bodies; idem_fingerprint and the 1.2 composition agree on every one: the same hash, or the same SQLSTATE.
+SELECT setseed(0.7);
+CREATE TEMP TABLE mutated AS
+WITH base AS (
+    SELECT row_number() OVER () AS n, convert_to(t, 'UTF8') AS b
+    FROM unnest(ARRAY['{"a": [1.5e3, "x\u00e9\n", {"b": null, "a": true}], "a": -0}',
+                      '[1, 2.50, "\ud83d\ude00", {"k": "v"}, [], {}]', '"str\\\"ing"', '  {"z":1,"y":[{"x":{}}]}  ',
+                      '123e-4', 'true']) AS t),
+draws AS (
+    SELECT i, 1 + floor(random() * 6)::int AS n, floor(random() * 4)::int AS op, floor(random() * 256)::int AS byte,
+           random() AS pos
+    FROM generate_series(1, 5000) AS i)
+SELECT i, CASE op
+    WHEN 0 THEN overlay(b PLACING set_byte('\x00'::bytea, 0, byte) FROM 1 + floor(pos * length(b))::int FOR 1)
+    WHEN 1 THEN overlay(b PLACING set_byte('\x00'::bytea, 0, byte) FROM 1 + floor(pos * length(b))::int FOR 0)
+    WHEN 2 THEN overlay(b PLACING ''::bytea FROM 1 + floor(pos * length(b))::int FOR 1)
+    ELSE substr(b, 1, floor(pos * length(b))::int) END AS b
+FROM draws JOIN base USING (n);
+CREATE FUNCTION pg_temp.agree(b bytea) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    fingerprint text;
+    composition text;
+BEGIN
+    IF length(b) = 0 THEN
+        RETURN 'empty: bytes form';
+    END IF;
+    BEGIN
+        fingerprint := idem_fingerprint('POST', '/f', NULL, NULL, b);
+    EXCEPTION WHEN OTHERS THEN
+        fingerprint := 'ERROR ' || SQLSTATE;
+    END;
+    BEGIN
+        composition := idem_hash(jsonb_build_object('method', 'POST', 'path', '/f',
+                                                    'body', convert_from(b, 'UTF8')::jsonb));
+    EXCEPTION WHEN OTHERS THEN
+        composition := 'ERROR ' || SQLSTATE;
+    END;
+    RETURN CASE WHEN fingerprint = composition AND fingerprint LIKE 'ERROR%' THEN 'same error'
+                WHEN fingerprint = composition THEN 'same hash'
+                ELSE 'DIFFERENT: ' || fingerprint || ' / ' || composition END;
+END $$;
+SELECT count(*) FILTER (WHERE r = 'same hash') > 500 AS many_still_json,
+       count(*) FILTER (WHERE r = 'same error') > 500 AS many_broken,
+       count(*) FILTER (WHERE r LIKE 'DIFFERENT%') AS different
+FROM (SELECT pg_temp.agree(b) AS r FROM mutated) AS s;
 DROP FUNCTION sqlstate_of(text);

@@ -73,6 +73,7 @@ SELECT sqlstate_of($$SELECT idem_claim_request(repeat('k', 256), '', 'POST', '/p
 SELECT sqlstate_of($$SELECT idem_claim_request(E'k\n', '', 'POST', '/p', NULL, NULL, '{}')$$);
 SELECT sqlstate_of($$SELECT idem_claim_request('k', '', 'POST', '/p', NULL, 'application/json', 'not json')$$);
 SELECT sqlstate_of($$SELECT idem_claim_request('k', '', 'POST', '/p', NULL, NULL, '\xff'::bytea)$$);
+SELECT sqlstate_of($$SELECT idem_claim_request('k', '', 'POST', '/p', NULL, 'application/json', NULL)$$);
 SELECT sqlstate_of($$SELECT idem_claim_request('k', '', 'POST', '/p', NULL, NULL, '{}', interval '-1 s')$$);
 SELECT sqlstate_of($$SELECT idem_claim_request('k', '', 'POST', '/p', NULL, NULL, '{}', interval '3651 days')$$);
 SELECT sqlstate_of($$SELECT idem_complete_request('never', '', 201, NULL, NULL, 'x')$$);

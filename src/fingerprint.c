@@ -73,6 +73,8 @@ request_fingerprint(FunctionCallInfo fcinfo, const RequestArgs *args, uint8 out[
 	set_part(fcinfo, args->query, &request.query, &request.query_len);
 	set_part(fcinfo, args->content_type, &request.content_type, &request.content_type_len);
 	set_part(fcinfo, args->body, &request.body, &request.body_len);
+	if (request.body == NULL)
+		request.body = "";		/* a NULL body is an empty one */
 
 	/* The core reads JSON as UTF-8 and writes it so: only a UTF-8 database's jsonb prints the same bytes. */
 	if (GetDatabaseEncoding() == PG_UTF8 || !idem_core_fingerprint_is_json(&request))

@@ -31,6 +31,8 @@ std::string_view query_of(const IdemRequest& r) {
     return q;
 }
 
+constexpr std::size_t kept_buffer_bytes = 64 * 1024;
+
 // The bytes form: a tag no JSON text starts with, then each part as a 64-bit big-endian length and its bytes.
 constexpr char bytes_form_tag[] = "idempotency fingerprint 1.3 bytes\n";
 
@@ -43,12 +45,17 @@ void update_framed(Sha256& digest, std::string_view part) {
     digest.update(part.data(), part.size());
 }
 
+// The JSON form's text, hashed as it is written: no copy of the body.
 void json_form_digest(const IdemRequest& r, std::string_view canonical_body, uint8_t out[IDEM_SHA256_BYTES]) {
-    std::string text;
-    text.reserve(canonical_body.size() + r.method_len + r.path_len + r.query_len + 64);
-    idem::core::append_json_form(view(r.method, r.method_len), view(r.path, r.path_len), query_of(r),
-                                 canonical_body, text);
-    copy_digest(idem::core::sha256(text.data(), text.size()), out);
+    thread_local std::string tail;
+    tail.clear();
+    idem::core::append_json_form_tail(view(r.method, r.method_len), view(r.path, r.path_len), query_of(r), tail);
+    static constexpr std::string_view head = idem::core::json_form_head;
+    Sha256& digest = Sha256::reusable();
+    digest.update(head.data(), head.size());
+    digest.update(canonical_body.data(), canonical_body.size());
+    digest.update(tail.data(), tail.size());
+    copy_digest(digest.finish(), out);
 }
 
 }  // namespace
@@ -169,12 +176,15 @@ IdemStatus idem_core_fingerprint(const IdemRequest* request, uint8_t out[IDEM_SH
     return guarded([&] {
         const IdemRequest& r = *request;
         if (idem_core_fingerprint_is_json(request)) {
-            std::string body;
-            body.reserve(r.body_len + 16);
-            if (!idem::core::canonical_json(view(r.body, r.body_len), body))
-                return IDEM_ERR_NOT_CANONICAL;
-            json_form_digest(r, body, out);
-            return IDEM_OK;
+            // One buffer per thread, kept: its capacity is reused by every later request.
+            thread_local std::string body;
+            body.clear();
+            const bool canonical = idem::core::canonical_json(view(r.body, r.body_len), body);
+            if (canonical)
+                json_form_digest(r, body, out);
+            if (body.capacity() > kept_buffer_bytes)
+                std::string().swap(body);  // a large body's buffer is not kept for the backend's life
+            return canonical ? IDEM_OK : IDEM_ERR_NOT_CANONICAL;
         }
         Sha256& digest = Sha256::reusable();
         digest.update(bytes_form_tag, sizeof bytes_form_tag - 1);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #ifdef PG_VERSION_NUM
@@ -91,6 +92,10 @@ public:
     explicit Canonicaliser(std::string_view in) : in_(in) {}
 
     bool document(std::string& out) {
+        if (members_.capacity() > 4096)
+            std::vector<Member>().swap(members_);  // a large object's stack is not kept
+        members_.clear();
+        keys_.clear();
         skip_ws();
         if (!value(out, 0))
             return false;
@@ -117,6 +122,14 @@ private:
             case '{': return object(out, depth + 1);
             case '[': return array(out, depth + 1);
             case '"': {
+                std::string_view raw;
+                if (plain_string(raw)) {
+                    // Nothing to unescape and nothing escape_json would escape: the bytes as they came.
+                    out.push_back('"');
+                    out.append(raw);
+                    out.push_back('"');
+                    return true;
+                }
                 std::string decoded;
                 if (!string(decoded))
                     return false;
@@ -139,6 +152,31 @@ private:
         pos_ = end;
         out.append(word);
         return true;
+    }
+
+    // A string token without escapes, control characters or bytes that are not UTF-8: its content, and the
+    // position after it. False (nothing consumed) for any other, which string() then reads.
+    bool plain_string(std::string_view& content) {
+        std::size_t i = pos_ + 1;
+        while (i < in_.size()) {
+            const unsigned char b = static_cast<unsigned char>(in_[i]);
+            if (b == '"') {
+                content = in_.substr(pos_ + 1, i - pos_ - 1);
+                pos_ = i + 1;
+                return true;
+            }
+            if (b == '\\' || b < 0x20)
+                return false;
+            if (b < 0x80) {
+                ++i;
+                continue;
+            }
+            const std::size_t n = utf8_sequence(in_, i);
+            if (n == 0)
+                return false;
+            i += n;
+        }
+        return false;
     }
 
     // A string token's value, unescaped, into decoded.
@@ -254,7 +292,8 @@ private:
             frac_digits = in_.substr(b, pos_ - b);
         }
         long exponent = 0;
-        if (!at_end() && (peek() == 'e' || peek() == 'E')) {
+        const bool has_exponent = !at_end() && (peek() == 'e' || peek() == 'E');
+        if (has_exponent) {
             ++pos_;
             bool exp_negative = false;
             if (!at_end() && (peek() == '+' || peek() == '-')) {
@@ -278,6 +317,15 @@ private:
             return false;
         if (pos_ - start > max_number_digits)
             return false;
+        if (!has_exponent) {
+            // Without an exponent numeric prints what JSON allows as it came, but for the sign of a zero.
+            const std::string_view text = in_.substr(start, pos_ - start);
+            if (negative && text.find_first_not_of("-0.") == std::string_view::npos)
+                out.append(text.substr(1));
+            else
+                out.append(text);
+            return true;
+        }
 
         // All significant digits, and where the point falls in them after the exponent.
         std::string digits(int_digits);
@@ -345,13 +393,36 @@ private:
     }
 
     struct Member {
-        std::string key;
-        std::size_t value_begin;  // in the object's scratch text
-        std::size_t value_end;
+        std::string_view key;     // into the input, or into keys_ when it had escapes
+        std::size_t begin;        // the member's text ("key": value) in out
+        std::size_t end;
         std::size_t order;
     };
+    // A stack (each object uses the part from its start) and the unescaped keys of keys that had escapes (a
+    // deque: views into it stay valid), both per thread and kept, so a request allocates neither.
+    static std::vector<Member>& members_stack() {
+        thread_local std::vector<Member> members;
+        return members;
+    }
+    static std::deque<std::string>& unescaped_keys() {
+        thread_local std::deque<std::string> keys;
+        return keys;
+    }
+    std::vector<Member>& members_ = members_stack();
+    std::deque<std::string>& keys_ = unescaped_keys();
 
-    // jsonb's object: keys ordered by length, then bytes; of duplicate keys the last one stays.
+    static bool key_less(const Member& a, const Member& b) {
+        if (a.key.size() != b.key.size())
+            return a.key.size() < b.key.size();
+        const int c = a.key.compare(b.key);
+        if (c != 0)
+            return c < 0;
+        return a.order > b.order;  // the later duplicate first: it is the one kept
+    }
+
+    // jsonb's object: keys ordered by length, then bytes; of duplicate keys the last one stays. Members are
+    // written in place as they come; only an object whose keys are not already in that order, or repeat, is
+    // rewritten.
     bool object(std::string& out, int depth) {
         if (depth > max_depth)
             return false;
@@ -362,26 +433,45 @@ private:
             out.append("{}");
             return true;
         }
-        std::vector<Member> members;
-        std::string values;
+        const std::size_t first = members_.size();
+        const std::size_t start = out.size();
+        bool ordered = true;
+        out.push_back('{');
         for (;;) {
             skip_ws();
             if (at_end() || peek() != '"')
                 return false;
+            if (members_.size() > first)
+                out.append(", ");
             Member m;
-            if (!string(m.key))
-                return false;
+            m.begin = out.size();
+            m.order = members_.size() - first;
+            std::string_view raw;
+            if (plain_string(raw)) {
+                m.key = raw;
+                out.push_back('"');
+                out.append(raw);
+                out.push_back('"');
+            } else {
+                std::string decoded;
+                if (!string(decoded))
+                    return false;
+                append_json_string(decoded, out);
+                keys_.push_back(std::move(decoded));
+                m.key = keys_.back();
+            }
             skip_ws();
             if (at_end() || peek() != ':')
                 return false;
             ++pos_;
             skip_ws();
-            m.value_begin = values.size();
-            if (!value(values, depth))
+            out.append(": ");
+            if (!value(out, depth))
                 return false;
-            m.value_end = values.size();
-            m.order = members.size();
-            members.push_back(std::move(m));
+            m.end = out.size();
+            if (members_.size() > first && !key_less(members_.back(), m))
+                ordered = false;
+            members_.push_back(m);
             skip_ws();
             if (at_end())
                 return false;
@@ -393,27 +483,26 @@ private:
                 return false;
             ++pos_;
         }
-        std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
-            if (a.key.size() != b.key.size())
-                return a.key.size() < b.key.size();
-            const int c = a.key.compare(b.key);
-            if (c != 0)
-                return c < 0;
-            return a.order > b.order;  // the later duplicate first: it is the one kept
-        });
-        out.push_back('{');
-        const Member* previous = nullptr;
-        for (const Member& m : members) {
-            if (previous != nullptr && previous->key == m.key)
-                continue;
-            if (previous != nullptr)
-                out.append(", ");
-            append_json_string(m.key, out);
-            out.append(": ");
-            out.append(values, m.value_begin, m.value_end - m.value_begin);
-            previous = &m;
+        if (!ordered) {
+            std::stable_sort(members_.begin() + static_cast<std::ptrdiff_t>(first), members_.end(), key_less);
+            std::string sorted;
+            sorted.reserve(out.size() - start);
+            sorted.push_back('{');
+            const Member* previous = nullptr;
+            for (std::size_t i = first; i < members_.size(); ++i) {
+                const Member& m = members_[i];
+                if (previous != nullptr && previous->key == m.key)
+                    continue;
+                if (previous != nullptr)
+                    sorted.append(", ");
+                sorted.append(out, m.begin, m.end - m.begin);
+                previous = &m;
+            }
+            out.resize(start);
+            out.append(sorted);
         }
         out.push_back('}');
+        members_.resize(first);
         return true;
     }
 };
@@ -475,9 +564,14 @@ void append_json_string(std::string_view text, std::string& out) {
 
 void append_json_form(std::string_view method, std::string_view path, std::string_view query,
                       std::string_view canonical_body, std::string& out) {
-    // jsonb orders keys by length, then bytes: body, path, query, method.
-    out.append("{\"body\": ");
+    out.append(json_form_head);
     out.append(canonical_body);
+    append_json_form_tail(method, path, query, out);
+}
+
+void append_json_form_tail(std::string_view method, std::string_view path, std::string_view query,
+                           std::string& out) {
+    // jsonb orders keys by length, then bytes: body, path, query, method.
     out.append(", \"path\": ");
     append_json_string(path, out);
     if (!query.empty()) {

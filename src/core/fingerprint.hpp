@@ -35,7 +35,10 @@ bool canonical_json(std::string_view json, std::string& out);
 // byte below 0x20 as \u00xx (lowercase hex).
 void append_json_string(std::string_view text, std::string& out);
 
-// The JSON form's text around a canonical body.
+// The JSON form's text around a canonical body: json_form_head, the body, then the tail.
+constexpr std::string_view json_form_head = "{\"body\": ";
+void append_json_form_tail(std::string_view method, std::string_view path, std::string_view query,
+                           std::string& out);
 void append_json_form(std::string_view method, std::string_view path, std::string_view query,
                       std::string_view canonical_body, std::string& out);
 

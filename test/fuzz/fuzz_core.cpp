@@ -7,7 +7,7 @@
 //   [5..12]  response_bytes, uint64 little-endian
 //   [13..20] max_response_bytes, uint64 little-endian
 //   [21..22] split point of the text into scope | key, and the streaming piece sizes
-//   [23..]   text
+//   [23..]   text (also a request body for the fingerprint)
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "../unit/sha256_stream.hpp"
+#include "fingerprint.hpp"
 #include "idem_core.h"
 
 #define REQUIRE(cond)              \
@@ -201,6 +202,39 @@ void check_completion(std::int32_t status, std::uint64_t bytes, std::uint64_t ma
         REQUIRE(c == (bytes > max ? IDEM_COMPLETION_TOO_LARGE : IDEM_COMPLETION_STORE));
 }
 
+// The fingerprint (1.3) of the text as a request body. The JSON form either is canonicalised or is left to
+// PostgreSQL; canonical text is a fixed point (jsonb's output read again prints itself), so the canonical text
+// as a body has the same fingerprint; the bytes form always hashes.
+void check_fingerprint(std::string_view text) {
+    IdemRequest r{};
+    r.method = "POST";
+    r.method_len = 4;
+    r.path = "/p";
+    r.path_len = 2;
+    r.content_type = "application/json";
+    r.content_type_len = 16;
+    r.body = text.data();
+    r.body_len = text.size();
+    std::uint8_t first[IDEM_SHA256_BYTES], again[IDEM_SHA256_BYTES];
+    const IdemStatus status = idem_core_fingerprint(&r, first);
+    REQUIRE(status == IDEM_OK || status == IDEM_ERR_NOT_CANONICAL);
+    std::string canonical;
+    REQUIRE(idem::core::canonical_json(text, canonical) == (status == IDEM_OK));
+    if (status == IDEM_OK) {
+        std::string twice;
+        REQUIRE(idem::core::canonical_json(canonical, twice) && twice == canonical);
+        r.body = canonical.data();
+        r.body_len = canonical.size();
+        REQUIRE(idem_core_fingerprint(&r, again) == IDEM_OK);
+        REQUIRE(std::memcmp(first, again, sizeof first) == 0);
+    }
+    r.content_type = "application/octet-stream";
+    r.content_type_len = 24;
+    r.body = text.data();
+    r.body_len = text.size();
+    REQUIRE(idem_core_fingerprint(&r, again) == IDEM_OK);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -222,5 +256,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::memcpy(bytes, text.data(), std::min(text.size(), sizeof bytes));
     check_hex_round_trip(bytes);
     check_hashing(text, split);
+    check_fingerprint(text);
     return 0;
 }

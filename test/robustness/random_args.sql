@@ -24,7 +24,15 @@ DECLARE
     bodies jsonb[] := ARRAY[NULL, 'null', '1', '"s"', '[]', '{}', '{"a": [1, {"b": null}]}',
         (repeat('[', 500) || repeat(']', 500))::jsonb, jsonb_build_object('big', repeat('x', 1048576))];
     headers jsonb[] := ARRAY[NULL, '{}', '{"Location": "/p/1"}', '{"a": {"b": [1]}}', '[]', '"h"', 'null'];
-    fns text[] := ARRAY['claim', 'claim+complete', 'complete', 'release', 'claim+release', 'hash', 'claim+fail'];
+    fns text[] := ARRAY['claim', 'claim+complete', 'complete', 'release', 'claim+release', 'hash', 'claim+fail',
+        'request', 'request+complete_request', 'complete_request', 'fingerprint'];
+    -- 1.3 (issue 30): the request's parts and a response as bytes.
+    types text[] := ARRAY[NULL, 'application/json', 'text/plain', 'application/problem+json', '', ' APPLICATION/JSON ;x',
+        E'text/html\r\nX: 1', 'application/octet-stream', repeat('t', 10000)];
+    raw bytea[] := ARRAY['{"a": 1}', '', NULL, convert_to('[1e2, -0, "\u00e9"]', 'UTF8'), '\x00ff', '{"a":',
+        convert_to('"\u0000"', 'UTF8'), '1e999999999',
+        convert_to(repeat('[', 300) || repeat(']', 300), 'UTF8'), convert_to(repeat('x', 1048577), 'UTF8')];
+    queries text[] := ARRAY[NULL, '', '?a=1', 'a=1&b=2', E'\x01'];
     fn text;
     k text;
     s text;
@@ -33,11 +41,23 @@ DECLARE
     counts jsonb := '{}';    -- "fn/claim outcome/sqlstate" -> calls; a variable, so ROLLBACK keeps it
 BEGIN
     FOR i IN 1..current_setting('smith.calls')::int LOOP
-        fn := fns[1 + floor(random() * 7)::int];
+        fn := fns[1 + floor(random() * cardinality(fns))::int];
         k := CASE WHEN random() < 0.5 THEN 'r' || floor(random() * 5000) ELSE pg_temp.pick(keys, 7) END;
         s := pg_temp.pick(scopes, 4);
         outcome := '';
         BEGIN
+            IF fn LIKE 'request%' THEN
+                SELECT (c).outcome INTO outcome FROM (SELECT idem_claim_request(k, s, pg_temp.pick(ARRAY['POST', 'PUT', NULL, ''], 2),
+                    pg_temp.pick(ARRAY['/p', '/q', NULL, E'/\n'], 2), pg_temp.pick(queries, 3), pg_temp.pick(types, 4),
+                    pg_temp.pick(raw, 4), pg_temp.pick(ttls, 5)) AS c) AS r;
+            END IF;
+            IF fn IN ('request+complete_request', 'complete_request') THEN
+                PERFORM idem_complete_request(k, s, pg_temp.pick(statuses, 9), pg_temp.pick(types, 4),
+                                              pg_temp.pick(headers, 4), pg_temp.pick(raw, 9));
+            ELSIF fn = 'fingerprint' THEN
+                PERFORM idem_fingerprint(pg_temp.pick(ARRAY['POST', NULL], 1), '/p', pg_temp.pick(queries, 4),
+                                         pg_temp.pick(types, 8), pg_temp.pick(raw, 10));
+            END IF;
             IF fn LIKE 'claim%' THEN
                 SELECT c.outcome INTO outcome FROM idem_claim(k, pg_temp.pick(hashes, 4), pg_temp.pick(ttls, 5), s) c;
             END IF;
@@ -67,7 +87,8 @@ END $$;
 SELECT fn, outcome AS claim_outcome, string_agg(sqlstate || ' x' || n, ', ' ORDER BY sqlstate) AS sqlstates
 FROM seen GROUP BY 1, 2 ORDER BY 1, 2;
 -- After 'claimed' or 'in_progress' (no other transaction runs) this transaction holds the key: completing or
--- releasing it must not answer 55000 (not held).
+-- releasing it must not answer 55000 (not held). (The 'request' rows complete with a status drawn at random,
+-- so their 55000s are keys the draw left unclaimed.)
 SELECT format('random arguments: %s calls, %s internal errors, %s calls lost a held claim', sum(n),
               coalesce(sum(n) FILTER (WHERE sqlstate LIKE 'XX%'), 0),
               coalesce(sum(n) FILTER (WHERE outcome IN ('claimed', 'in_progress') AND sqlstate = '55000'), 0))
