@@ -31,10 +31,6 @@
 #       INSERT, idem_complete returning jsonb's text of the body); *_prep with prepared statements (pgx's statement
 #       cache), the others parsed and planned per request (node-postgres's unnamed statements, psycopg's
 #       ClientCursor); client_guard_hashed passes a precomputed hash instead of building the fingerprint
-#   INSTR_CASES="client_bare_prep client13_prep client13" bench/instructions.sh
-#       the same with the statements of 1.3 as the Go client sends them (clients/go/idempotency.go): idem_claim_request
-#       and idem_complete_request, prepared (pgx's statement cache), and as the simple protocol sends them through
-#       PgBouncer (the text with the values in it, parsed and planned per request)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
@@ -244,8 +240,6 @@ client_insert='INSERT INTO bench.ledger (account_id, amount_cents) VALUES ($1, $
 client_claim() {  # client_claim KEY METHOD PATH BODY TTL SCOPE (SQL expressions)
     echo "SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text FROM public.idem_claim($1::text, public.idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb)), $5::interval, $6::text) AS c"
 }
-hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
-req13="'\\x$(hex "$req")'" body13="'\\x$(hex "$body")'" loc13="'{\"Location\": \"/payments/1\"}'"
 client_complete() {  # client_complete KEY STATUS BODY HEADERS SCOPE
     echo "SELECT public.idem_complete($1::text, $2::int, r.b, $4::jsonb, $5::text), r.b::text FROM (SELECT $3::jsonb AS b) AS r"
 }
@@ -280,10 +274,6 @@ statements() {  # statements CASE COUNT
             echo "PREPARE l2(int, bigint) AS $client_insert"
             echo "PREPARE c2(text, text, text, text, interval, text) AS $(client_claim '$1' '$2' '$3' '$4' '$5' '$6')"
             echo "PREPARE d2(text, int, text, text, text) AS $(client_complete '$1' '$2' '$3' '$4' '$5')" ;;
-        client13_prep)
-            echo "PREPARE l2(int, bigint) AS $client_insert"
-            echo "PREPARE c3 AS SELECT idem_claim_request(\$1, \$2, \$3, \$4, \$5, \$6, \$7, \$8)"
-            echo "PREPARE d3 AS SELECT idem_complete_request(\$1, \$2, \$3, \$4, \$5, \$6)" ;;
     esac
     echo "PREPARE l(int, bigint) AS INSERT INTO bench.ledger (account_id, amount_cents) VALUES (\$1, \$2)"
     for ((i = 0; i < count; i++)); do
@@ -314,14 +304,6 @@ statements() {  # statements CASE COUNT
                 echo "BEGIN"; echo "EXECUTE c2('$key', 'POST', '/payments', '$req', NULL, '')"
                 echo "EXECUTE l2($((i % 1000)), $i)"; echo "EXECUTE d2('$key', 201, '$body', '$headers', '')"
                 echo "COMMIT" ;;
-            client13_prep)
-                echo "BEGIN"; echo "EXECUTE c3('$key', '', 'POST', '/payments', '', 'application/json', $req13, NULL)"
-                echo "EXECUTE l2($((i % 1000)), $i)"
-                echo "EXECUTE d3('$key', '', 201, 'application/json', $loc13, $body13)"; echo "COMMIT" ;;
-            client13)
-                echo "BEGIN"; echo "SELECT idem_claim_request('$key', '', 'POST', '/payments', '', 'application/json', $req13, NULL)"
-                echo "INSERT INTO bench.ledger (account_id, amount_cents) VALUES ($((i % 1000)), $i) RETURNING id"
-                echo "SELECT idem_complete_request('$key', '', 201, 'application/json', $loc13, $body13)"; echo "COMMIT" ;;
             lease_*)
                 echo "BEGIN"; echo "EXECUTE a('$key', '$h')"; echo "COMMIT"
                 echo "BEGIN"; echo "EXECUTE l($((i % 1000)), $i)"; echo "EXECUTE b('$key', 201, '$body')"; echo "COMMIT" ;;
