@@ -134,6 +134,7 @@ SERVICE_PORTS = {(name, mode): FIRST_SERVICE_PORT + 2 * i + j
 if max(SERVICE_PORTS.values()) > LAST_SERVICE_PORT:
     raise SystemExit(f"harness.py: {len(SERVICES)} services need more ports than {FIRST_SERVICE_PORT}-{LAST_SERVICE_PORT}")
 
+
 class HarnessError(Exception):
     pass
 
