@@ -8,12 +8,12 @@ Both listen on loopback only, on ports IDEM_E2E_PORT_BASE (55480) .. +49, by def
     55482..55529  the services of SERVICES, each once direct and once through PgBouncer (two ports each, in
                   the table's order; a port found taken is swapped for a spare one of that range)
 
-Used by conftest.py (pytest), clients/run-tests.sh and bench/clients/ through its command line:
+Used by conftest.py (pytest) and bench/clients/bench.py as a module, and by clients/run-tests.sh through its
+command line:
 
     python3 harness.py stack-up DIR      start the cluster and PgBouncer in DIR, print shell variables
     python3 harness.py createdb NAME     another database like `payments` in the running stack, print its URL
     python3 harness.py stack-down DIR    stop every process recorded in DIR (services too) and remove DIR
-    python3 harness.py serve DIR LANG MODE   start one service in the background, print its base URL
 """
 
 import hashlib
@@ -488,21 +488,6 @@ def main(argv):
         return 0
     if len(argv) >= 2 and argv[0] == "stack-down":
         stack_down(argv[1])
-        return 0
-    if len(argv) >= 4 and argv[0] == "serve":
-        port = int(argv[4]) if len(argv) >= 5 else None
-        try:
-            svc = Service(argv[1], argv[2], argv[3], port=port).start()
-        except HarnessError as e:
-            print(str(e), file=sys.stderr)
-            return 1
-        print(svc.base)
-        return 0
-    if len(argv) >= 4 and argv[0] == "unserve":
-        pidf = os.path.join(_pids_dir(argv[1]), f"{argv[2]}-{argv[3]}.pid")
-        if os.path.exists(pidf):
-            stop_pid_group(int(open(pidf).read().strip()))
-            os.unlink(pidf)
         return 0
     print(__doc__, file=sys.stderr)
     return 2
