@@ -3,30 +3,22 @@
 -- OR REPLACE is for the update; in CREATE EXTENSION, replacing a function that is not the extension's own fails
 -- ("is not a member of extension"), so a pre-created look-alike is never adopted.
 --
--- Nothing here binds a name at call time. The two SQL functions have SQL-standard bodies (BEGIN ATOMIC), which
--- are parsed when created and refer to the objects they use by OID. The PL/pgSQL functions find the extension's
+-- Nothing here binds a name at call time. idem_storage_mode has an SQL-standard body (BEGIN ATOMIC), which is
+-- parsed when created and refers to the objects it uses by OID; the partitions' upkeep that the worker runs is in
+-- C (1.3) and calls idem_create_partition by OID. The PL/pgSQL functions find the extension's
 -- schema by OID from pg_extension on every call and name their objects through it: a renamed schema, and
 -- same-named objects planted in a new schema of the old name, change nothing. Every function pins its
 -- search_path to pg_catalog, pg_temp, and every operator outside pg_catalog's own defaults is written out.
 
--- The storage mode: whether idempotency_keys_partitioned has range partitions (C reads the same).
+-- The storage mode: whether idempotency_keys_partitioned has range partitions (C reads the same). In C (1.3): the
+-- bounds are the values stored in the catalog, the same under every DateStyle and TimeZone (1.2 read them back
+-- from pg_get_expr's text under the caller's settings, hours off in some zones).
 CREATE OR REPLACE FUNCTION @extschema@.idem_partitions(
     OUT partition_name name, OUT lower_bound timestamptz, OUT upper_bound timestamptz)
 RETURNS SETOF record
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT c.relname,
-           (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
-                                    'FROM \(''([^'']+)''\)'))[1]::timestamptz,
-           (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
-                                    'TO \(''([^'']+)''\)'))[1]::timestamptz
-    FROM pg_catalog.pg_inherits i
-    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-    WHERE i.inhparent OPERATOR(pg_catalog.=) '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
-      AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) OPERATOR(pg_catalog.<>) 'DEFAULT'
-    ORDER BY 2;
-END;
+AS 'MODULE_PATHNAME', 'idem_partitions'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION @extschema@.idem_storage_mode()
 RETURNS text
@@ -43,32 +35,50 @@ END;
 -- At most 64 range partitions exist (every claim reads them all), whatever idempotency.ttl says: ERROR 54000.
 -- A relation of the partition's name that is not ours (names are predictable, and a role with CREATE on the
 -- schema may take one first) is left alone: the partition gets a name with a random suffix instead.
+-- The settings that print or place what it makes are its own (the ATTACH prints the bounds, the partition and
+-- its index go in the parent's tablespace), and it calls no function of the extension: nothing an overload,
+-- a DateStyle, a TimeZone or a default_tablespace chosen by another role can bend.
 CREATE OR REPLACE FUNCTION @extschema@.idem_create_partition(lower_bound timestamptz, upper_bound timestamptz)
 RETURNS name
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET lock_timeout = 0
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET TimeZone = 'UTC'
+SET default_tablespace = ''
 AS $$
 DECLARE
     schema_oid oid := (SELECT e.extnamespace FROM pg_catalog.pg_extension e
                        WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
     s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_namespace n
                WHERE n.oid OPERATOR(pg_catalog.=) schema_oid);
+    parent oid := (SELECT c.oid FROM pg_catalog.pg_class c
+                   WHERE c.relnamespace OPERATOR(pg_catalog.=) schema_oid
+                     AND c.relname OPERATOR(pg_catalog.=) 'idempotency_keys_partitioned');
     partition_name name := pg_catalog.format('idempotency_keys_p%s',
                                pg_catalog.to_char(lower_bound AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS'));
     existing integer;
 BEGIN
-    EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s.idem_partitions()', s) INTO existing;
+    -- Range partitions: every partition but the default one.
+    SELECT pg_catalog.count(*) INTO existing FROM pg_catalog.pg_inherits i
+    WHERE i.inhparent OPERATOR(pg_catalog.=) parent
+      AND i.inhrelid OPERATOR(pg_catalog.<>) ALL (SELECT p.partdefid FROM pg_catalog.pg_partitioned_table p
+                                                 WHERE p.partrelid OPERATOR(pg_catalog.=) parent);
     IF existing OPERATOR(pg_catalog.>=) 64 THEN
         RAISE EXCEPTION 'idempotency: %.idempotency_keys_partitioned already has 64 partitions', s
             USING ERRCODE = 'program_limit_exceeded',
                   HINT = 'Every claim reads every partition; lower idempotency.ttl or widen the partitions '
                          'with idem_set_storage(''partitioned'', ...).';
     END IF;
+    -- A table's name is taken in pg_type too (its row type): a domain or type of that name blocks it as well.
     IF EXISTS (SELECT FROM pg_catalog.pg_class c
                WHERE c.relnamespace OPERATOR(pg_catalog.=) schema_oid
-                 AND c.relname OPERATOR(pg_catalog.=) partition_name) THEN
-        RAISE LOG 'idempotency: a relation named %.% exists already and is not a partition of ours; '
+                 AND c.relname OPERATOR(pg_catalog.=) partition_name)
+       OR EXISTS (SELECT FROM pg_catalog.pg_type t
+                  WHERE t.typnamespace OPERATOR(pg_catalog.=) schema_oid
+                    AND t.typname OPERATOR(pg_catalog.=) partition_name) THEN
+        RAISE LOG 'idempotency: a relation or type named %.% exists already and is not a partition of ours; '
                   'making the partition for % under another name', s, partition_name, lower_bound;
         partition_name := pg_catalog.format('%s_%s', partition_name,
                               pg_catalog.left(pg_catalog.md5(pg_catalog.gen_random_uuid()::text), 12));
@@ -80,6 +90,12 @@ BEGIN
                        coalesce(pg_catalog.current_setting('idempotency.partition_lock_timeout', true), '100ms'),
                        true);
     EXECUTE pg_catalog.format('LOCK TABLE %s.idempotency_keys_partitioned_default IN ACCESS EXCLUSIVE MODE', s);
+    -- The partition and its index go where the parent is ('' is the database's default tablespace).
+    PERFORM pg_catalog.set_config('default_tablespace',
+                       coalesce((SELECT t.spcname::text FROM pg_catalog.pg_class c
+                                 JOIN pg_catalog.pg_tablespace t ON t.oid OPERATOR(pg_catalog.=) c.reltablespace
+                                 WHERE c.oid OPERATOR(pg_catalog.=) parent), ''),
+                       true);
     EXECUTE pg_catalog.format('CREATE TABLE %s.%I (LIKE %s.idempotency_keys_partitioned'
                    ' INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)', s, partition_name, s);
     EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s.%I FROM PUBLIC', s, partition_name);
@@ -98,106 +114,34 @@ $$;
 -- lacks one. Returns how many it made. Waits for locks at most idempotency.partition_lock_timeout.
 -- A partition it cannot make (a busy default partition, the 64-partition cap, any other error) is logged and
 -- left for the next sweep; the sweep goes on to its deletes either way.
+-- In C (1.3), as the worker runs it: as the table's owner with the maintenance settings (README, "Security"),
+-- the bounds read as values, idem_create_partition called by OID.
 CREATE OR REPLACE FUNCTION @extschema@.idem_premake_partitions()
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET lock_timeout = 0
-AS $$
-DECLARE
-    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
-               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
-               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
-    width interval;
-    last_upper timestamptz;
-    horizon timestamptz;
-    created integer := 0;
-BEGIN
-    -- The newest partition is never dropped, so its width is always known; none: table storage.
-    EXECUTE pg_catalog.format('SELECT upper_bound OPERATOR(pg_catalog.-) lower_bound, upper_bound'
-                              ' FROM %s.idem_partitions() ORDER BY upper_bound DESC LIMIT 1', s)
-        INTO width, last_upper;
-    IF width IS NULL THEN
-        RETURN 0;
-    END IF;
-    -- No claim can expire in the past: after a long pause, start again at the current partition.
-    last_upper := GREATEST(last_upper, pg_catalog.date_bin(width, pg_catalog.now(),
-                                                            timestamptz '2000-01-01 00:00:00+00'));
-    -- OPERATOR() calls all share one precedence, left to right: the parentheses are needed.
-    horizon := (pg_catalog.now() OPERATOR(pg_catalog.+)
-                coalesce(pg_catalog.current_setting('idempotency.ttl', true), '1d')::interval)
-               OPERATOR(pg_catalog.+) (width OPERATOR(pg_catalog.*) 2::float8);
-    WHILE last_upper OPERATOR(pg_catalog.<) horizon LOOP
-        BEGIN
-            EXECUTE pg_catalog.format('SELECT %s.idem_create_partition($1, $2)', s)
-                USING last_upper, last_upper OPERATOR(pg_catalog.+) width;
-        EXCEPTION
-            WHEN lock_not_available THEN
-                -- Claims in flight hold the default partition: try again at the next sweep.
-                RAISE LOG 'idempotency: the default partition is busy; making partitions at the next sweep';
-                RETURN created;
-            WHEN OTHERS THEN
-                RAISE LOG 'idempotency: could not make the partition from %: % (SQLSTATE %); '
-                          'trying again at the next sweep', last_upper, SQLERRM, SQLSTATE;
-                RETURN created;
-        END;
-        last_upper := last_upper OPERATOR(pg_catalog.+) width;
-        created := created OPERATOR(pg_catalog.+) 1;
-    END LOOP;
-    RETURN created;
-END
-$$;
+AS 'MODULE_PATHNAME', 'idem_premake_partitions'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 -- Drops every partition whose rows have all expired, with DROP TABLE: no row deletes, little WAL.
 -- A drop that cannot get its lock within idempotency.partition_lock_timeout, or fails otherwise, is logged and
--- left for the next sweep, so claims never queue behind it for longer than that.
+-- left for the next sweep, so claims never queue behind it for longer than that. In C (1.3), as the worker runs it.
 CREATE OR REPLACE FUNCTION @extschema@.idem_drop_expired_partitions(OUT partitions_dropped integer,
                                                                     OUT keys_removed bigint)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET lock_timeout = 0
-AS $$
-DECLARE
-    s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
-               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
-               WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
-    expired record;
-    keys bigint;
-BEGIN
-    partitions_dropped := 0;
-    keys_removed := 0;
-    -- The newest partition stays even when expired: it carries the width for the next ones.
-    FOR expired IN EXECUTE pg_catalog.format(
-            'SELECT partition_name FROM %s.idem_partitions() p'
-            ' WHERE p.upper_bound OPERATOR(pg_catalog.<=) pg_catalog.now()'
-            ' AND p.upper_bound OPERATOR(pg_catalog.<) (SELECT pg_catalog.max(upper_bound) FROM %s.idem_partitions())',
-            s, s) LOOP
-        BEGIN
-            PERFORM pg_catalog.set_config('lock_timeout',
-                coalesce(pg_catalog.current_setting('idempotency.partition_lock_timeout', true), '100ms'), true);
-            EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s.%I', s, expired.partition_name)
-                INTO keys;
-            EXECUTE pg_catalog.format('DROP TABLE %s.%I', s, expired.partition_name);
-            partitions_dropped := partitions_dropped OPERATOR(pg_catalog.+) 1;
-            keys_removed := keys_removed OPERATOR(pg_catalog.+) keys;
-        EXCEPTION
-            WHEN lock_not_available THEN
-                RAISE LOG 'idempotency: partition % is busy; dropping it at the next sweep', expired.partition_name;
-            WHEN OTHERS THEN
-                RAISE LOG 'idempotency: could not drop partition %: % (SQLSTATE %); trying again at the next sweep',
-                          expired.partition_name, SQLERRM, SQLSTATE;
-        END;
-    END LOOP;
-END
-$$;
+AS 'MODULE_PATHNAME', 'idem_drop_expired_partitions'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 -- Switches the storage mode, moving every live key (expired ones are dropped on the way). The mode is
 -- whether idempotency_keys_partitioned has range partitions: it makes them all or drops them all.
 -- Takes ACCESS EXCLUSIVE locks on both tables: claims arriving meanwhile wait and then use the new mode.
+-- Its date arithmetic is UTC's, whatever the session's DateStyle and TimeZone (its messages keep the caller's
+-- IntervalStyle).
 CREATE OR REPLACE FUNCTION @extschema@.idem_set_storage(mode text, partition_interval interval DEFAULT interval '1 day')
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET TimeZone = 'UTC'
 AS $$
 DECLARE
     s text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e

@@ -167,7 +167,8 @@ CREATE FUNCTION @extschema@.idem_stats_read(
     OUT lease_takeovers bigint,
     OUT checkpoints bigint,
     OUT stale_tokens bigint,
-    OUT waits bigint)
+    OUT waits bigint,
+    OUT sweeps_blocked bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_stats_read'
 LANGUAGE C VOLATILE PARALLEL SAFE;

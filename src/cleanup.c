@@ -25,72 +25,12 @@
 #include "guc.h"
 #include "key_store.h"
 #include "lock_timeout.h"
+#include "maintenance.h"
+#include "partitions.h"
 #include "stats.h"
 
 /* How long a batch waits for a row lock before it passes locked rows by; far below deadlock_timeout. */
 #define CLEANUP_LOCK_TIMEOUT "20ms"
-
-/*
- * Maintenance acts as the owner of the table it works on, inside a
- * security-restricted operation with a safe search_path, as autovacuum and
- * REFRESH MATERIALIZED VIEW do: a trigger, policy or function anyone planted
- * then runs with no more rights than the table's owner has, and cannot change
- * the session (SET ROLE, temporary objects) for what runs after it. Ordinary
- * triggers do not fire at all (session_replication_role = replica, as in a
- * logical replication apply): a role granted TRIGGER on a superuser's table must
- * not get its function run by the superuser's sweep. Only the table's owner can
- * make a trigger fire ALWAYS, and it then runs as that owner. Everything is
- * restored at maintenance_end, or by the transaction's abort on an ERROR.
- */
-typedef struct Maintenance
-{
-	Oid			saved_user;
-	int			saved_security_context;
-	int			guc_nest_level;
-} Maintenance;
-
-static void
-maintenance_begin(Oid relid, Maintenance *maintenance)
-{
-	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "idempotency: relation %u is gone", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-
-	GetUserIdAndSecContext(&maintenance->saved_user, &maintenance->saved_security_context);
-	maintenance->guc_nest_level = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	SetUserIdAndSecContext(owner, maintenance->saved_security_context | SECURITY_RESTRICTED_OPERATION);
-}
-
-static void
-maintenance_end(const Maintenance *maintenance)
-{
-	AtEOXact_GUC(false, maintenance->guc_nest_level);
-	SetUserIdAndSecContext(maintenance->saved_user, maintenance->saved_security_context);
-}
-
-/*
- * One of the extension's own functions without arguments, by the OID of its
- * schema: nothing is looked up by a name that someone could redirect.
- */
-static Oid
-extension_function(Oid schema, const char *name)
-{
-	Oid			function = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum(name),
-										   PointerGetDatum(buildoidvector(NULL, 0)),
-										   ObjectIdGetDatum(schema));
-
-	if (!OidIsValid(function))
-		elog(ERROR, "idempotency: function %s() is missing from the extension's schema", name);
-	return function;
-}
 
 static char *
 qualified(Oid schema, const char *name)
@@ -273,8 +213,25 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	}
 	relid = list_nth_oid(relations, position->relation);
 	table = qualified(schema, quote_identifier(get_rel_name(relid)));
-	/* The lock the DELETE takes anyway; rows appended after this are not expired yet. */
-	relation = table_open(relid, RowExclusiveLock);
+
+	/*
+	 * The lock the DELETE takes anyway; rows appended after this are not expired yet. A session that holds a
+	 * conflicting lock (an application role may LOCK the table it can UPDATE) makes the sweep pass this
+	 * database by after a short wait, so the launcher goes on to the next database instead of waiting with it.
+	 */
+	if (!maintenance_lock_relation(relid, RowExclusiveLock))
+	{
+		char	   *message = psprintf("table %s was locked by another session for %d ms; its sweep is left "
+									   "for the next interval", table, MAINTENANCE_TABLE_LOCK_WAIT_MS);
+
+		stats_count(IDEM_COUNT_SWEEPS_BLOCKED, 1);
+		stats_record_error(get_database_name(MyDatabaseId), message);
+		ereport(LOG, (errmsg("idempotency: in database \"%s\", %s", get_database_name(MyDatabaseId), message)));
+		position->finished = true;
+		*pages_scanned = 0;
+		return CLEANUP_TABLE_BLOCKED;
+	}
+	relation = table_open(relid, NoLock);
 	blocks = RelationGetNumberOfBlocks(relation);
 	table_close(relation, NoLock);
 
@@ -322,42 +279,18 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	return removed;
 }
 
-/* The partitioned twin, whose owner makes and drops its partitions. */
-static Oid
-partitioned_table(Oid schema)
-{
-	Oid			relid = get_relname_relid("idempotency_keys_partitioned", schema);
-
-	if (!OidIsValid(relid))
-		elog(ERROR, "idempotency: table idempotency_keys_partitioned is missing");
-	return relid;
-}
-
-/* The columns of idem_drop_expired_partitions()'s result row. */
-enum
-{
-	DROPPED_COL_PARTITIONS = 1,
-	DROPPED_COL_KEYS
-};
-
 int64
 cleanup_drop_expired_partitions(Oid schema)
 {
 	Maintenance maintenance;
-	Oid			function;
-	HeapTupleHeader result;
-	bool		isnull;
-	int64		partitions;
+	int			partitions;
 	int64		keys;
 
 	if (!key_store_partitioned(schema))
 		return 0;
-	function = extension_function(schema, "idem_drop_expired_partitions");
-	maintenance_begin(partitioned_table(schema), &maintenance);
-	result = DatumGetHeapTupleHeader(OidFunctionCall0(function));
+	maintenance_begin(partitions_parent(schema), &maintenance);
+	partitions_drop_expired(schema, &partitions, &keys);
 	maintenance_end(&maintenance);
-	partitions = DatumGetInt32(GetAttributeByNum(result, DROPPED_COL_PARTITIONS, &isnull));
-	keys = DatumGetInt64(GetAttributeByNum(result, DROPPED_COL_KEYS, &isnull));
 	stats_count(IDEM_COUNT_PARTITIONS_DROPPED, partitions);
 	stats_count(IDEM_COUNT_KEYS_REMOVED, keys);
 	return keys;
@@ -367,14 +300,12 @@ int64
 cleanup_premake_partitions(Oid schema)
 {
 	Maintenance maintenance;
-	Oid			function;
 	int64		created;
 
 	if (!key_store_partitioned(schema))
 		return 0;
-	function = extension_function(schema, "idem_premake_partitions");
-	maintenance_begin(partitioned_table(schema), &maintenance);
-	created = DatumGetInt32(OidFunctionCall0(function));
+	maintenance_begin(partitions_parent(schema), &maintenance);
+	created = partitions_premake(schema);
 	maintenance_end(&maintenance);
 	stats_count(IDEM_COUNT_PARTITIONS_CREATED, created);
 	return created;
@@ -401,7 +332,15 @@ idem_cleanup(PG_FUNCTION_ARGS)
 	cleanup_sweep_start(&position);
 	while (!position.finished)
 	{
-		removed += cleanup_delete_batch(schema, idem_cleanup_batch_size, &position, &pages);
+		int64		batch = cleanup_delete_batch(schema, idem_cleanup_batch_size, &position, &pages);
+
+		if (batch == CLEANUP_TABLE_BLOCKED)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("idempotency: a key table is locked by another session"),
+					 errhint("idem_cleanup() waits at most %d ms for it; try again later.",
+							 MAINTENANCE_TABLE_LOCK_WAIT_MS)));
+		removed += batch;
 		CHECK_FOR_INTERRUPTS();
 	}
 	SPI_finish();

@@ -35,6 +35,9 @@ void		cleanup_sweep_start(SweepPosition *position);
 int64		cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position,
 								 int64 *pages_scanned);
 
+/* What cleanup_delete_batch returns when another session held its table's lock too long (logged, counted). */
+#define CLEANUP_TABLE_BLOCKED (-2)
+
 /* Partitioned storage: drops the partitions whose keys have all expired; returns keys removed. */
 int64		cleanup_drop_expired_partitions(Oid schema);
 

@@ -15,6 +15,7 @@
 #include "citus.h"
 #include "key_store.h"
 #include "key_store_internal.h"
+#include "maintenance.h"
 #include "pg_compat.h"
 
 /*
@@ -193,15 +194,16 @@ require_lease_columns(const KeyTable *table)
 }
 
 /*
- * The next fencing number, from the extension's own sequence (1.2), found by
- * the OID of the extension's schema. The caller needs no privilege on it: the
- * number comes with a grant, which the key's lock makes exclusive. 0 when the
- * database is still at 1.1 (no sequence yet).
+ * The next fencing number, from the extension's own sequence (1.2), found in
+ * the extension's schema and taken only if the extension owns it (pg_depend):
+ * in a database still at 1.1 a sequence of that name is someone else's. The
+ * caller needs no privilege on it: the number comes with a grant, which the
+ * key's lock makes exclusive. 0 when the database is still at 1.1.
  */
 static int64
 next_fencing_number(Oid namespace_oid)
 {
-	Oid			sequence = get_relname_relid("idempotency_fencing_numbers", namespace_oid);
+	Oid			sequence = maintenance_member_relation(namespace_oid, "idempotency_fencing_numbers");
 
 	if (!OidIsValid(sequence) || get_rel_relkind(sequence) != RELKIND_SEQUENCE)
 		return 0;

@@ -78,4 +78,11 @@
 #define idem_my_backend_index() (MyBackendId == InvalidBackendId ? -1 : (int) MyBackendId - 1)
 #endif
 
+/* 16 replaced pg_proc_aclcheck by object_aclcheck on pg_proc. */
+#if PG_VERSION_NUM >= 160000
+#define idem_function_aclcheck(function, role, mode) object_aclcheck(ProcedureRelationId, (function), (role), (mode))
+#else
+#define idem_function_aclcheck(function, role, mode) pg_proc_aclcheck((function), (role), (mode))
+#endif
+
 #endif							/* IDEM_PG_COMPAT_H */

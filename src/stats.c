@@ -3,6 +3,7 @@
 
 #include "access/htup_details.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/spin.h"
@@ -124,10 +125,19 @@ write_error(SweepReport *report, const void *arg)
 	report->error_at = facts->at;
 }
 
+/*
+ * The message cut to fit ERROR_TEXT_BYTES on a character boundary of the database encoding (a byte cut could
+ * split a UTF-8 character, and the text would then fail to convert for the reader of idem_stats).
+ */
 void
 stats_record_error(const char *database, const char *message)
 {
-	ErrorFacts	facts = {database, message, GetCurrentTimestamp()};
+	char		clipped[ERROR_TEXT_BYTES];
+	int			length = pg_mbcliplen(message, strlen(message), ERROR_TEXT_BYTES - 1);
+	ErrorFacts	facts = {database, clipped, GetCurrentTimestamp()};
+
+	memcpy(clipped, message, length);
+	clipped[length] = '\0';
 
 	with_report(write_error, &facts);
 }

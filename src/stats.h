@@ -29,6 +29,8 @@ typedef enum IdemCounter
 	IDEM_COUNT_CHECKPOINTS,
 	IDEM_COUNT_STALE_TOKENS,
 	IDEM_COUNT_WAITS,
+	/* 1.3: sweeps that passed a table by because another session held its lock */
+	IDEM_COUNT_SWEEPS_BLOCKED,
 	IDEM_COUNTERS
 } IdemCounter;
 

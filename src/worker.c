@@ -29,6 +29,7 @@
 
 #include "cleanup.h"
 #include "guc.h"
+#include "maintenance.h"
 #include "shmem.h"
 #include "stats.h"
 #include "worker.h"
@@ -199,9 +200,14 @@ database_wanted_exclusively(void)
 	return false;
 }
 
-/* Whether the extension is installed in this database, in a transaction of its own; logs skipped triggers. */
+/*
+ * Whether the extension is installed in this database, in a transaction of its own; logs skipped triggers.
+ * sql_current: whether its SQL objects are this library's version. Older SQL (a database not yet updated
+ * after the library was) has PL/pgSQL bodies that name the schema when they run; the sweep must not run them
+ * as the table's owner, so it keeps to the deletes, which bind nothing by name, and says so.
+ */
 static bool
-extension_installed(void)
+extension_installed(const char *database, bool *sql_current)
 {
 	Oid			schema;
 	bool		installed;
@@ -211,8 +217,26 @@ extension_installed(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	schema = cleanup_extension_schema();
 	installed = OidIsValid(schema);
+	*sql_current = false;
 	if (installed)
+	{
+		char	   *version = maintenance_sql_version();
+
 		cleanup_report_skipped_triggers(schema);
+		*sql_current = version != NULL && strcmp(version, IDEM_LIBRARY_VERSION) == 0;
+		if (!*sql_current)
+		{
+			char	   *message = psprintf("the extension's SQL objects are at version %s and the library at %s: "
+										   "partitions are neither made nor dropped until ALTER EXTENSION "
+										   "idempotency UPDATE", version ? version : "?", IDEM_LIBRARY_VERSION);
+
+			stats_record_error(database, message);
+			ereport(LOG,
+					(errmsg("idempotency: in database \"%s\", %s", database, message),
+					 errdetail("Expired keys outside partitions are still deleted."),
+					 errhint("Run ALTER EXTENSION idempotency UPDATE in database \"%s\".", database)));
+		}
+	}
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
@@ -226,6 +250,18 @@ apply_sweeper_settings(void)
 	/* A delete lost in a crash is redone by the next sweep: no need to wait for the flush. */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("wal_compression", cleanup_wal_compression_method(), PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * What a database or role setting could make of the sweeper's own transactions: read-only, serializable,
+	 * or waiting on a lock without end (every maintenance step pins its settings again, see maintenance.c; this
+	 * covers the catalog reads between them). A wait past the timeout fails the step, and the launcher goes on.
+	 */
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_deferrable", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", MAINTENANCE_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /* How often a waiting sweeper looks for a DROP or RENAME of its database. */
@@ -307,13 +343,14 @@ idem_sweeper_main(Datum arg)
 	PG_TRY();
 	{
 		bool		yielded = database_wanted_exclusively();
+		bool		sql_current = false;
 
-		if (!yielded && !extension_installed())
+		if (!yielded && !extension_installed(database, &sql_current))
 		{
 			report_to_launcher(SWEEP_NO_EXTENSION);
 			proc_exit(0);
 		}
-		if (!yielded)
+		if (!yielded && sql_current)
 		{
 			(void) sweep_partition_step(STEP_PREMAKE_PARTITIONS, database);
 			removed = sweep_partition_step(STEP_DROP_PARTITIONS, database);

@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(113);
+SELECT plan(122);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -140,7 +140,7 @@ SELECT columns_are('public', 'idem_stats',
           'releases', 'keys_removed', 'partitions_created', 'partitions_dropped', 'last_sweep_database',
           'last_sweep_started_at', 'last_sweep_duration_ms', 'last_sweep_removed', 'last_error',
           'last_error_database', 'last_error_at', 'stats_reset_at',
-          'leases', 'lease_takeovers', 'checkpoints', 'stale_tokens', 'waits']);
+          'leases', 'lease_takeovers', 'checkpoints', 'stale_tokens', 'waits', 'sweeps_blocked']);
 SELECT has_table('public', 'idempotency_keys_partitioned', 'the partitioned storage table exists');
 SELECT is((SELECT relkind FROM pg_class WHERE oid = 'public.idempotency_keys_partitioned'::regclass),
           'p'::"char", 'idempotency_keys_partitioned is range-partitioned');
@@ -238,6 +238,29 @@ SELECT is(
      WHERE a.attrelid = (SELECT typrelid FROM pg_type WHERE typname = 'idem_lease_result')
        AND a.attname = 'fencing_number'),
     'bigint', 'idem_lease returns a bigint fencing_number');
+
+-- 1.3: the partitions' upkeep in C, with bounds read as values; the maintenance functions pin search_path too.
+SELECT function_lang_is('public', 'idem_partitions', ARRAY[]::text[], 'c');
+SELECT function_lang_is('public', 'idem_premake_partitions', ARRAY[]::text[], 'c');
+SELECT function_lang_is('public', 'idem_drop_expired_partitions', ARRAY[]::text[], 'c');
+SELECT volatility_is('public', 'idem_partitions', ARRAY[]::text[], 'stable');
+SELECT volatility_is('public', 'idem_premake_partitions', ARRAY[]::text[], 'volatile');
+SELECT volatility_is('public', 'idem_drop_expired_partitions', ARRAY[]::text[], 'volatile');
+SELECT ok(NOT EXISTS (SELECT FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.prosecdef
+                  AND p.proname IN ('idem_partitions', 'idem_premake_partitions', 'idem_drop_expired_partitions',
+                                    'idem_create_partition', 'idem_set_storage')),
+          'the maintenance functions are not SECURITY DEFINER');
+SELECT is((SELECT pg_catalog.array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+           WHERE p.pronamespace = 'public'::regnamespace
+             AND p.proname IN ('idem_partitions', 'idem_premake_partitions', 'idem_drop_expired_partitions')
+             AND 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig)),
+          ARRAY['idem_drop_expired_partitions', 'idem_partitions', 'idem_premake_partitions'],
+          'the 1.3 C maintenance functions pin search_path');
+SELECT is((SELECT p.proconfig FROM pg_proc p
+           WHERE p.oid = 'public.idem_create_partition(timestamptz, timestamptz)'::regprocedure),
+          ARRAY['search_path=pg_catalog, pg_temp', 'lock_timeout=0', 'DateStyle=ISO, YMD', 'IntervalStyle=postgres',
+                'TimeZone=UTC', 'default_tablespace='],
+          'idem_create_partition pins the settings that print or place what it makes');
 
 -- 1.3, the lean request (issue 30): three functions of one signature each (a prepared statement needs no
 -- casts), the claim's row type, the bytes columns in both tables.
