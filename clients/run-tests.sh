@@ -85,7 +85,7 @@ run_pytest_suite() {  # run_pytest_suite SUITE PYTEST-ARGS...
     status=${PIPESTATUS[0]}
     [ -f "$junit" ] && read -r ok bad skipped < <("$py" "$root/scripts/lib/counts.py" junit "$junit")
     judge "$suite" "$status" "$ok" "$bad"
-    # Skipped checks (a Contract 2 rule a service does not list yet) are neither passed nor failed: said apart.
+    # Skipped checks (a rule harness.NOT_APPLICABLE says cannot apply to a service) are neither passed nor failed.
     [ "${skipped:-0}" -gt 0 ] && skips+=("$suite: $skipped checks skipped (reasons in its log above, 'SKIPPED')")
 }
 skips=()

@@ -56,6 +56,7 @@ class Client:
         hdrs = dict(headers or {})
         if body is not None and "Content-Type" not in hdrs:
             hdrs["Content-Type"] = "application/json"
+        hdrs = {k: v for k, v in hdrs.items() if v is not None}  # None: no such header
         conn = self._conn if keepalive else None
         for attempt in (0, 1):
             if conn is None:
@@ -99,10 +100,11 @@ class Client:
             self._conn = None
 
 
-def raw_exchange(port, head, body=b"", timeout=20.0):
+def raw_exchange(port, head, body=b"", timeout=20.0, hang_up=False):
     """Send one request (``head``: the request line and header lines, without the blank line) with ``body``, the
     body from a thread of its own, and read the answer meanwhile: a server may answer (e.g. 413) and close before
-    the whole body is sent.  Returns (Response, whether the whole body was sent)."""
+    the whole body is sent. ``hang_up`` ends the sending side after the body (a client gone mid-body); the server
+    may then close, or keep silent until the timeout, without an answer (None). Returns (Response or None, whether the whole body was sent)."""
     import socket
     import threading
 
@@ -115,6 +117,8 @@ def raw_exchange(port, head, body=b"", timeout=20.0):
             for i in range(0, len(view), 65536):
                 s.sendall(view[i:i + 65536])
             sent["all"] = True
+            if hang_up:
+                s.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the server answered and closed first
 
@@ -124,7 +128,12 @@ def raw_exchange(port, head, body=b"", timeout=20.0):
         t0 = time.monotonic()
         t.start()
         r = http.client.HTTPResponse(s, method="POST")
-        r.begin()
+        try:
+            r.begin()
+        except (http.client.RemoteDisconnected, ConnectionResetError, socket.timeout):
+            if not hang_up:
+                raise
+            return None, sent["all"]
         data = r.read()
         elapsed = time.monotonic() - t0
         t.join(timeout=timeout)

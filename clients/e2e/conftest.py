@@ -32,6 +32,17 @@ def pytest_collection_modifyitems(items):
     items[:] = [item for item in items if id(item) not in moved] + last
 
 
+@pytest.fixture(autouse=True)
+def _rule_applies(request):
+    """A check of a rule that cannot apply to its service (harness.NOT_APPLICABLE) is skipped with the reason."""
+    mark = request.node.get_closest_marker("rule")
+    if mark and "service" in request.fixturenames:
+        lang = request.getfixturevalue("service").lang
+        reason = harness.NOT_APPLICABLE.get((lang, mark.args[0]))
+        if reason:
+            pytest.skip(f"CONTRACT.md rule '{mark.args[0]}' does not apply to {lang}: {reason}")
+
+
 def selected_langs():
     env = os.environ.get("E2E_LANGS")
     return [l for l in env.split(",") if l] if env else list(harness.LANGS)

@@ -2,18 +2,18 @@
 
 A stack is a throwaway PostgreSQL 15 cluster (scripts/lib/cluster.sh) with the database `payments`,
 `CREATE EXTENSION idempotency` and clients/schema.sql, plus PgBouncer in transaction pooling mode in front of it.
-Both listen on loopback only, on ports 55480-55489:
+Both listen on loopback only, on ports IDEM_E2E_PORT_BASE (55480) .. +49, by default:
 
     55480  PostgreSQL            55481  PgBouncer
     55482..55529  the services of SERVICES, each once direct and once through PgBouncer (two ports each, in
                   the table's order; a port found taken is swapped for a spare one of that range)
 
-Used by conftest.py (pytest), clients/run-tests.sh and bench/clients/ through its command line:
+Used by conftest.py (pytest) and bench/clients/bench.py as a module, and by clients/run-tests.sh through its
+command line:
 
     python3 harness.py stack-up DIR      start the cluster and PgBouncer in DIR, print shell variables
     python3 harness.py createdb NAME     another database like `payments` in the running stack, print its URL
     python3 harness.py stack-down DIR    stop every process recorded in DIR (services too) and remove DIR
-    python3 harness.py serve DIR LANG MODE   start one service in the background, print its base URL
 """
 
 import hashlib
@@ -48,10 +48,8 @@ RIDES_LEASE_SECONDS = 2  # POST /rides' lease in the e2e suite (CONTRACT.md "lea
 #   prepare  commands run once per harness run before the first start; {bin} is a scratch folder of the stack
 #   prepare_env  environment added for the prepare commands
 #   argv     the service's command line; env: added to PORT, DATABASE_URL, PAYMENTS_FAULTS=1
-#   capabilities  the CONTRACT.md "Contract 2" rules the service implements; the e2e check of a rule not listed
-#            is skipped (reported as skipped, never passed) for that service
-# A name is a language or "<language>-<framework>" (one service per framework adapter); its ports follow from
-# its place in the table.
+# A name is a language, its reference service, or "<language>-<framework>", the small app of one framework
+# adapter; every check of test_e2e.py runs against every one. Its ports follow from its place in the table.
 SERVICES = {
     "go": {
         "dir": "go",
@@ -62,8 +60,6 @@ SERVICES = {
         "prepare_env": {"GOFLAGS": "-mod=vendor", "GOPROXY": "off", "GOTOOLCHAIN": "local", "GO111MODULE": "on"},
         "argv": ["{bin}/payments-go"],
         "env": {},
-        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     "node": {
         "dir": "node",
@@ -71,8 +67,6 @@ SERVICES = {
         "prepare_if_missing": ("node_modules", [["npm", "ci", "--no-audit", "--no-fund"]]),
         "argv": ["node", "service/server.js"],
         "env": {},
-        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     "python": {
         "dir": "python",
@@ -80,8 +74,6 @@ SERVICES = {
         "prepare": [],
         "argv": ["/usr/bin/python3", "-m", "payments_service"],
         "env": {"PYTHONPATH": "src"},
-        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     # FastAPI (Starlette, ASGI) under uvicorn, psycopg 3's async connection (idempotency_pg.asgi.PsycopgBackend)
     "python-fastapi": {
@@ -90,8 +82,6 @@ SERVICES = {
         "prepare": [],
         "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "psycopg"],
         "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
-        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     # FastAPI with a SQLAlchemy 1.4 Session on psycopg2, ORM writes (idempotency_pg.asgi.SQLAlchemyBackend)
     "python-sqlalchemy": {
@@ -100,8 +90,6 @@ SERVICES = {
         "prepare": [],
         "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "sqlalchemy"],
         "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
-        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
     # Django 3.2 under waitress, the claim inside transaction.atomic() (idempotency_pg.django.idempotent)
     "python-django": {
@@ -110,8 +98,6 @@ SERVICES = {
         "prepare": [],
         "argv": ["/usr/bin/python3", "-m", "payments_service.django_app"],
         "env": {"PYTHONPATH": "src", "THREADS": "10"},
-        "capabilities": {"framework-errors", "several-keys", "body-limit", "not-executed",
-                         "byte-identical-replay", "method-not-allowed", "idle-409", "lease-rides"},
     },
 }
 
@@ -136,17 +122,10 @@ SERVICES["go-module"] = _from_artifact("go", ["{bin}/artifacts/go/payments"])
 for _fw in ("chi", "echo", "gin"):
     SERVICES["go-" + _fw] = dict(SERVICES["go"], env={"PAYMENTS_FRAMEWORK": _fw})
 
-#: Every capability name of CONTRACT.md's "Contract 2"; a service listing another name is a typo.
-CAPABILITIES = frozenset({"framework-errors", "several-keys", "body-limit", "not-executed", "byte-identical-replay",
-                          "method-not-allowed", "idle-409", "lease-rides"})
-
-# Only to develop the harness itself: E2E_REF_SERVICE=/path/to/service.py adds a language "ref" served by
-# `/usr/bin/python3 <that file>` (with E2E_LANGS=ref).
-if os.environ.get("E2E_REF_SERVICE"):
-    _ref = os.path.abspath(os.environ["E2E_REF_SERVICE"])
-    SERVICES["ref"] = {"dir": _ref and os.path.relpath(os.path.dirname(_ref), CLIENTS), "ready": os.path.basename(_ref),
-                       "prepare": [], "argv": ["/usr/bin/python3", _ref], "env": {},
-                       "capabilities": set(os.environ.get("E2E_REF_CAPABILITIES", "").split(",")) - {""}}
+# The one place where a CONTRACT.md rule that cannot apply to a service says why: (service, rule) -> reason. The
+# checks of that rule (marked @pytest.mark.rule("<rule>") in test_e2e.py) are then skipped with the reason; every
+# other service passes every rule.
+NOT_APPLICABLE = {}
 
 LANGS = tuple(SERVICES)
 FIRST_SERVICE_PORT, LAST_SERVICE_PORT = PORT_BASE + 2, PORT_BASE + 49
@@ -154,14 +133,6 @@ SERVICE_PORTS = {(name, mode): FIRST_SERVICE_PORT + 2 * i + j
                  for i, name in enumerate(SERVICES) for j, mode in enumerate(MODES)}
 if max(SERVICE_PORTS.values()) > LAST_SERVICE_PORT:
     raise SystemExit(f"harness.py: {len(SERVICES)} services need more ports than {FIRST_SERVICE_PORT}-{LAST_SERVICE_PORT}")
-for _name, _spec in SERVICES.items():
-    _unknown = set(_spec.get("capabilities", ())) - CAPABILITIES
-    if _unknown:
-        raise SystemExit(f"harness.py: service {_name} lists unknown capabilities {sorted(_unknown)}")
-
-
-def capabilities(lang):
-    return frozenset(SERVICES[lang].get("capabilities", ()))
 
 
 class HarnessError(Exception):
@@ -517,21 +488,6 @@ def main(argv):
         return 0
     if len(argv) >= 2 and argv[0] == "stack-down":
         stack_down(argv[1])
-        return 0
-    if len(argv) >= 4 and argv[0] == "serve":
-        port = int(argv[4]) if len(argv) >= 5 else None
-        try:
-            svc = Service(argv[1], argv[2], argv[3], port=port).start()
-        except HarnessError as e:
-            print(str(e), file=sys.stderr)
-            return 1
-        print(svc.base)
-        return 0
-    if len(argv) >= 4 and argv[0] == "unserve":
-        pidf = os.path.join(_pids_dir(argv[1]), f"{argv[2]}-{argv[3]}.pid")
-        if os.path.exists(pidf):
-            stop_pid_group(int(open(pidf).read().strip()))
-            os.unlink(pidf)
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -41,11 +41,7 @@ def client(service, account):
     c.close()
 
 
-def need(service, capability):
-    """Skip (reported as skipped, never passed) a Contract 2 check the service does not advertise yet."""
-    if capability not in harness.capabilities(service.lang):
-        pytest.skip(f"{service.lang} does not list capability '{capability}' in SERVICES (clients/e2e/harness.py): "
-                    f"CONTRACT.md rule not checked")
+rule = pytest.mark.rule  # the CONTRACT.md rule a check checks (harness.NOT_APPLICABLE names exceptions)
 
 
 def debits(db, account, key):
@@ -211,19 +207,11 @@ def test_503_is_not_cached(client, db, account):
     assert stored(db, account, key) == [(201,)]
 
 
-def test_quoted_and_bare_key_are_the_same(client, db, account):
+@pytest.mark.parametrize("first,then", [('"{}"', "{}"), ("{}", '"{}"')], ids=["quoted-then-bare", "bare-then-quoted"])
+def test_quoted_and_bare_key_are_the_same(client, db, account, first, then):
     key = new_key()
-    a = client.pay(f'"{key}"')
-    b1 = assert_created(a, account)
-    b = client.pay(key)
-    assert assert_created(b, account, replayed=True) == b1
-    assert len(debits(db, account, key)) == 1
-
-
-def test_bare_then_quoted_key(client, db, account):
-    key = new_key()
-    b1 = assert_created(client.pay(key), account)
-    assert assert_created(client.pay(f'"{key}"'), account, replayed=True) == b1
+    b1 = assert_created(client.pay(first.format(key)), account)
+    assert assert_created(client.pay(then.format(key)), account, replayed=True) == b1
     assert len(debits(db, account, key)) == 1
 
 
@@ -299,27 +287,8 @@ def test_not_json_is_400_and_key_not_consumed(client, db, account):
     assert_created(client.pay(key), account, replayed=False)
 
 
-INVALID_BODIES = {"zero": {"amount_cents": 0, "currency": "EUR"}, "negative": {"amount_cents": -5, "currency": "EUR"},
-                  "lowercase-currency": {"amount_cents": 100, "currency": "eur"},
-                  "string-amount": {"amount_cents": "100", "currency": "EUR"},
-                  "fraction": {"amount_cents": 1.5, "currency": "EUR"}, "no-amount": {"currency": "EUR"}}
-
-
-@pytest.mark.parametrize("body", list(INVALID_BODIES.values()), ids=list(INVALID_BODIES))
-def test_invalid_body_is_422_and_stored(service, client, db, account, body):
-    """The 1.0 contract, for a service that does not answer validation "not executed" yet."""
-    if "not-executed" in harness.capabilities(service.lang):
-        pytest.skip("superseded by the not-executed rule (test_invalid_body_is_not_executed)")
-    key = new_key()
-    raw = json.dumps(body).encode()
-    r = client.pay(key, body=raw)
-    assert_problem(r, 422)
-    assert not r.replayed
-    again = client.pay(key, body=raw)
-    assert_problem(again, 422)
-    assert again.replayed, f"a 422 from the handler is stored like any 4xx and replayed: {again}"
-    assert debits(db, account, key) == []
-    assert stored(db, account, key) == [(422,)]
+# (the answer to every kind of invalid body: CORPUS below)
+INVALID_BODIES = {"zero": {"amount_cents": 0, "currency": "EUR"}, "lowercase-currency": {"amount_cents": 100, "currency": "eur"}}
 
 
 def test_key_order_and_whitespace_do_not_change_the_fingerprint(client, db, account):
@@ -339,24 +308,24 @@ def test_unprotected_endpoint(client, db, account):
     assert row == (acct, -100)
 
 
-# --------------------------------------------------------------------------- Contract 2 (issue 25)
+# --------------------------------------------------------------------------- the rules of CONTRACT.md
 
+@rule("framework-errors")
 def test_framework_error_after_write_422_is_stored_as_sent(service, client, db, account):
-    need(service, "framework-errors")
     key = new_key()
     r = client.pay(key, fault="throw-422")
-    assert r.status == 422, f"the handler raised its framework's 422 after the insert: {r}"
+    assert_problem(r, 422)  # the handler raised its framework's 422 after the insert
     assert len(debits(db, account, key)) == 1, "a 4xx is committed with what was sent"
     assert stored(db, account, key) == [(422,)]
     again = client.pay(key)
     assert again.status == 422 and again.replayed and again.body == r.body, (r, again)
 
 
+@rule("framework-errors")
 def test_framework_error_after_write_502_rolls_back(service, client, db, account):
-    need(service, "framework-errors")
     key = new_key()
     r = client.pay(key, fault="throw-502")
-    assert r.status == 502, f"the handler raised its framework's 502 after the insert: {r}"
+    assert_problem(r, 502)  # the handler raised its framework's 502 after the insert
     assert debits(db, account, key) == [], "the debit of a 5xx answer was committed"
     assert stored(db, account, key) == []
     assert_created(client.pay(key), account, replayed=False)
@@ -365,9 +334,9 @@ def test_framework_error_after_write_502_rolls_back(service, client, db, account
 SEVERAL_KEYS = {"comma": "{a},{b}", "comma-space": "{a}, {b}", "quoted": '"{a}", "{b}"', "two-lines": None}
 
 
+@rule("several-keys")
 @pytest.mark.parametrize("form", list(SEVERAL_KEYS), ids=list(SEVERAL_KEYS))
 def test_several_keys_are_400(service, client, db, account, form):
-    need(service, "several-keys")
     a, b = new_key("a"), new_key("b")
     if SEVERAL_KEYS[form] is None:  # two header lines, which HTTP joins with a comma
         head = (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {account}\r\n"
@@ -381,8 +350,8 @@ def test_several_keys_are_400(service, client, db, account, form):
     assert_created(client.pay(a), account, replayed=False)  # neither key was consumed
 
 
+@rule("several-keys")
 def test_comma_inside_a_quoted_key_is_one_key(service, client, db, account):
-    need(service, "several-keys")
     raw = new_key() + ",x"
     b1 = assert_created(client.pay(f'"{raw}"'), account)
     assert assert_created(client.pay(f'"{raw}"'), account, replayed=True) == b1
@@ -393,10 +362,7 @@ LIMIT = 1048576
 
 
 def _post_raw(service, account, key, body):
-    head = (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {account}\r\n"
-            f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: close\r\n")
-    return raw_exchange(service.port, head, body)[0]
+    return raw_exchange(service.port, _head(account, key, f"Content-Length: {len(body)}"), body)[0]
 
 
 def _padded(size):
@@ -405,17 +371,49 @@ def _padded(size):
     return core[:-1] + b" " * (size - len(core)) + b"}"
 
 
-def test_body_of_10_mb_is_413_and_key_not_consumed(service, client, db, account):
-    need(service, "body-limit")
+ANSWER_WITHIN = 10.0  # an early answer takes milliseconds; a service reading a body never sent waits forever
+
+
+def _head(account, key, length_line, close=True):
+    return (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {account}\r\n"
+            f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\n{length_line}\r\n"
+            + ("Connection: close\r\n" if close else ""))
+
+
+BEFORE_READING = {"content-length": ("Content-Length: 10485760", b""),  # 10 MiB announced, no byte of it sent
+                  "chunked": ("Transfer-Encoding: chunked",  # one byte over the limit, and no end of the body
+                              f"{LIMIT + 1:x}\r\n".encode() + b" " * (LIMIT + 1) + b"\r\n")}
+
+
+@rule("body-limit")
+@pytest.mark.parametrize("form", list(BEFORE_READING))
+def test_413_before_reading_and_key_not_consumed(service, client, db, account, form):
+    """413 for a Content-Length over the limit without waiting for the body, and for a chunked body as soon as it
+    passes the limit: the rest of the body is never sent, so a service that reads on before answering times out.
+    The connection is a keep-alive one: the service must close it itself rather than read the rest first."""
     key = new_key()
-    r = _post_raw(service, account, key, _padded(10 * 1024 * 1024))
+    length, body = BEFORE_READING[form]
+    r, _ = raw_exchange(service.port, _head(account, key, length, close=False), body, timeout=ANSWER_WITHIN)
     assert_problem(r, 413, "request-too-large")
     assert debits(db, account, key) == [] and stored(db, account, key) == []
     assert_created(client.pay(key), account, replayed=False)
 
 
+@rule("whole-body")
+def test_truncated_body_is_not_executed(service, client, db, account):
+    """The client hangs up after 37 of the 600 bytes its Content-Length announced; the 37 bytes are a whole
+    payment. Not executed: no debit, nothing stored, and the proper retry with the key is claimed afresh."""
+    key = new_key()
+    whole = _padded(600)
+    raw_exchange(service.port, _head(account, key, "Content-Length: 600"), b'{"amount_cents":100,"currency":"EUR"}',
+                 timeout=ANSWER_WITHIN, hang_up=True)  # whatever the answer, if any
+    assert debits(db, account, key) == [] and stored(db, account, key) == []
+    assert_created(client.pay(key, body=whole), account, replayed=False)
+    assert len(debits(db, account, key)) == 1
+
+
+@rule("body-limit")
 def test_body_limit_is_1_mib_exactly(service, client, db, account):
-    need(service, "body-limit")
     key = new_key()
     assert_problem(_post_raw(service, account, key, _padded(LIMIT + 1)), 413, "request-too-large")
     assert debits(db, account, key) == []
@@ -423,10 +421,10 @@ def test_body_limit_is_1_mib_exactly(service, client, db, account):
     assert len(debits(db, account, key)) == 1
 
 
+@rule("not-executed")
 @pytest.mark.parametrize("body", list(INVALID_BODIES.values()), ids=list(INVALID_BODIES))
 def test_invalid_body_is_not_executed(service, client, db, account, body):
     """Validation before any write: answered 422, not stored, the key released for the corrected retry."""
-    need(service, "not-executed")
     key = new_key()
     raw = json.dumps(body).encode()
     r = client.pay(key, body=raw)
@@ -442,8 +440,8 @@ def test_invalid_body_is_not_executed(service, client, db, account, body):
     assert stored(db, account, key) == [(201,)]
 
 
+@rule("byte-identical-replay")
 def test_replay_is_byte_identical(service, client, db, account):
-    need(service, "byte-identical-replay")
     key = new_key()
     first = client.pay(key, body=b'{"currency":"EUR","amount_cents":4321}')
     assert first.status == 201, first
@@ -459,16 +457,16 @@ def test_replay_is_byte_identical(service, client, db, account):
                                                ("DELETE", "/payments", "POST"),
                                                ("GET", "/payments-unprotected", "POST"),
                                                ("POST", "/healthz", "GET, HEAD")])
+@rule("method-not-allowed")
 def test_wrong_method_is_405_with_allow(service, method, path, allow, account):
-    need(service, "method-not-allowed")
     r = Client(service.base, account).request(method, path, headers={"Authorization": f"Bearer {account}"})
     assert_problem(r, 405)
     got = {m.strip().upper() for m in (r.header("Allow") or "").split(",") if m.strip()}
     assert got == {m.strip() for m in allow.split(",")}, r
 
 
+@rule("method-not-allowed")
 def test_unknown_path_is_404(service, account):
-    need(service, "method-not-allowed")
     assert_problem(Client(service.base, account).request("GET", "/no-such-path"), 404)
 
 
@@ -483,8 +481,8 @@ def idle_spell():
     time.sleep(IDLE_SECONDS)
 
 
+@rule("idle-409")
 def test_409_at_once_after_an_idle_spell(service, idle_spell, client, db, account):
-    need(service, "idle-409")
     parallel_clicks(service, client, db, account)
 
 
@@ -514,8 +512,8 @@ def assert_ride(r, account, replayed=False):
     return b
 
 
+@rule("lease-rides")
 def test_ride_runs_through_and_replays_byte_identical(service, client, db, account):
-    need(service, "lease-rides")
     key = new_key()
     first = ride(service, account, key)
     b = assert_ride(first, account)
@@ -526,8 +524,8 @@ def test_ride_runs_through_and_replays_byte_identical(service, client, db, accou
     assert charges_of(db, account, key) == [(b["charge_id"],)]
 
 
+@rule("lease-rides")
 def test_ride_invalid_body_is_not_executed(service, client, db, account):
-    need(service, "lease-rides")
     key = new_key()
     assert_problem(ride(service, account, key, amount=0), 422, "invalid-payment")
     assert charges_of(db, account, key) == []
@@ -570,8 +568,8 @@ def http_client_errors():
     return http.client.HTTPException
 
 
+@rule("lease-rides")
 def test_ride_crash_after_charge_resumes_with_the_same_charge(service, client, db, account):
-    need(service, "lease-rides")
     key = _crash_and_resume(service, client, db, account, "crash-after-charge")
     (charge,) = charges_of(db, account, key)
     assert rides_of(db, account, key) == []
@@ -580,8 +578,8 @@ def test_ride_crash_after_charge_resumes_with_the_same_charge(service, client, d
     assert charges_of(db, account, key) == [charge] and len(rides_of(db, account, key)) == 1
 
 
+@rule("lease-rides")
 def test_ride_crash_after_checkpoint_resumes_at_the_receipt(service, client, db, account):
-    need(service, "lease-rides")
     key = _crash_and_resume(service, client, db, account, "crash-after-checkpoint")
     [(ride_id, charge_id, sent)] = rides_of(db, account, key)
     assert not sent
@@ -590,10 +588,10 @@ def test_ride_crash_after_checkpoint_resumes_at_the_receipt(service, client, db,
     assert rides_of(db, account, key) == [(ride_id, charge_id, True)] and len(charges_of(db, account, key)) == 1
 
 
+@rule("lease-rides")
 def test_ride_stalled_holder_is_fenced_off(service, client, db, account):
     """The holder stalls past its lease (heartbeat stopped); a retry takes over and completes; the stalled holder
     then gets 55000 at its next step and answers 409, writing nothing."""
-    need(service, "lease-rides")
     key = new_key()
     stall_ms = int(harness.RIDES_LEASE_SECONDS * 1000 * 2.5)
     out = {}
@@ -616,13 +614,78 @@ def test_ride_stalled_holder_is_fenced_off(service, client, db, account):
     assert_ride(ride(service, account, key), account, replayed=True)
 
 
+@rule("lease-rides")
 def test_ride_provider_503_is_not_stored(service, client, db, account):
-    need(service, "lease-rides")
     key = new_key()
     assert_problem(ride(service, account, key, fault="provider-503"), 503)
     assert rides_of(db, account, key) == []
     assert all(status is None for (status,) in stored(db, account, key)), "a 503 was stored"
     assert_ride(ride(service, account, key), account)
+
+
+# --------------------------------------------------------------------------- one request, one answer
+
+_J = "application/json"
+_V = b'{"amount_cents": 100, "currency": "EUR"}'
+# name: (body, Content-Type or None for none[, X-Fault]): sent to every service, each must answer the same
+CORPUS = {
+    "fault-throw-422": (_V, _J, "throw-422"), "fault-throw-502": (_V, _J, "throw-502"),
+    "fault-503": (_V, _J, "503"), "fault-db-error": (_V, _J, "db-error"),
+    "valid": (b'{"amount_cents": 100, "currency": "EUR"}', _J),
+    "valid-charset": (b'{"amount_cents": 100, "currency": "EUR"}', _J + "; charset=utf-8"),
+    "extra-field": (b'{"amount_cents": 100, "currency": "EUR", "note": "x"}', _J),
+    "amount-1e2": (b'{"amount_cents": 1e2, "currency": "EUR"}', _J),
+    "amount-1.0": (b'{"amount_cents": 1.0, "currency": "EUR"}', _J),
+    "amount-1.5": (b'{"amount_cents": 1.5, "currency": "EUR"}', _J),
+    "amount-negative": (b'{"amount_cents": -5, "currency": "EUR"}', _J),
+    "amount-zero": (b'{"amount_cents": 0, "currency": "EUR"}', _J),
+    "amount-string": (b'{"amount_cents": "100", "currency": "EUR"}', _J),
+    "amount-null": (b'{"amount_cents": null, "currency": "EUR"}', _J),
+    "amount-true": (b'{"amount_cents": true, "currency": "EUR"}', _J),
+    "amount-2^53-1": (b'{"amount_cents": 9007199254740991, "currency": "EUR"}', _J),
+    "amount-2^53+1": (b'{"amount_cents": 9007199254740993, "currency": "EUR"}', _J),
+    "amount-2^63": (b'{"amount_cents": 9223372036854775808, "currency": "EUR"}', _J),
+    "amount-huge": (b'{"amount_cents": 100000000000000000000000000000000000000, "currency": "EUR"}', _J),
+    "amount-missing": (b'{"currency": "EUR"}', _J),
+    "currency-lower": (b'{"amount_cents": 100, "currency": "eur"}', _J),
+    "currency-4-letters": (b'{"amount_cents": 100, "currency": "EURO"}', _J),
+    "currency-number": (b'{"amount_cents": 100, "currency": 978}', _J),
+    "currency-missing": (b'{"amount_cents": 100}', _J),
+    "array": (b'[100, "EUR"]', _J),
+    "json-string": (b'"100 EUR"', _J),
+    "json-null": (b"null", _J),
+    "not-json": (b"amount=100&currency=EUR", _J),
+    "empty": (b"", _J),
+    "white-space": (b"   ", _J),
+    "nul-escape": (b'{"amount_cents": 100, "currency": "E\\u0000R"}', _J),
+    "not-utf8": (b'{"amount_cents": 100, "currency": "EUR", "note": "\xff"}', _J),
+    "text-plain": (b'{"amount_cents": 100, "currency": "EUR"}', "text/plain"),
+    "form-urlencoded": (b'{"amount_cents": 100, "currency": "EUR"}', "application/x-www-form-urlencoded"),
+    "no-content-type": (b'{"amount_cents": 100, "currency": "EUR"}', None),
+}
+
+
+def _answer(r):
+    """What must be equal everywhere: the status, the media type and, of a problem, its type, title and status."""
+    if r.content_type != "application/problem+json":
+        return r.status, r.content_type
+    p = r.json
+    return r.status, r.content_type, p.get("type"), p.get("title"), p.get("status")
+
+
+@rule("same-answer")
+@pytest.mark.parametrize("case", list(CORPUS))
+def test_same_request_same_answer_everywhere(stack, _service_registry, case):
+    body, ctype, fault = (CORPUS[case] + (None,))[:3]
+    account = "e2e_same_" + uuid.uuid4().hex[:8]
+    answers = {}
+    for lang in selected_langs():
+        svc = get_service(_service_registry, stack, lang, "direct")
+        r = Client(svc.base).request("POST", "/payments", body=body, headers={
+            "Authorization": f"Bearer {account}", "Idempotency-Key": new_key(), "Content-Type": ctype, "X-Fault": fault})
+        answers.setdefault(_answer(r), []).append(lang)
+    assert len(answers) == 1, f"{case}: {body!r} ({ctype}) answered differently:\n" + "\n".join(
+        f"  {', '.join(langs)}: {a}" for a, langs in answers.items())
 
 
 # --------------------------------------------------------------------------- last

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,14 +90,9 @@ func TestClaimThenReplay(t *testing.T) {
 	if second.Status != 201 || second.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("second: %+v", second)
 	}
-	if second.Header.Get("Location") != first.Header.Get("Location") ||
+	if second.Header.Get("Location") != first.Header.Get("Location") || second.Body != first.Body ||
 		second.Header.Get("Content-Type") != "application/json" {
-		t.Fatalf("replayed headers %v, first %v", second.Header, first.Header)
-	}
-	var a, b any
-	if json.Unmarshal([]byte(first.Body), &a) != nil || json.Unmarshal([]byte(second.Body), &b) != nil ||
-		fmt.Sprint(a) != fmt.Sprint(b) {
-		t.Fatalf("replayed body %q, first %q", second.Body, first.Body)
+		t.Fatalf("replayed %v %q, first %v %q", second.Header, second.Body, first.Header, first.Body)
 	}
 	if f.runs.Load() != 1 || f.rows() != 1 {
 		t.Fatalf("handler ran %d times, %d ledger rows; want 1 and 1", f.runs.Load(), f.rows())
@@ -352,7 +348,7 @@ VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); e
 	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("after Fail: %+v", r)
 	}
-	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "true" || r.Body != `{"ok": true}` {
+	if r := do(t, srv.URL, ptr(key), `{}`, nil); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "true" || r.Body != `{"ok":true}` {
 		t.Fatalf("replay: %+v", r)
 	}
 	if n := testdb.LedgerRows(t, pool, scope); n != 1 {
@@ -360,37 +356,50 @@ VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); e
 	}
 }
 
-// The pool from ParsePoolConfig uses the simple protocol: pgx keeps no statement cache and the server gets no
-// prepared statement of ours. (Only statements prepared since the test began are looked at: through a pooler the
-// server connection may carry other clients' statements.)
-func TestSimpleProtocolNoPreparedStatements(t *testing.T) {
-	f := newFixture(t, idempotency.Options{})
-	if !f.pool.Config().ConnConfig.PreferSimpleProtocol {
-		t.Fatal("PreferSimpleProtocol is off")
-	}
+// NewPool prepares the statements (pgx's statement cache): after three requests on its one connection, the claim
+// and the completion are prepared there once each. With prefer_simple_protocol=true (what NewPool picks behind a
+// pooler, BehindPooler) the connection has no statement cache and the server no statement of ours. Both send
+// Options.TTL (an interval parameter) as the keys' lifetime.
+func TestPreparedStatements(t *testing.T) {
+	testdb.Pool(t) // skips without a database
 	ctx := context.Background()
-	var start time.Time
-	if err := f.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&start); err != nil {
+	url := os.Getenv(testdb.Env)
+	if cfg, err := pgx.ParseConfig(url); err != nil {
 		t.Fatal(err)
+	} else if pooled, err := idempotency.BehindPooler(ctx, cfg); err != nil || pooled {
+		t.Fatalf("BehindPooler of a direct connection: %v %v", pooled, err)
 	}
-	for i := 0; i < 3; i++ {
-		if r := f.post(ptr(testdb.Unique("k")), `{}`); r.Status != 201 {
-			t.Fatalf("%+v", r)
+	sep := map[bool]string{false: "?", true: "&"}[strings.Contains(url, "?")]
+	for want, opt := range map[int]string{2: "", 0: "&prefer_simple_protocol=true"} {
+		pool, err := idempotency.NewPool(ctx, url+sep+"pool_max_conns=1"+opt)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	conn, err := f.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if conn.Conn().StatementCache() != nil {
-		t.Fatal("the connection has a statement cache")
-	}
-	var n int
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements
-WHERE prepare_time >= $1::timestamptz AND statement LIKE '%idem_claim($1::text%'`, start).Scan(&n)
-	if err != nil || n != 0 {
-		t.Fatalf("%d prepared statements (%v)", n, err)
+		defer pool.Close()
+		if pool.Config().ConnConfig.PreferSimpleProtocol != (want == 0) {
+			t.Fatalf("%q: PreferSimpleProtocol %v", opt, pool.Config().ConnConfig.PreferSimpleProtocol)
+		}
+		scope := testdb.Unique("go_prep_")
+		g := idempotency.New(pool, idempotency.Options{Scope: func(*http.Request) string { return scope }, TTL: 90 * time.Minute})
+		srv := httptest.NewServer(g.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+			w.WriteHeader(http.StatusCreated)
+			return testdb.Debit(r.Context(), tx, scope, idempotency.Key(r.Context()))
+		}))
+		defer srv.Close()
+		for i := 0; i < 3; i++ {
+			if r := do(t, srv.URL, ptr(testdb.Unique("k")), `{}`, nil); r.Status != 201 {
+				t.Fatalf("%q: %+v", opt, r)
+			}
+		}
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements
+WHERE statement LIKE 'SELECT idem_claim_request(%' OR statement LIKE 'SELECT idem_complete_request(%'`).Scan(&n); err != nil || n != want {
+			t.Fatalf("%q: %d prepared statements of ours, want %d (%v)", opt, n, want, err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE scope = $1
+AND expires_at BETWEEN now() + interval '89 minutes' AND now() + interval '91 minutes'`, scope).Scan(&n); err != nil || n != 3 {
+			t.Fatalf("%q: %d keys of 90 minutes, want 3 (%v)", opt, n, err)
+		}
 	}
 }
 
@@ -413,5 +422,109 @@ func TestQuotesAndBackslashes(t *testing.T) {
 	if json.Unmarshal([]byte(first.Body), &a) != nil || json.Unmarshal([]byte(second.Body), &b) != nil ||
 		fmt.Sprint(a["echo"]) != fmt.Sprint(b["echo"]) || !strings.Contains(second.Body, `O'Brien`) {
 		t.Fatalf("bodies %q and %q", first.Body, second.Body)
+	}
+}
+
+// A handler that returns without writing anything: the middleware did not see a status, so it rolls back and
+// answers 500 instead of committing the implicit 200 net/http would send.
+func TestNoResponseRollsBack(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		w.Header().Set("Content-Type", "application/json") // a header alone is not a response
+		return nil
+	}
+	expectNotCached(t, f, 500, "internal-error")
+}
+
+// NotExecuted: the handler refused the request before doing anything. Its 422 is sent, not stored; the key is
+// free, so the corrected request with the same key runs.
+func TestNotExecutedIsNotStored(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), "bad") {
+			idempotency.NotExecuted(r.Context())
+			idempotency.Problem("", 422, "invalid-payment", "Invalid payment", "bad").Write(w)
+			return nil
+		}
+		w.WriteHeader(201)
+		return nil
+	}
+	key := testdb.Unique("k")
+	if r := f.post(ptr(key), `{"v": "bad"}`); r.Status != 422 || r.ProblemType() != "invalid-payment" {
+		t.Fatalf("%+v", r)
+	}
+	if f.rows() != 0 {
+		t.Fatalf("%d rows after a request not executed", f.rows())
+	}
+	if r := f.post(ptr(key), `{"v": "good"}`); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the corrected request with the same key: %+v", r)
+	}
+	if f.rows() != 1 {
+		t.Fatalf("%d rows", f.rows())
+	}
+}
+
+// The first answer is the stored form: a JSON body written with odd spacing and key order is sent as jsonb gives
+// it back, so the replay is byte for byte the same, Content-Length included.
+func TestReplayIsByteIdentical(t *testing.T) {
+	for _, noPipeline := range []bool{false, true} {
+		f := newFixture(t, idempotency.Options{NoPipeline: noPipeline})
+		f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(201)
+			_, _ = io.WriteString(w, `{"z":1,   "a":{"b":[1,2.50]},"s":"\u00e9"}`)
+			return nil
+		}
+		key := testdb.Unique("k")
+		first := f.post(ptr(key), `{}`)
+		second := f.post(ptr(key), `{}`)
+		if first.Status != 201 || second.Header.Get("Idempotent-Replayed") != "true" || first.Body != second.Body ||
+			first.Header.Get("Content-Length") != second.Header.Get("Content-Length") {
+			t.Fatalf("NoPipeline %v: first %q %v, replay %q %v", noPipeline, first.Body, first.Header, second.Body, second.Header)
+		}
+	}
+}
+
+// The pipelined transaction given to handlers: savepoints work, Commit is refused (the middleware commits after
+// storing the response), Rollback ends the request with 500 and nothing stored.
+func TestPipelinedTx(t *testing.T) {
+	f := newFixture(t, idempotency.Options{})
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		ctx := r.Context()
+		if err := tx.BeginFunc(ctx, func(sp pgx.Tx) error {
+			if _, err := sp.Exec(ctx, `INSERT INTO ledger (account, amount_cents, currency, idempotency_key)
+VALUES ($1::text, -1, 'USD', 'savepoint')`, f.scope); err != nil {
+				return err
+			}
+			return errors.New("undo the savepoint")
+		}); err == nil || err.Error() != "undo the savepoint" {
+			return err
+		}
+		if err := tx.Commit(ctx); err == nil {
+			return errors.New("the handler could commit the request's transaction")
+		}
+		w.WriteHeader(201)
+		return nil
+	}
+	key := testdb.Unique("k")
+	if r := f.post(ptr(key), `{}`); r.Status != 201 {
+		t.Fatalf("%+v", r)
+	}
+	if f.rows() != 1 { // the handler's insert; the savepoint's was rolled back
+		t.Fatalf("%d rows", f.rows())
+	}
+	f.behave = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		if err := tx.Rollback(r.Context()); err != nil {
+			return err
+		}
+		w.WriteHeader(201)
+		return nil
+	}
+	if r := f.post(ptr(testdb.Unique("k")), `{}`); r.Status != 500 {
+		t.Fatalf("after the handler rolled back: %+v", r)
+	}
+	if f.rows() != 1 {
+		t.Fatalf("%d rows", f.rows())
 	}
 }

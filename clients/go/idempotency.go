@@ -2,13 +2,14 @@
 // the Idempotency-Key request header by claiming the key, running the handler and storing its response in one
 // database transaction, the same transaction as the handler's own writes.
 //
-// Per request: the key is parsed (400 problem+json when missing or invalid), the body must be JSON (400 otherwise,
-// before any claim), then
+// Per request: the key is parsed (400 problem+json when missing or invalid), the body is read whole and must be
+// JSON (400 otherwise, 413 over Options.MaxBodyBytes, before any claim), then, with the statements of extension 1.3
 //
 //	BEGIN
-//	idem_claim(key, idem_hash(jsonb_build_object('method', .., 'path', .., 'body', ..)), ttl, scope)
+//	idem_claim_request(key, scope, method, path, query, content type, body, ttl)
 //	  claimed     -> the handler runs inside the transaction; its response is buffered;
-//	                 idem_complete(key, status, body, headers, scope); COMMIT; the response is sent
+//	                 idem_complete_request(key, scope, status, content type, headers, body bytes); COMMIT; the
+//	                 response is sent
 //	  replay      -> ROLLBACK; the stored response, plus Idempotent-Replayed: true
 //	  mismatch    -> ROLLBACK; 422 problem+json (idempotency-key-reused)
 //	  in_progress -> ROLLBACK; 409 problem+json, Retry-After: 1
@@ -234,12 +235,12 @@ type PanicError struct {
 
 func (p *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", p.Value) }
 
+// The statements of extension 1.3 (clients/CONTRACT.md "Statements of 1.3"): the claim computes the request's
+// fingerprint itself, the completion stores the response's bytes. Neither function is overloaded, so the
+// statements need no casts and are prepared as they are (pgx's statement cache) or sent unprepared alike.
 const (
-	claimSQL = `SELECT c.outcome, c.http_status, c.response_body::text, c.response_headers::text
-FROM idem_claim($1::text,
-                idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb)),
-                $5::interval, $6::text) AS c`
-	completeSQL = `SELECT idem_complete($1::text, $2::int, $3::jsonb, $4::jsonb, $5::text), $3::jsonb::text`
+	claimSQL    = `SELECT idem_claim_request($1, $2, $3, $4, $5, $6, $7, $8)`
+	completeSQL = `SELECT idem_complete_request($1, $2, $3, $4, $5, $6)`
 )
 
 // Guards reports whether requests with this method go through the protocol (Options.Methods); framework
@@ -270,6 +271,23 @@ func (g *Guard) handle(passthrough http.Handler, h TxHandlerFunc) http.Handler {
 }
 
 func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
+	key, refused := g.ReadKey(r)
+	if refused == nil {
+		var raw []byte
+		if raw, refused = g.ReadBody(r); refused == nil && !ValidRequestBody(raw) {
+			refused = g.badBody()
+		}
+		if refused == nil {
+			g.run(w, r, key, raw, h)
+			return
+		}
+	}
+	refused.Write(w)
+}
+
+// ReadKey parses the request's Idempotency-Key (ParseKey); a non-nil Response is the 400 problem+json to answer
+// instead.
+func (g *Guard) ReadKey(r *http.Request) (string, *Response) {
 	key, err := ParseKey(r.Header.Values("Idempotency-Key"))
 	if err != nil {
 		ke := err.(*KeyError)
@@ -277,32 +295,52 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 		if ke.Missing {
 			title = "Idempotency-Key required"
 		}
-		g.problem(http.StatusBadRequest, ke.Slug(), title, ke.Reason).Write(w)
-		return
+		return "", g.problem(http.StatusBadRequest, ke.Slug(), title, ke.Reason)
 	}
-	if r.ContentLength > g.opts.MaxBodyBytes {
-		// Refused unread: the server closes the connection rather than drain a body this size.
-		g.tooLarge().Write(w)
-		return
+	return key, nil
+}
+
+// ReadBody reads the request body whole, as the Guard does before any claim. A non-nil Response is the answer
+// that ends the request there, nothing claimed: 413 for a Content-Length over Options.MaxBodyBytes (refused
+// unread) or a body that passes the limit (cut off there), 400 for a body that did not arrive whole (a failed
+// read, or fewer bytes than its Content-Length: the client hung up). Each refusal closes the connection, so the
+// server reads no more of the body.
+func (g *Guard) ReadBody(r *http.Request) ([]byte, *Response) {
+	var (
+		refused *Response
+		raw     []byte
+		err     error
+	)
+	if r.ContentLength <= g.opts.MaxBodyBytes {
+		raw, err = io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
-	if err != nil {
-		g.problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body", err.Error()).Write(w)
-		return
+	switch {
+	case r.ContentLength > g.opts.MaxBodyBytes || int64(len(raw)) > g.opts.MaxBodyBytes:
+		refused = g.problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
+			fmt.Sprintf("the request body is over %d bytes (Options.MaxBodyBytes)", g.opts.MaxBodyBytes))
+	case err == nil && int64(len(raw)) < r.ContentLength:
+		err = fmt.Errorf("%d bytes of a body of %d (Content-Length)", len(raw), r.ContentLength)
+		fallthrough
+	case err != nil:
+		refused = g.problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body",
+			"the request body did not arrive whole: "+err.Error())
+	default:
+		return raw, nil
 	}
-	if int64(len(raw)) > g.opts.MaxBodyBytes {
-		g.tooLarge().Write(w)
-		return
-	}
-	if !ValidRequestBody(raw) {
-		g.badBody().Write(w)
-		return
-	}
+	refused.Header.Set("Connection", "close")
+	return nil, refused
+}
+
+// run runs the attempts of a request whose key and body were read: the transaction, again after 40001/40P01.
+func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []byte, h TxHandlerFunc) {
 	scope := ""
 	if g.opts.Scope != nil {
 		scope = g.opts.Scope(r)
 	}
-	req := attemptInput{key: key, scope: scope, method: r.Method, path: r.URL.Path, body: raw}
+	req := attemptInput{key: key, scope: scope, method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, body: raw}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		req.contentType = ct
+	}
 
 	for attempt := 0; ; attempt++ {
 		resp, err := g.attempt(r, req, attempt, h)
@@ -346,19 +384,15 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 	}
 }
 
-func (g *Guard) tooLarge() *Response {
-	return g.problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
-		fmt.Sprintf("the request body is over %d bytes (Options.MaxBodyBytes)", g.opts.MaxBodyBytes))
-}
-
 func (g *Guard) badBody() *Response {
 	return g.problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body",
 		"the request body is not JSON")
 }
 
 type attemptInput struct {
-	key, scope, method, path string
-	body                     []byte
+	key, scope, method, path, query string
+	contentType                     any // the request's Content-Type, nil when it has none
+	body                            []byte
 }
 
 func (g *Guard) ttl() any {
@@ -388,7 +422,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 	}
 	defer s.close() // rolls back unless finish committed
 
-	c, err := s.claim(ctx, []any{in.key, in.method, in.path, string(in.body), g.ttl(), in.scope})
+	c, err := s.claim(ctx, []any{in.key, in.scope, in.method, in.path, in.query, in.contentType, in.body, g.ttl()})
 	if err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && badBodyCodes[pg.Code] {
@@ -396,7 +430,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		}
 		return nil, err
 	}
-	if early, err := ClaimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
+	if early, err := claimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
 		return early, err // replay, mismatch, in_progress: close rolls the transaction back
 	}
 
@@ -437,15 +471,10 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		// Not stored: close rolls back the handler's writes and the claim, so the key is free for a retry.
 		return resp, nil
 	}
-	body, headers := StoredForm(resp, g.opts.ReplayHeaders)
-	done, err := s.finish(ctx, []any{in.key, resp.Status, body, headers, in.scope})
-	if err != nil {
+	// The bytes sent are the bytes stored: every replay is the first answer, byte for byte.
+	contentType, headers := storedHeaders(resp.Header, g.opts.ReplayHeaders)
+	if err := s.finish(ctx, []any{in.key, in.scope, resp.Status, contentType, headers, resp.Body}); err != nil {
 		return nil, err
-	}
-	if done.canon != nil && body != nil && *body == string(resp.Body) {
-		// A JSON body is stored as jsonb, which normalises white space and key order: the first answer is sent in
-		// the stored form too, so that a replay is byte for byte the response the client first got.
-		resp.Body = []byte(*done.canon)
 	}
 	return resp, nil
 }

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -170,11 +171,9 @@ func isJSONType(contentType string) bool {
 	return media == "application/json" || strings.HasSuffix(media, "+json")
 }
 
-// StoredForm is what idem_complete stores for r: the body as JSON text (nil for an empty body) and the headers as a
-// JSON object. A JSON body (by its Content-Type) is stored as JSON; any other body as a JSON string, its encoding
-// kept in BodyEncodingHeader, which the replay removes. allow, when not nil, is the allow-list of headers to store
-// (case-insensitive); otherwise every header but the per-connection ones. Repeated headers are joined with ", ".
-func StoredForm(r *Response, allow []string) (body *string, headers string) {
+// replayHeaders are the headers of h to store for a replay: allow, when not nil, is the allow-list (case-insensitive);
+// otherwise every header but the per-connection ones. Repeated headers are joined with ", ".
+func replayHeaders(h http.Header, allow []string) map[string]string {
 	var allowed map[string]bool
 	if allow != nil {
 		allowed = map[string]bool{}
@@ -183,22 +182,43 @@ func StoredForm(r *Response, allow []string) (body *string, headers string) {
 		}
 	}
 	out := map[string]string{}
-	keys := make([]string, 0, len(r.Header))
-	for k := range r.Header {
+	keys := make([]string, 0, len(h))
+	for k := range h {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
 		ck := http.CanonicalHeaderKey(k)
-		if notReplayed[ck] || (allowed != nil && !allowed[ck]) || len(r.Header[k]) == 0 {
+		if notReplayed[ck] || (allowed != nil && !allowed[ck]) || len(h[k]) == 0 {
 			continue
 		}
-		v := strings.Join(r.Header[k], ", ")
+		v := strings.Join(h[k], ", ")
 		if prev, ok := out[ck]; ok {
 			v = prev + ", " + v
 		}
 		out[ck] = v
 	}
+	return out
+}
+
+// storedHeaders are the Content-Type (nil when none is stored) and the other headers, as a JSON object, that
+// idem_complete_request stores for a replay (replayHeaders).
+func storedHeaders(h http.Header, allow []string) (contentType any, headers string) {
+	out := replayHeaders(h, allow)
+	if ct, ok := out["Content-Type"]; ok {
+		contentType = ct
+		delete(out, "Content-Type")
+	}
+	b, _ := json.Marshal(out)
+	return contentType, string(b)
+}
+
+// StoredForm is what the jsonb completions (idem_complete, idem_lease_complete) store for r: the body as JSON text
+// (nil for an empty body) and the headers (replayHeaders) as a JSON object. A JSON body (by its Content-Type) is
+// stored as JSON; any other body as a JSON string, its encoding kept in BodyEncodingHeader, which the replay
+// removes.
+func StoredForm(r *Response, allow []string) (body *string, headers string) {
+	out := replayHeaders(r.Header, allow)
 	if len(r.Body) > 0 {
 		var s string
 		if utf8.Valid(r.Body) && isJSONType(r.Header.Get("Content-Type")) && validJSON(r.Body) {
@@ -216,6 +236,75 @@ func StoredForm(r *Response, allow []string) (body *string, headers string) {
 	}
 	hb, _ := json.Marshal(out)
 	return body, string(hb)
+}
+
+// claimResponse maps the value of idem_claim_request, in its text form, to the answer: nil for claimed (run the
+// handler), a replay's stored status, Content-Type, headers and body bytes, or ClaimResponse's 422 and 409. A
+// key stored through the jsonb completion of 1.0-1.2 (no content type) replays as ClaimResponse replays it.
+func claimResponse(base, value string) (*Response, error) {
+	f, err := parseRecord(value)
+	if err != nil || len(f) != 5 || f[0] == nil {
+		return nil, fmt.Errorf("idempotency: idem_claim_request answered %q", value)
+	}
+	c := ClaimRow{Outcome: *f[0], ResponseHeaders: f[3]}
+	if f[1] != nil {
+		n, err := strconv.ParseInt(*f[1], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("idempotency: idem_claim_request's status %q", *f[1])
+		}
+		status := int32(n)
+		c.HTTPStatus = &status
+	}
+	if f[4] != nil {
+		b, err := hex.DecodeString(strings.TrimPrefix(*f[4], `\x`))
+		if err != nil {
+			return nil, fmt.Errorf("idempotency: idem_claim_request's body: %w", err)
+		}
+		body := string(b)
+		c.ResponseBody = &body
+	}
+	resp, err := ClaimResponse(base, c)
+	if resp != nil && c.Outcome == OutcomeReplay && f[2] != nil {
+		resp.Header.Set("Content-Type", *f[2])
+	}
+	return resp, err
+}
+
+// parseRecord splits the text form of a record, (a,,"b c","d""e"), into its fields: nil for NULL (an empty
+// unquoted field); quotes group, a doubled quote inside them and a backslash escape the next character.
+func parseRecord(s string) ([]*string, error) {
+	if len(s) < 2 || s[0] != '(' || s[len(s)-1] != ')' {
+		return nil, fmt.Errorf("not a record: %q", s)
+	}
+	s = s[1 : len(s)-1]
+	var fields []*string
+	var b strings.Builder
+	present, quoted := false, false
+	for i := 0; i <= len(s); i++ {
+		switch {
+		case i == len(s) || (!quoted && s[i] == ','):
+			var f *string
+			if present {
+				v := b.String()
+				f = &v
+			}
+			fields = append(fields, f)
+			b.Reset()
+			present = false
+		case s[i] == '"' && quoted && i+1 < len(s) && s[i+1] == '"', s[i] == '\\' && i+1 < len(s):
+			i++
+			b.WriteByte(s[i])
+		case s[i] == '"':
+			quoted, present = !quoted, true
+		default:
+			b.WriteByte(s[i])
+			present = true
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("unterminated quote in %q", s)
+	}
+	return fields, nil
 }
 
 // validJSON is json.Valid plus what PostgreSQL's jsonb refuses and Go accepts: the \u0000 escape. (Invalid

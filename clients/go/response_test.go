@@ -242,3 +242,34 @@ func TestRecorder(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// idem_claim_request's value in its text form: the record's quoting, NULL fields, the bytea body, and a key stored
+// through the jsonb completion of 1.0-1.2 (its body in a JSON string, the encoding in a stored header).
+func TestClaimRequestResponse(t *testing.T) {
+	for _, tc := range []struct {
+		value, status, contentType, location, body string
+	}{
+		{`(claimed,,,,)`, "", "", "", ""},
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","\\x7b2261223a317d")`, "201", "application/json", "/p/1", `{"a":1}`},
+		{`(replay,204,,,)`, "204", "", "", ""},
+		{`(replay,200,,"{""Content-Type"": ""text/plain"", ""Idempotency-Body-Encoding"": ""text""}","\\x2268692c205c22796f755c2222")`,
+			"200", "text/plain", "", `hi, "you"`},
+		{`(mismatch,422,,,)`, "422", "application/problem+json", "", ""},
+		{`(in_progress,409,,,)`, "409", "application/problem+json", "", ""},
+	} {
+		r, err := claimResponse("", tc.value)
+		if err != nil || (r == nil) != (tc.status == "") {
+			t.Fatalf("%s: %+v %v", tc.value, r, err)
+		}
+		if r != nil && (itoa(r.Status) != tc.status || r.Header.Get("Content-Type") != tc.contentType ||
+			r.Header.Get("Location") != tc.location || (tc.body != "" && string(r.Body) != tc.body) ||
+			r.Header.Get(BodyEncodingHeader) != "") {
+			t.Errorf("%s: %d %v %q", tc.value, r.Status, r.Header, r.Body)
+		}
+	}
+	for _, bad := range []string{``, `(replay`, `(replay,x,,,)`, `(replay,200,,,"\\xZZ")`, `("a)`, `(a,b)`} {
+		if _, err := claimResponse("", bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -16,18 +16,11 @@ import (
 // sends BEGIN with the claim and the completion with COMMIT, so the middleware adds one round trip to the
 // handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
 type session interface {
-	claim(ctx context.Context, args []any) (ClaimRow, error)
-	tx() pgx.Tx       // the pgx transaction, nil for database/sql
-	querier() Querier // the database/sql transaction, nil for pgx
-	finish(ctx context.Context, args []any) (completed, error)
+	claim(ctx context.Context, args []any) (string, error) // idem_claim_request's value in its text form
+	tx() pgx.Tx                                            // the pgx transaction, nil for database/sql
+	querier() Querier                                      // the database/sql transaction, nil for pgx
+	finish(ctx context.Context, args []any) error
 	close()
-}
-
-// completed is what the completion statement returns: whether a response was stored, and the stored body as
-// jsonb gives it back (the form a replay sends).
-type completed struct {
-	stored bool
-	canon  *string
 }
 
 func (g *Guard) newSession(ctx context.Context) (session, error) {
@@ -70,12 +63,6 @@ func beginSQL(opts pgx.TxOptions) string {
 	return s
 }
 
-func scanClaim(row pgx.Row) (ClaimRow, error) {
-	var c ClaimRow
-	err := row.Scan(&c.Outcome, &c.HTTPStatus, &c.ResponseBody, &c.ResponseHeaders)
-	return c, err
-}
-
 // txSession runs each statement on its own (DB.BeginTx, claim, ..., complete, Commit): for a DB that is neither a
 // *pgxpool.Pool nor a *pgx.Conn, or with Options.NoPipeline.
 type txSession struct {
@@ -84,24 +71,21 @@ type txSession struct {
 	t    pgx.Tx
 }
 
-func (s *txSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
-	t, err := s.db.BeginTx(ctx, s.opts)
-	if err != nil {
-		return ClaimRow{}, err
+func (s *txSession) claim(ctx context.Context, args []any) (c string, err error) {
+	if s.t, err = s.db.BeginTx(ctx, s.opts); err == nil {
+		err = s.t.QueryRow(ctx, claimSQL, args...).Scan(&c)
 	}
-	s.t = t
-	return scanClaim(t.QueryRow(ctx, claimSQL, args...))
+	return c, err
 }
 
 func (s *txSession) tx() pgx.Tx       { return s.t }
 func (s *txSession) querier() Querier { return nil }
 
-func (s *txSession) finish(ctx context.Context, args []any) (completed, error) {
-	var c completed
-	if err := s.t.QueryRow(ctx, completeSQL, args...).Scan(&c.stored, &c.canon); err != nil {
-		return c, err
+func (s *txSession) finish(ctx context.Context, args []any) error {
+	if err := s.t.QueryRow(ctx, completeSQL, args...).Scan(new(bool)); err != nil {
+		return err
 	}
-	return c, s.t.Commit(ctx)
+	return s.t.Commit(ctx)
 }
 
 func (s *txSession) close() {
@@ -121,16 +105,16 @@ type pipeSession struct {
 	t       *connTx
 }
 
-func (s *pipeSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
+func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
 	b := &pgx.Batch{}
 	b.Queue(s.begin)
 	b.Queue(claimSQL, args...)
 	br := s.conn.SendBatch(ctx, b)
 	_, err := br.Exec()
-	var c ClaimRow
+	var c string
 	if err == nil {
 		s.t = &connTx{conn: s.conn}
-		c, err = scanClaim(br.QueryRow())
+		err = br.QueryRow().Scan(&c)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -146,16 +130,15 @@ func (s *pipeSession) tx() pgx.Tx {
 }
 func (s *pipeSession) querier() Querier { return nil }
 
-func (s *pipeSession) finish(ctx context.Context, args []any) (completed, error) {
-	var c completed
+func (s *pipeSession) finish(ctx context.Context, args []any) error {
 	if s.t.closed {
-		return c, fmt.Errorf("idempotency: the handler ended the request's transaction: %w", pgx.ErrTxClosed)
+		return fmt.Errorf("idempotency: the handler ended the request's transaction: %w", pgx.ErrTxClosed)
 	}
 	b := &pgx.Batch{}
 	b.Queue(completeSQL, args...)
 	b.Queue("COMMIT")
 	br := s.conn.SendBatch(ctx, b)
-	err := br.QueryRow().Scan(&c.stored, &c.canon)
+	err := br.QueryRow().Scan(new(bool))
 	if err == nil {
 		var tag pgconn.CommandTag
 		tag, err = br.Exec()
@@ -169,7 +152,7 @@ func (s *pipeSession) finish(ctx context.Context, args []any) (completed, error)
 	if err == nil {
 		s.t.closed = true
 	}
-	return c, err
+	return err
 }
 
 func (s *pipeSession) close() {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v4"
@@ -39,17 +38,22 @@ func NewSQL(db *sql.DB, opts Options) *Guard {
 	return g
 }
 
-// OpenSQL opens a database/sql pool of the pgx driver that works through PgBouncer in transaction pooling mode
-// (the simple protocol, no statement cache: ParsePoolConfig's rules). pool_max_conns in the URL does not apply:
-// size it with db.SetMaxOpenConns / SetMaxIdleConns.
+// OpenSQL opens a database/sql pool of the pgx driver with NewPool's protocol: prepared statements (pgx's
+// statement cache), or the simple protocol with prefer_simple_protocol=true in the string or behind a pooler such
+// as PgBouncer, which it connects once to detect (BehindPooler; within 30 s). pool_max_conns in the string does
+// not apply: size it with db.SetMaxOpenConns / SetMaxIdleConns.
 func OpenSQL(connString string) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, err
 	}
-	if !strings.Contains(connString, "prefer_simple_protocol") {
-		cfg.PreferSimpleProtocol = true
+	if cfg.PreferSimpleProtocol {
 		cfg.BuildStatementCache = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := chooseProtocol(ctx, cfg, connString); err != nil {
+		return nil, err
 	}
 	return stdlib.OpenDB(*cfg), nil
 }
@@ -91,26 +95,21 @@ func sqlTxOptions(o pgx.TxOptions) *sql.TxOptions {
 	return opts
 }
 
-func (s *sqlTxSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
-	t, err := s.db.BeginTx(ctx, sqlTxOptions(s.opts))
-	if err != nil {
-		return ClaimRow{}, err
+func (s *sqlTxSession) claim(ctx context.Context, args []any) (c string, err error) {
+	if s.t, err = s.db.BeginTx(ctx, sqlTxOptions(s.opts)); err == nil {
+		err = s.t.QueryRowContext(ctx, claimSQL, args...).Scan(&c)
 	}
-	s.t = t
-	var c ClaimRow
-	err = t.QueryRowContext(ctx, claimSQL, args...).Scan(&c.Outcome, &c.HTTPStatus, &c.ResponseBody, &c.ResponseHeaders)
 	return c, err
 }
 
 func (s *sqlTxSession) tx() pgx.Tx       { return nil }
 func (s *sqlTxSession) querier() Querier { return s.t }
 
-func (s *sqlTxSession) finish(ctx context.Context, args []any) (completed, error) {
-	var c completed
-	if err := s.t.QueryRowContext(ctx, completeSQL, args...).Scan(&c.stored, &c.canon); err != nil {
-		return c, err
+func (s *sqlTxSession) finish(ctx context.Context, args []any) error {
+	if err := s.t.QueryRowContext(ctx, completeSQL, args...).Scan(new(bool)); err != nil {
+		return err
 	}
-	return c, s.t.Commit()
+	return s.t.Commit()
 }
 
 func (s *sqlTxSession) close() {
@@ -147,7 +146,7 @@ func (s *sqlPipeSession) raw(fn func(p *pipeSession) error) error {
 	})
 }
 
-func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c ClaimRow, err error) {
+func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c string, err error) {
 	err = s.raw(func(p *pipeSession) error {
 		c, err = p.claim(ctx, args)
 		return err
@@ -158,12 +157,8 @@ func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c ClaimRow, err
 func (s *sqlPipeSession) tx() pgx.Tx       { return nil }
 func (s *sqlPipeSession) querier() Querier { return s.conn }
 
-func (s *sqlPipeSession) finish(ctx context.Context, args []any) (c completed, err error) {
-	err = s.raw(func(p *pipeSession) error {
-		c, err = p.finish(ctx, args)
-		return err
-	})
-	return c, err
+func (s *sqlPipeSession) finish(ctx context.Context, args []any) error {
+	return s.raw(func(p *pipeSession) error { return p.finish(ctx, args) })
 }
 
 func (s *sqlPipeSession) close() {

@@ -4,7 +4,9 @@
 // c.Error / c.AbortWithError; gin writes a status set with c.Status only after the whole chain has run. Handle
 // runs the handler inside the request's transaction with c.Writer swapped for a gin.ResponseWriter over the
 // middleware's recorder, so the middleware sees the status gin would send, and commits exactly that: a 4xx is
-// stored; a 5xx, a panic, an error recorded with c.Error and no response, or no response at all roll back.
+// stored; a 5xx, a panic, an error recorded with c.Error and no response, or no response at all roll back. An
+// error with a status and no body (c.AbortWithError(422, err)) is answered problem+json, as net/http's
+// idempotency.HTTPError and echo's HTTPError are.
 package ginidem
 
 import (
@@ -37,15 +39,26 @@ func Handle(g *idempotency.Guard, h gin.HandlerFunc) gin.HandlerFunc {
 			rw := &writer{rec: w, orig: orig}
 			c.Writer = rw
 			h(c)
-			rw.WriteHeaderNow() // a status set with c.Status and no body, as gin sends it after the chain
 			for _, e := range c.Errors {
 				if idempotency.IsRetryable(e.Err) {
 					return e.Err // the whole transaction again
 				}
 			}
-			if !rw.wrote && len(c.Errors) > 0 {
-				return c.Errors.Last().Err // a failure and no response: rolled back, 500
+			if last := c.Errors.Last(); last != nil && rw.size == 0 { // an error, no body
+				if !rw.touched {
+					return last.Err // a failure and no response: rolled back, 500
+				}
+				if rw.status >= 400 {
+					// AbortWithError(422, err): the error's status as problem+json in place of the bare status gin
+					// sends, as the other frameworks' errors are answered; the message only of a public error.
+					detail := ""
+					if last.IsType(gin.ErrorTypePublic) {
+						detail = last.Error()
+					}
+					return &idempotency.HTTPError{Status: rw.status, Detail: detail, Err: last.Err}
+				}
 			}
+			rw.WriteHeaderNow() // a status set with c.Status and no body, as gin sends it after the chain
 			return nil
 		}).ServeHTTP(orig, origReq)
 		c.Writer = orig

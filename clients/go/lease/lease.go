@@ -54,7 +54,8 @@ type Runner struct {
 }
 
 // Request identifies the leased request: its key, its scope (the authenticated tenant) and its fingerprint,
-// computed in SQL from method, path and the JSON body as the transactional middleware does.
+// computed in SQL from method, path and the JSON body (idem_fingerprint of 1.3, in its JSON form: the value 1.2's
+// idem_hash composition gives).
 type Request struct {
 	Key, Scope, Method, Path string
 	Body                     []byte
@@ -272,9 +273,9 @@ func (rn *Runner) lease(ctx context.Context, req Request, leaseLen time.Duration
 	// SELECT l.*: the columns by name, so a 1.2 database's trailing fencing_number is read when it is there.
 	rows, err := rn.Pool.Query(ctx, `SELECT l.*, l.response_body::text AS idem_body_text,
   l.response_headers::text AS idem_headers_text
-FROM idem_lease($1::text, idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb)),
+FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, NULL, $4::bytea),
   $5::interval, $6::interval, $7::text) AS l`,
-		req.Key, req.Method, req.Path, string(req.Body), micros(leaseLen), ttl, req.Scope)
+		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope)
 	if err != nil {
 		return nil, nil, err
 	}

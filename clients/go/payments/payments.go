@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"regexp"
@@ -126,9 +127,9 @@ func NewHandler(db idempotency.DB, cfg Config) (http.Handler, error) {
 	})))
 	mux.Handle("/payments", onlyMethod(http.MethodPost, authenticate(payments)))
 	if pool, ok := db.(*pgxpool.Pool); ok {
-		mux.Handle("/rides", onlyMethod(http.MethodPost, authenticate(s.ridesHandler(pool))))
+		mux.Handle("/rides", onlyMethod(http.MethodPost, authenticate(s.ridesHandler(pool, guard))))
 	}
-	mux.Handle("/payments-unprotected", onlyMethod(http.MethodPost, authenticate(http.HandlerFunc(s.unprotected))))
+	mux.Handle("/payments-unprotected", onlyMethod(http.MethodPost, authenticate(s.unprotected(guard))))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, "not-found", "Not Found", r.URL.Path+" is not a resource here").Write(w)
 	}))
@@ -198,7 +199,7 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 			case err != nil:
 				_ = c.Error(err)
 			case thrown != 0:
-				_ = c.AbortWithError(thrown, errors.New("thrown by the handler"))
+				_ = c.AbortWithError(thrown, errors.New("thrown by the handler")).SetType(gin.ErrorTypePublic)
 			}
 		}))
 		return r, nil
@@ -210,6 +211,10 @@ type service struct {
 	db  idempotency.DB
 	cfg Config
 }
+
+// MaxAmountCents is the largest amount_cents (CONTRACT.md): 2^53 - 1, the largest integer every JSON parser holds
+// exactly (I-JSON, RFC 7493), so every client answers the same amount the same way.
+const MaxAmountCents = 1<<53 - 1
 
 type paymentRequest struct {
 	AmountCents json.RawMessage `json:"amount_cents"`
@@ -230,8 +235,8 @@ func validate(body []byte) (int64, string, string) {
 		return 0, "", "the body must be a JSON object {\"amount_cents\": <integer > 0>, \"currency\": \"<ISO 4217>\"}"
 	}
 	amount, err := strconv.ParseInt(string(bytes.TrimSpace(req.AmountCents)), 10, 64)
-	if err != nil || amount <= 0 {
-		return 0, "", "amount_cents must be an integer greater than 0"
+	if err != nil || amount <= 0 || amount > MaxAmountCents {
+		return 0, "", "amount_cents must be an integer from 1 to 9007199254740991"
 	}
 	var currency string
 	if json.Unmarshal(req.Currency, &currency) != nil || !currencyRE.MatchString(currency) {
@@ -257,8 +262,7 @@ func (s *service) createPayment(w http.ResponseWriter, r *http.Request, tx pgx.T
 	}
 	if !idempotency.ValidRequestBody(body.Bytes()) {
 		idempotency.NotExecuted(ctx)
-		problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body",
-			"the request body is not JSON").Write(w)
+		notJSON().Write(w)
 		return 0, nil
 	}
 	amount, currency, detail := validate(body.Bytes())
@@ -302,78 +306,48 @@ VALUES ($1::text, $2::bigint, $3::text, $4::text) RETURNING id`, account, -amoun
 	return 0, nil
 }
 
-// unprotected runs the same handler in one transaction without the idempotency middleware.
-func (s *service) unprotected(w http.ResponseWriter, r *http.Request) {
-	const maxRetries = 3
-	var body bytes.Buffer
-	if r.ContentLength > MaxBodyBytes {
-		tooLarge().Write(w)
-		return
-	}
-	if _, err := body.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			tooLarge().Write(w)
-			return
+// unprotected runs the same handler in one transaction without the idempotency middleware (the body read as the
+// Guard reads it): the benchmark's baseline. A 5xx rolls back; 40001/40P01 runs the transaction again.
+func (s *service) unprotected(guard *idempotency.Guard) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, refused := guard.ReadBody(r)
+		for attempt := 0; refused == nil; attempt++ {
+			rec := idempotency.NewRecorder()
+			hr := r.Clone(r.Context())
+			hr.Body = io.NopCloser(bytes.NewReader(body))
+			err := func() error {
+				tx, err := s.db.BeginTx(r.Context(), pgx.TxOptions{})
+				if err != nil {
+					return err
+				}
+				defer func() { _ = tx.Rollback(context.Background()) }()
+				thrown, err := s.createPayment(rec, hr, tx)
+				if thrown != 0 {
+					problem(thrown, "http-"+strconv.Itoa(thrown), http.StatusText(thrown), "thrown by the handler").Write(rec)
+				}
+				if err == nil && rec.Response().Status >= 500 {
+					return errRolledBack
+				} else if err != nil {
+					return err
+				}
+				return tx.Commit(r.Context())
+			}()
+			switch {
+			case err == nil || errors.Is(err, errRolledBack):
+				refused = rec.Response()
+			case idempotency.IsRetryable(err) && attempt < 3:
+			default:
+				s.cfg.Logger.Printf("payments-unprotected: %v (rolled back)", err)
+				refused = problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+					"the request failed and was rolled back")
+			}
 		}
-		problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body", err.Error()).Write(w)
-		return
-	}
-	for attempt := 0; ; attempt++ {
-		resp, err := s.unprotectedAttempt(r, body.Bytes())
-		if err == nil {
-			resp.Write(w)
-			return
-		}
-		if idempotency.IsRetryable(err) && attempt < maxRetries {
-			continue
-		}
-		var pe *idempotency.PanicError
-		if errors.As(err, &pe) && pe.Value == http.ErrAbortHandler {
-			panic(pe.Value)
-		}
-		s.cfg.Logger.Printf("payments-unprotected: %v (rolled back)", err)
-		problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
-			"the request failed and was rolled back").Write(w)
-		return
-	}
+		refused.Write(w)
+	})
 }
 
-func (s *service) unprotectedAttempt(r *http.Request, body []byte) (resp *idempotency.Response, err error) {
-	ctx := r.Context()
-	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	rec := idempotency.NewRecorder()
-	hr := r.Clone(ctx)
-	hr.Body = http.NoBody
-	if len(body) > 0 {
-		hr.Body = readCloser{bytes.NewReader(body)}
-	}
-	handler := func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
-		thrown, err := s.createPayment(w, r, tx)
-		if thrown != 0 {
-			problem(thrown, "http-"+strconv.Itoa(thrown), http.StatusText(thrown), "thrown by the handler").Write(w)
-		}
-		return err
-	}
-	if err := idempotency.CallHandler(handler, rec, hr, tx); err != nil {
-		return nil, err
-	}
-	resp = rec.Response()
-	if resp.Status >= 500 {
-		return resp, nil
-	}
-	return resp, tx.Commit(ctx)
+var errRolledBack = errors.New("a 5xx answer: rolled back")
+
+func notJSON() *idempotency.Response {
+	return problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body", "the request body is not JSON")
 }
-
-func tooLarge() *idempotency.Response {
-	return problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
-		fmt.Sprintf("the request body is over %d bytes", MaxBodyBytes))
-}
-
-type readCloser struct{ *bytes.Reader }
-
-func (readCloser) Close() error { return nil }

@@ -1,7 +1,6 @@
 package payments
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -17,30 +16,22 @@ import (
 
 // ridesHandler is POST /rides of CONTRACT.md "lease-rides" (rocket rides): a charge at a simulated provider, then
 // a receipt from a simulated mailer, each an outside call made with no transaction open, run with lease.Runner.
-func (s *service) ridesHandler(pool *pgxpool.Pool) http.Handler {
+func (s *service) ridesHandler(pool *pgxpool.Pool, guard *idempotency.Guard) http.Handler {
 	runner := &lease.Runner{Pool: pool, Lease: s.cfg.RidesLease, Logger: s.cfg.Logger}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, err := idempotency.ParseKey(r.Header.Values("Idempotency-Key"))
-		if err != nil {
-			ke := err.(*idempotency.KeyError)
-			problem(http.StatusBadRequest, ke.Slug(), "Invalid Idempotency-Key", ke.Reason).Write(w)
+		key, refused := guard.ReadKey(r)
+		var body []byte
+		if refused == nil {
+			body, refused = guard.ReadBody(r)
+		}
+		if refused == nil && !idempotency.ValidRequestBody(body) {
+			refused = notJSON()
+		}
+		if refused != nil {
+			refused.Write(w)
 			return
 		}
-		if r.ContentLength > MaxBodyBytes {
-			tooLarge().Write(w)
-			return
-		}
-		var body bytes.Buffer
-		if _, err := body.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
-			tooLarge().Write(w)
-			return
-		}
-		if !idempotency.ValidRequestBody(body.Bytes()) {
-			problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body",
-				"the request body is not JSON").Write(w)
-			return
-		}
-		amount, currency, detail := validate(body.Bytes())
+		amount, currency, detail := validate(body)
 		if detail != "" { // not executed: no lease taken, nothing stored
 			problem(http.StatusUnprocessableEntity, "invalid-payment", "Invalid payment", detail).Write(w)
 			return
@@ -111,7 +102,7 @@ VALUES ($1::text, $2::text, $3::bigint) ON CONFLICT DO NOTHING`, account, key, r
 			}},
 		}
 		runner.Run(r.Context(), lease.Request{Key: key, Scope: account, Method: r.Method, Path: "/rides",
-			Body: body.Bytes()}, steps).Write(w)
+			Body: body}, steps).Write(w)
 	})
 }
 

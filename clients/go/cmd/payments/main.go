@@ -32,7 +32,7 @@ func main() {
 	defer stop()
 
 	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pool, err := idempotency.NewPool(connectCtx, dsn) // simple protocol: works through PgBouncer
+	pool, err := idempotency.NewPool(connectCtx, dsn) // prepared statements; the simple protocol behind PgBouncer
 	cancel()
 	if err != nil {
 		log.Fatalf("payments: connect: %v", err)
@@ -60,7 +60,11 @@ func main() {
 	if err != nil {
 		log.Fatalf("payments: listen: %v", err)
 	}
-	log.Printf("payments: listening on http://%s", ln.Addr())
+	statements := "prepared statements"
+	if pool.Config().ConnConfig.PreferSimpleProtocol {
+		statements = "the simple protocol (behind a pooler, or prefer_simple_protocol=true)"
+	}
+	log.Printf("payments: listening on http://%s; %s", ln.Addr(), statements)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
