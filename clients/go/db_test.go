@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"example.com/idempotency"
-	"example.com/idempotency/internal/testdb"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"

@@ -1,4 +1,4 @@
-module example.com/idempotency
+module github.com/idempotency-pg/idempotency/clients/go
 
 go 1.19
 

@@ -337,10 +337,9 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 	if g.opts.Scope != nil {
 		scope = g.opts.Scope(r)
 	}
+	// The content type goes as NULL (CONTRACT.md, "A request, as a client sends it"): the body is fingerprinted as
+	// JSON whatever the header says, which is 1.2's fingerprint for a request without a query string.
 	req := attemptInput{key: key, scope: scope, method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, body: raw}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		req.contentType = ct
-	}
 
 	for attempt := 0; ; attempt++ {
 		resp, err := g.attempt(r, req, attempt, h)
@@ -391,7 +390,6 @@ func (g *Guard) badBody() *Response {
 
 type attemptInput struct {
 	key, scope, method, path, query string
-	contentType                     any // the request's Content-Type, nil when it has none
 	body                            []byte
 }
 
@@ -422,7 +420,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 	}
 	defer s.close() // rolls back unless finish committed
 
-	c, err := s.claim(ctx, []any{in.key, in.scope, in.method, in.path, in.query, in.contentType, in.body, g.ttl()})
+	c, err := s.claim(ctx, []any{in.key, in.scope, in.method, in.path, in.query, nil, in.body, g.ttl()})
 	if err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && badBodyCodes[pg.Code] {

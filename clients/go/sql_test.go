@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"example.com/idempotency"
-	"example.com/idempotency/internal/testdb"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 )
 
 // The database/sql Guard, pipelined (the handler's Querier is the request's *sql.Conn) and not (a *sql.Tx): the

@@ -8,9 +8,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"example.com/idempotency"
-	"example.com/idempotency/echoidem"
-	"example.com/idempotency/internal/testdb"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/echoidem"
+	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 	"github.com/labstack/echo/v4"
 )
 

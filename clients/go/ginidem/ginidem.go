@@ -16,7 +16,7 @@ import (
 	"net"
 	"net/http"
 
-	"example.com/idempotency"
+	"github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v4"
 )

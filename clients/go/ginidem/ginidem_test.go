@@ -7,9 +7,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"example.com/idempotency"
-	"example.com/idempotency/ginidem"
-	"example.com/idempotency/internal/testdb"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/ginidem"
+	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 	"github.com/gin-gonic/gin"
 )
 

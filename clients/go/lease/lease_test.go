@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"example.com/idempotency"
-	"example.com/idempotency/internal/testdb"
-	"example.com/idempotency/lease"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
+	"github.com/idempotency-pg/idempotency/clients/go/lease"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )

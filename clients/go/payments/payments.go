@@ -16,9 +16,9 @@ import (
 	"strings"
 	"time"
 
-	"example.com/idempotency"
-	"example.com/idempotency/echoidem"
-	"example.com/idempotency/ginidem"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/echoidem"
+	"github.com/idempotency-pg/idempotency/clients/go/ginidem"
 	"github.com/gin-gonic/gin"
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v4"

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"example.com/idempotency"
-	"example.com/idempotency/internal/testdb"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
 

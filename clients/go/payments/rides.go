@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"example.com/idempotency"
-	"example.com/idempotency/lease"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/lease"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )

@@ -32,7 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"example.com/idempotency"
+	"github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"example.com/idempotency"
-	"example.com/idempotency/payments"
+	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/idempotency-pg/idempotency/clients/go/payments"
 )
 
 func main() {

@@ -3,6 +3,7 @@ validation, the faults acted on after the ledger insert, the answers; and waitre
 
 import json
 import re
+from http import HTTPStatus
 
 from idempotency_pg import MAX_BODY_BYTES, HTTPProblem, NotExecuted, json_response, problem
 from idempotency_pg.core import aw
@@ -12,7 +13,7 @@ ACCOUNT_RE = re.compile(r"[a-z0-9_]{1,64}\Z")
 CURRENCY_RE = re.compile(r"[A-Z]{3}\Z")
 BEARER_RE = re.compile(r"[ \t]*bearer[ \t]+(\S+)[ \t]*\Z", re.IGNORECASE)
 SLEEP_RE = re.compile(r"sleep=(\d{1,7})\Z")
-MAX_CENTS = 2 ** 63 - 1
+MAX_CENTS = 2 ** 53 - 1
 INSERT_SQL = ("INSERT INTO ledger (account, amount_cents, currency, idempotency_key) "
               "VALUES (%s::text, %s::bigint, %s::text, %s::text) RETURNING id")
 
@@ -43,7 +44,7 @@ def validate_payment(raw_body):
 
 def thrown_problem(status):
     """The library's own HTTP error, for frameworks without one (WSGI, Django)."""
-    return HTTPProblem(status, "thrown-%d" % status, "Thrown %d" % status, "the handler raised after its write")
+    return HTTPProblem(status, "http-%d" % status, HTTPStatus(status).phrase, "the handler raised after its write")
 
 
 async def after_write(fault, execute, thrown=thrown_problem):
