@@ -125,24 +125,37 @@ row_is_settled(const IdemStoredRow *row)
 	return row->found && !row->expired && !(row->leased && !row->lease_live);
 }
 
-/* The blessed result row type, built once per backend: it costs more than the lookup. */
-static TupleDesc
-claim_result_desc(FunctionCallInfo fcinfo)
+/* A function's blessed result row type, kept while calls come from the same function: it costs more than the lookup. */
+typedef struct ResultDescCache
 {
-	static TupleDesc desc = NULL;
-	static Oid	desc_function = InvalidOid;
+	TupleDesc	desc;
+	Oid			function;
+} ResultDescCache;
+
+/* The result row type of the called function; ERROR unless it is a row of natts columns (0: any number). */
+static TupleDesc
+cached_result_desc(FunctionCallInfo fcinfo, ResultDescCache *cache, int natts, const char *what)
+{
 	TupleDesc	built;
 	MemoryContext old;
 
-	if (desc != NULL && desc_function == fcinfo->flinfo->fn_oid)
-		return desc;
-	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "idempotency: idem_claim must return a row");
+	if (cache->desc != NULL && cache->function == fcinfo->flinfo->fn_oid)
+		return cache->desc;
+	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE || (natts != 0 && built->natts != natts))
+		elog(ERROR, "idempotency: %s", what);
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	desc = BlessTupleDesc(CreateTupleDescCopy(built));
+	cache->desc = BlessTupleDesc(CreateTupleDescCopy(built));
 	MemoryContextSwitchTo(old);
-	desc_function = fcinfo->flinfo->fn_oid;
-	return desc;
+	cache->function = fcinfo->flinfo->fn_oid;
+	return cache->desc;
+}
+
+static TupleDesc
+claim_result_desc(FunctionCallInfo fcinfo)
+{
+	static ResultDescCache cache;
+
+	return cached_result_desc(fcinfo, &cache, 0, "idem_claim must return a row");
 }
 
 void
@@ -464,24 +477,13 @@ enum
 	REQUEST_COLUMNS
 };
 
-/* The blessed idem_request_claim row type, built once per backend. */
+/* The blessed idem_request_claim row type. */
 static TupleDesc
 request_claim_desc(FunctionCallInfo fcinfo)
 {
-	static TupleDesc desc = NULL;
-	static Oid	desc_function = InvalidOid;
-	TupleDesc	built;
-	MemoryContext old;
+	static ResultDescCache cache;
 
-	if (desc != NULL && desc_function == fcinfo->flinfo->fn_oid)
-		return desc;
-	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE || built->natts != REQUEST_COLUMNS)
-		elog(ERROR, "idempotency: idem_claim_request must return idem_request_claim");
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	desc = BlessTupleDesc(CreateTupleDescCopy(built));
-	MemoryContextSwitchTo(old);
-	desc_function = fcinfo->flinfo->fn_oid;
-	return desc;
+	return cached_result_desc(fcinfo, &cache, REQUEST_COLUMNS, "idem_claim_request must return idem_request_claim");
 }
 
 /* A jsonb body of 1.0-1.2 as the bytes of its text, in UTF-8. */

@@ -66,6 +66,56 @@ stored_size(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * What to do with a response of this status and size: store or release (5xx); ERROR 22023 for a status
+ * outside 100..599, 54000 past idempotency.max_response_bytes.
+ */
+static IdemCompletion
+completion_decision(int32 http_status, uint64 response_bytes)
+{
+	IdemCompletion decision = idem_core_decide_completion(http_status, response_bytes,
+														  (uint64) idem_max_response_bytes);
+
+	if (decision == IDEM_COMPLETION_BAD_STATUS)
+		report_invalid_argument(IDEM_ARG_HTTP_STATUS, IDEM_ERR_STATUS_RANGE);
+	if (decision == IDEM_COMPLETION_TOO_LARGE)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("idempotency response of %llu bytes exceeds idempotency.max_response_bytes (%d)",
+						(unsigned long long) response_bytes, idem_max_response_bytes)));
+	return decision;
+}
+
+/*
+ * The end of a transactional completion: the key this transaction claimed is released (5xx: false) or its
+ * row, deferred by the claim, is written with the response (true). caller names the SQL function in errors,
+ * command in the read-only one.
+ */
+static bool
+complete_held_claim(KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES], KeyWrite *row,
+					IdemCompletion decision, const char *caller, const char *command)
+{
+	TxnClaim	claim = held_claim(identity, ref->key, caller);
+
+	if (decision == IDEM_COMPLETION_RELEASE)
+	{
+		claim.state = TXN_CLAIM_RELEASED;
+		txn_claims_record(identity, &claim);
+		stats_count(IDEM_COUNT_RELEASED_5XX, 1);
+		return false;
+	}
+	PreventCommandIfReadOnly(command);
+	/* The row the claim deferred: its request hash and expiry, and the response. */
+	memcpy(row->request_hash, claim.request_hash, IDEM_SHA256_BYTES);
+	row->expires_at = claim.expires_at;
+	row->replaces_expired_row = claim.replaces_expired_row;
+	key_store_write(ref, row);
+	claim.state = TXN_CLAIM_COMPLETED;
+	txn_claims_record(identity, &claim);
+	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
+	return true;
+}
+
+/*
  * The response from the arguments, checked, and what to do with it: store, or
  * release (5xx). ERROR 22004 / 22023 / 54000 on bad input.
  */
@@ -73,7 +123,6 @@ static IdemCompletion
 response_from_args(FunctionCallInfo fcinfo, int status_argno, int body_argno, int headers_argno,
 				   ResponseToStore *response)
 {
-	IdemCompletion decision;
 	uint64		response_bytes;
 
 	arg_require_not_null(fcinfo, status_argno, "http_status");
@@ -91,16 +140,7 @@ response_from_args(FunctionCallInfo fcinfo, int status_argno, int body_argno, in
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idempotency response_headers must be a JSON object")));
 
-	decision = idem_core_decide_completion(response->http_status, response_bytes,
-										   (uint64) idem_max_response_bytes);
-	if (decision == IDEM_COMPLETION_BAD_STATUS)
-		report_invalid_argument(IDEM_ARG_HTTP_STATUS, IDEM_ERR_STATUS_RANGE);
-	if (decision == IDEM_COMPLETION_TOO_LARGE)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("idempotency response of %llu bytes exceeds idempotency.max_response_bytes (%d)",
-						(unsigned long long) response_bytes, idem_max_response_bytes)));
-	return decision;
+	return completion_decision(response->http_status, response_bytes);
 }
 
 Datum
@@ -108,7 +148,6 @@ idem_complete(PG_FUNCTION_ARGS)
 {
 	KeyRef		ref;
 	uint8		identity[IDEM_SHA256_BYTES];
-	TxnClaim	claim;
 	KeyWrite	row;
 	IdemCompletion decision;
 
@@ -118,25 +157,7 @@ idem_complete(PG_FUNCTION_ARGS)
 	key_identity_from_args(ref.scope, ref.key, identity);
 	decision = response_from_args(fcinfo, COMPLETE_ARG_HTTP_STATUS, COMPLETE_ARG_RESPONSE_BODY,
 								  COMPLETE_ARG_RESPONSE_HEADERS, &row.response);
-
-	claim = held_claim(identity, ref.key, "idem_complete");
-	if (decision == IDEM_COMPLETION_RELEASE)
-	{
-		claim.state = TXN_CLAIM_RELEASED;
-		txn_claims_record(identity, &claim);
-		stats_count(IDEM_COUNT_RELEASED_5XX, 1);
-		PG_RETURN_BOOL(false);
-	}
-	PreventCommandIfReadOnly("idem_complete()");
-	/* The row the claim deferred: its request hash and expiry, and the response. */
-	memcpy(row.request_hash, claim.request_hash, IDEM_SHA256_BYTES);
-	row.expires_at = claim.expires_at;
-	row.replaces_expired_row = claim.replaces_expired_row;
-	key_store_write(&ref, &row);
-	claim.state = TXN_CLAIM_COMPLETED;
-	txn_claims_record(identity, &claim);
-	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(complete_held_claim(&ref, identity, &row, decision, "idem_complete", "idem_complete()"));
 }
 
 /*
@@ -206,7 +227,6 @@ idem_complete_request(PG_FUNCTION_ARGS)
 {
 	KeyRef		ref;
 	uint8		identity[IDEM_SHA256_BYTES];
-	TxnClaim	claim;
 	KeyWrite	row;
 	ResponseToStore *response = &row.response;
 	IdemCompletion decision;
@@ -246,31 +266,7 @@ idem_complete_request(PG_FUNCTION_ARGS)
 	}
 	response_bytes = stored_size(fcinfo, COMPLETE_REQUEST_ARG_BODY) +
 		stored_size(fcinfo, COMPLETE_REQUEST_ARG_HEADERS) + stored_size(fcinfo, COMPLETE_REQUEST_ARG_CONTENT_TYPE);
-	decision = idem_core_decide_completion(response->http_status, response_bytes,
-										   (uint64) idem_max_response_bytes);
-	if (decision == IDEM_COMPLETION_BAD_STATUS)
-		report_invalid_argument(IDEM_ARG_HTTP_STATUS, IDEM_ERR_STATUS_RANGE);
-	if (decision == IDEM_COMPLETION_TOO_LARGE)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("idempotency response of %llu bytes exceeds idempotency.max_response_bytes (%d)",
-						(unsigned long long) response_bytes, idem_max_response_bytes)));
-
-	claim = held_claim(identity, ref.key, "idem_complete_request");
-	if (decision == IDEM_COMPLETION_RELEASE)
-	{
-		claim.state = TXN_CLAIM_RELEASED;
-		txn_claims_record(identity, &claim);
-		stats_count(IDEM_COUNT_RELEASED_5XX, 1);
-		PG_RETURN_BOOL(false);
-	}
-	PreventCommandIfReadOnly("idem_complete_request()");
-	memcpy(row.request_hash, claim.request_hash, IDEM_SHA256_BYTES);
-	row.expires_at = claim.expires_at;
-	row.replaces_expired_row = claim.replaces_expired_row;
-	key_store_write(&ref, &row);
-	claim.state = TXN_CLAIM_COMPLETED;
-	txn_claims_record(identity, &claim);
-	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
-	PG_RETURN_BOOL(true);
+	decision = completion_decision(response->http_status, response_bytes);
+	PG_RETURN_BOOL(complete_held_claim(&ref, identity, &row, decision, "idem_complete_request",
+									   "idem_complete_request()"));
 }
