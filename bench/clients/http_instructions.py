@@ -113,6 +113,8 @@ class Bench:
         if self.postmaster:
             subprocess.run(["su", "postgres", "-c", f"{PG_BIN}/pg_ctl -D {self.dir}/data -m fast -t 300 stop"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while harness._alive(self.postmaster):  # callgrind writes its file after pg_ctl saw it go
+                time.sleep(0.1)
         subprocess.run(["rm", "-rf", self.dir])
 
     def children(self):
