@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/gin-gonic/gin"
+	"github.com/go-chi/chi/v5"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/idempotency-pg/idempotency/clients/go/echoidem"
 	"github.com/idempotency-pg/idempotency/clients/go/ginidem"
 	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
-	"github.com/gin-gonic/gin"
-	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v4"
 	"github.com/labstack/echo/v4"
 )

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"

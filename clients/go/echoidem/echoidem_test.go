@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/idempotency-pg/idempotency/clients/go/echoidem"
 	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 	"github.com/labstack/echo/v4"

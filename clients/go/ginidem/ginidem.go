@@ -16,8 +16,8 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/gin-gonic/gin"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/jackc/pgx/v4"
 )
 

@@ -7,10 +7,10 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	"github.com/gin-gonic/gin"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/idempotency-pg/idempotency/clients/go/ginidem"
 	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
-	"github.com/gin-gonic/gin"
 )
 
 func init() { gin.SetMode(gin.TestMode) }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 	"github.com/jackc/pgx/v4/pgxpool"
 )

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/idempotency-pg/idempotency/clients/go/lease"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"

@@ -32,7 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/idempotency-pg/idempotency/clients/go/payments"
 )
 

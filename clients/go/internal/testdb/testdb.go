@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-pg/idempotency/clients/go"
+	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
