@@ -285,9 +285,9 @@ def main():
             before_src, before_bin, commit = prepare_before(BEFORE, work)
             hb = load_harness(before_src, "harness_before")
             place_ports(hb, base + 25, 24)
-            stacks["before"] = Stack("before", hb, before_bin, f"before ({BEFORE}: {describe(before_src)})")
+            stacks["before"] = Stack("before", hb, before_bin, f"before = {describe(before_src)} (BENCH_BEFORE={BEFORE})")
         stacks["after"] = Stack("after", harness, os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"),
-                                f"after ({describe(REPO)})")
+                                f"after = this checkout, {describe(REPO)}")
         stacks = {v: stacks[v] for v in VERSIONS}
         for st in stacks.values():
             st.up()
@@ -354,19 +354,21 @@ def write(results, problems, stacks, loads, elapsed):
          "before every measurement; each figure is the median requests/s over the rounds", ""]
     for lang, per in results.items():
         L += [f"## {lang}", "",
-              "| fsync | mode | version | middleware req/s | bare req/s | middleware / bare |",
-              "|---|---|---|---:|---:|---:|"]
+              "| fsync | mode | version | middleware req/s | bare req/s | middleware / bare | each round's ratio |",
+              "|---|---|---|---:|---:|---:|---|"]
         for fs in FSYNC:
             for mode in MODES:
                 cell = {}
                 for v in VERSIONS:
                     mw, bare = med(per[(v, fs, mode, "middleware")]), med(per[(v, fs, mode, "bare")])
                     cell[v] = (mw, bare, mw / bare)
-                    L.append(f"| {fs} | {mode} | {v} | {mw:.0f} | {bare:.0f} | {mw / bare:.2f} |")
+                    rounds = ", ".join(f"{m['rps'] / b['rps']:.2f}" for m, b in
+                                       zip(per[(v, fs, mode, "middleware")], per[(v, fs, mode, "bare")]))
+                    L.append(f"| {fs} | {mode} | {v} | {mw:.0f} | {bare:.0f} | {mw / bare:.2f} | {rounds} |")
                 if "before" in cell:
                     a, b = cell["after"], cell["before"]
                     L.append(f"| {fs} | {mode} | after / before | {a[0] / b[0]:.2f} | {a[1] / b[1]:.2f} "
-                             f"| {a[2] / b[2]:.2f} |")
+                             f"| {a[2] / b[2]:.2f} | |")
         L.append("")
     L += ["## Every round (req/s)", "", "| service | version | fsync | mode | handler | median | rounds |",
           "|---|---|---|---|---|---:|---|"]
