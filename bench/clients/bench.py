@@ -3,8 +3,11 @@ POST /payments-unprotected (the same service's bare transactional handler), with
 this checkout ("after") and, with BENCH_BEFORE, of an older revision ("before"), all in one run per language.
 
 Run by bench/clients/run.sh. Every configuration of a language, {before, after} x {fsync on, off} x {middleware,
-bare} (x {direct, PgBouncer} with BENCH_PGBOUNCER=1), is measured in the same run, in rounds whose order rotates
-(and reverses every other round), and reported as the median over the rounds. Loopback only.
+bare} (x {direct, PgBouncer} with BENCH_PGBOUNCER=1), is measured in the same run, in rounds. A cell's middleware
+and bare measurements run back to back, so each round gives a paired ratio; the cells' order rotates from round to
+round and the whole order (so also which of the pair goes first) reverses every other round. Each figure is the
+median over the rounds, a ratio the median of the rounds' ratios (as bench/run.sh reports its ratios). Loopback
+only.
 
 Knobs (environment):
   BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_THREADS (2)  wrk rounds, seconds per measurement, wrk threads
@@ -58,7 +61,8 @@ PATHS = (("middleware", "/payments"), ("bare", "/payments-unprotected"))
 MODES = ("direct", "pgbouncer") if PGBOUNCER else ("direct",)
 VERSIONS = ("before", "after") if BEFORE else ("after",)
 # Every configuration of a language: (version, fsync, mode, handler)
-CONFIGS = [(v, f, m, h) for v in VERSIONS for f in FSYNC for m in MODES for h, _ in PATHS]
+CELLS = [(v, f, m) for v in VERSIONS for f in FSYNC for m in MODES]
+CONFIGS = [cell + (h,) for cell in CELLS for h, _ in PATHS]
 SERVICE_LANGS = ("go", "node", "python")
 
 
@@ -247,8 +251,8 @@ def run_lang(lang, stacks, problems):
                 for _, path in PATHS:
                     wrk(svcs[(v, mode)].base, path, seconds=1)
         for rnd in range(ROUNDS):
-            k = rnd % len(CONFIGS)
-            order = CONFIGS[k:] + CONFIGS[:k]
+            k = rnd % len(CELLS)
+            order = [cell + (h,) for cell in CELLS[k:] + CELLS[:k] for h, _ in PATHS]
             if rnd % 2:
                 order = order[::-1]
             for c in order:
@@ -349,9 +353,12 @@ def write(results, problems, stacks, loads, elapsed):
          "handler (`POST /payments-unprotected`) gets the same request, ignores the key and runs the same "
          f"transactional insert; each service's pool holds {CONNECTIONS} connections",
          "- versions: " + "; ".join(f"{st.label}, extension {st.extversion}" for st in stacks.values()),
-         f"- {ROUNDS} rounds of the {len(CONFIGS)} configurations of a language, the order rotated (and reversed "
-         "every other round) so drift hits all alike; fsync switched by reload where needed and a `CHECKPOINT` "
-         "before every measurement; each figure is the median requests/s over the rounds", ""]
+         f"- {ROUNDS} rounds of the {len(CONFIGS)} configurations of a language; a cell's middleware and bare "
+         "measurements back to back (a paired ratio per round), the cells' order rotated from round to round and "
+         "the whole order reversed every other round, so drift hits all alike; fsync switched by reload where "
+         "needed and a `CHECKPOINT` before every measurement",
+         "- req/s: the median over the rounds; middleware / bare: the median of the rounds' ratios; after / before: "
+         "the quotient of those figures", ""]
     for lang, per in results.items():
         L += [f"## {lang}", "",
               "| fsync | mode | version | middleware req/s | bare req/s | middleware / bare | each round's ratio |",
@@ -360,11 +367,11 @@ def write(results, problems, stacks, loads, elapsed):
             for mode in MODES:
                 cell = {}
                 for v in VERSIONS:
-                    mw, bare = med(per[(v, fs, mode, "middleware")]), med(per[(v, fs, mode, "bare")])
-                    cell[v] = (mw, bare, mw / bare)
-                    rounds = ", ".join(f"{m['rps'] / b['rps']:.2f}" for m, b in
-                                       zip(per[(v, fs, mode, "middleware")], per[(v, fs, mode, "bare")]))
-                    L.append(f"| {fs} | {mode} | {v} | {mw:.0f} | {bare:.0f} | {mw / bare:.2f} | {rounds} |")
+                    mws, bares = per[(v, fs, mode, "middleware")], per[(v, fs, mode, "bare")]
+                    ratios = [m["rps"] / b["rps"] for m, b in zip(mws, bares)]
+                    cell[v] = (med(mws), med(bares), statistics.median(ratios) if ratios else float("nan"))
+                    L.append(f"| {fs} | {mode} | {v} | {cell[v][0]:.0f} | {cell[v][1]:.0f} | {cell[v][2]:.2f} | "
+                             + ", ".join(f"{r:.2f}" for r in ratios) + " |")
                 if "before" in cell:
                     a, b = cell["after"], cell["before"]
                     L.append(f"| {fs} | {mode} | after / before | {a[0] / b[0]:.2f} | {a[1] / b[1]:.2f} "
