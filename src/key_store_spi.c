@@ -145,6 +145,8 @@ enum
 	CHANGE_PARAM_HTTP_STATUS = CHANGE_PARAM_OWN,	/* COMPLETE */
 	CHANGE_PARAM_RESPONSE_BODY,
 	CHANGE_PARAM_RESPONSE_HEADERS,
+	CHANGE_PARAM_RESPONSE_CONTENT_TYPE, /* 1.3, only for a table with its columns */
+	CHANGE_PARAM_RESPONSE_BYTES,
 	CHANGE_PARAMS_MAX
 };
 
@@ -160,9 +162,12 @@ static const char *const lease_change_sets[LEASE_CHANGES] = {
 	" (expires_at OPERATOR(pg_catalog.-) lease_until)))",
 	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
 	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
-	" lease_until = NULL, lease_token = NULL",
+	" lease_until = NULL, lease_token = NULL",	/* and in a 1.3 table lease_complete_bytes */
 	[LEASE_RELEASE] = "lease_until = $4, lease_token = NULL"
 };
+
+/* A completion stores the response's bytes and content type too where the table has them (1.3). */
+static const char *const lease_complete_bytes = ", response_content_type = $7, response_bytes = $8";
 
 static void
 prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options,
@@ -176,14 +181,15 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		[LEASE_CHECKPOINT] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_RECOVERY_POINT] = TEXTOID,
 		[CHANGE_PARAM_RECOVERY_STATE] = JSONBOID},
 		[LEASE_COMPLETE] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_HTTP_STATUS] = INT4OID,
-		[CHANGE_PARAM_RESPONSE_BODY] = JSONBOID, [CHANGE_PARAM_RESPONSE_HEADERS] = JSONBOID},
+		[CHANGE_PARAM_RESPONSE_BODY] = JSONBOID, [CHANGE_PARAM_RESPONSE_HEADERS] = JSONBOID,
+		[CHANGE_PARAM_RESPONSE_CONTENT_TYPE] = TEXTOID, [CHANGE_PARAM_RESPONSE_BYTES] = BYTEAOID},
 		[LEASE_RELEASE] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_UNTIL] = TIMESTAMPTZOID}
 	};
 #undef HOLDER_PARAM_TYPES
 	int			change_nargs[LEASE_CHANGES] = {
 		[LEASE_EXTEND] = CHANGE_PARAM_UNTIL + 1,
 		[LEASE_CHECKPOINT] = CHANGE_PARAM_RECOVERY_STATE + 1,
-		[LEASE_COMPLETE] = CHANGE_PARAM_RESPONSE_HEADERS + 1,
+		[LEASE_COMPLETE] = (has_bytes_columns ? CHANGE_PARAM_RESPONSE_BYTES : CHANGE_PARAM_RESPONSE_HEADERS) + 1,
 		[LEASE_RELEASE] = CHANGE_PARAM_UNTIL + 1
 	};
 
@@ -210,10 +216,12 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 	 */
 	for (int change = 0; change < LEASE_CHANGES; change++)
 		table->lease_change[change] = spi_prepare_kept(psprintf(
-			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+			"UPDATE %s SET %s%s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
 			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL"
 			" AND expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp() RETURNING lease_until",
-			qualified, lease_change_sets[change]), change_nargs[change], change_types[change], 0);
+			qualified, lease_change_sets[change],
+			change == LEASE_COMPLETE && has_bytes_columns ? lease_complete_bytes : ""),
+			change_nargs[change], change_types[change], 0);
 }
 
 /*
@@ -514,6 +522,11 @@ key_spi_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *
 			nulls[CHANGE_PARAM_RESPONSE_BODY] = changes->response.body_null ? 'n' : ' ';
 			values[CHANGE_PARAM_RESPONSE_HEADERS] = changes->response.headers;
 			nulls[CHANGE_PARAM_RESPONSE_HEADERS] = changes->response.headers_null ? 'n' : ' ';
+			/* Passed only to a table with the 1.3 columns (NULL for a jsonb response: a lease row has none). */
+			values[CHANGE_PARAM_RESPONSE_CONTENT_TYPE] = changes->response.content_type;
+			nulls[CHANGE_PARAM_RESPONSE_CONTENT_TYPE] = changes->response.content_type_null ? 'n' : ' ';
+			values[CHANGE_PARAM_RESPONSE_BYTES] = changes->response.bytes;
+			nulls[CHANGE_PARAM_RESPONSE_BYTES] = changes->response.bytes_null ? 'n' : ' ';
 			break;
 	}
 
