@@ -12,6 +12,8 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/inval.h"
 
 #include "key_store_internal.h"
 #include "spi_plan.h"
@@ -326,19 +328,47 @@ expired_partition_attached(Oid relid)
  * prepare_table_plans). Otherwise every partition is live and a generic plan, which
  * locks them all and prunes nothing, costs a fifth of planning each call.
  */
+static bool plans_schema_renamed = false;
+
+/*
+ * Any change to pg_namespace (ALTER SCHEMA ... RENAME among them) makes the
+ * next call compare the schema's name with the one the plans' text names; no
+ * catalog lookup otherwise.
+ */
+static void
+forget_plans_schema_name(Datum arg, int cacheid, uint32 hashvalue)
+{
+	plans_schema_renamed = true;
+}
+
 static TablePlans *
 plans_for(const KeyTable *table)
 {
-	char	   *namespace_name = get_namespace_name(table->namespace_oid);
+	static bool callback_registered = false;
+	char	   *namespace_name = NULL;
 	const char *schema;
 
-	if (namespace_name == NULL)
-		elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
-	if (plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
-		plans.has_lease_columns != table->has_lease_columns ||
-		plans.has_bytes_columns != table->has_bytes_columns ||
-		strcmp(plans.namespace_name, namespace_name) != 0)
+	if (!callback_registered)
 	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, forget_plans_schema_name, (Datum) 0);
+		callback_registered = true;
+	}
+	if (plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid || plans_schema_renamed ||
+		plans.has_lease_columns != table->has_lease_columns ||
+		plans.has_bytes_columns != table->has_bytes_columns)
+	{
+		namespace_name = get_namespace_name(table->namespace_oid);
+		if (namespace_name == NULL)
+			elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
+	}
+	if (namespace_name != NULL &&
+		(plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
+		 plans.has_lease_columns != table->has_lease_columns ||
+		 plans.has_bytes_columns != table->has_bytes_columns ||
+		 strcmp(plans.namespace_name, namespace_name) != 0))
+	{
+		/* Made again whole: a failure half way leaves them to be made again by the next call. */
+		plans.namespace_oid = InvalidOid;
 		forget_table_plans(&plans.table);
 		forget_table_plans(&plans.partitioned);
 		forget_table_plans(&plans.partitioned_pruned);
@@ -354,6 +384,7 @@ plans_for(const KeyTable *table)
 		plans.has_bytes_columns = table->has_bytes_columns;
 		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
 	}
+	plans_schema_renamed = false;
 	if (!table->partitioned)
 		return &plans.table;
 	return expired_partition_attached(table->partitioned_oid) ? &plans.partitioned_pruned : &plans.partitioned;
