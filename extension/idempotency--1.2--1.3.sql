@@ -67,6 +67,12 @@ COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.response_content_type
 COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.response_bytes IS
     'The stored response body as the bytes sent (idem_complete_request); NULL when stored as jsonb or without body.';
 
+-- A lease claim's replay carries the stored bytes too, as idem_claim_request's does: two columns at the end of
+-- idem_lease_result, as 1.2 added fencing_number (a 1.3 library answers a database still at 1.2 without them).
+ALTER TYPE @extschema@.idem_lease_result
+    ADD ATTRIBUTE response_content_type text,
+    ADD ATTRIBUTE response_bytes bytea;
+
 CREATE TYPE @extschema@.idem_request_claim AS (
     outcome      text,
     http_status  integer,

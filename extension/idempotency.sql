@@ -192,7 +192,9 @@ CREATE TYPE @extschema@.idem_lease_result AS (
     lease_until      timestamptz,
     recovery_point   text,
     recovery_state   jsonb,
-    fencing_number   bigint);
+    fencing_number   bigint,
+    response_content_type text,
+    response_bytes   bytea);
 
 CREATE FUNCTION @extschema@.idem_lease(
     key text,

@@ -103,8 +103,10 @@ SELECT request('made again'), leased('lease made again');
 DROP EXTENSION idempotency;
 CREATE EXTENSION idempotency VERSION '1.1';
 SELECT leased('lease at 1.1');
+SELECT to_jsonb(l) - 'expires_at' AS replay_at_1_1 FROM idem_lease('lease at 1.1', idem_hash('lease at 1.1'), '1 min') AS l;
 SELECT outcome, http_status FROM idem_claim('claim at 1.1', idem_hash('a'));
 ALTER EXTENSION idempotency UPDATE TO '1.3';
+SELECT to_jsonb(l) - 'expires_at' AS replay_at_1_3 FROM idem_lease('lease at 1.1', idem_hash('lease at 1.1'), '1 min') AS l;
 SELECT leased('lease at 1.3');
 SELECT request('request at 1.3');
 SELECT key, http_status, response_body, response_content_type, convert_from(response_bytes, 'UTF8') AS bytes

@@ -1,6 +1,6 @@
 -- idem_lease_complete_request (1.3): lease mode's completion with the response as the bytes sent and its
--- content type, replayed byte for byte; a 5xx never stored; only the current token completes; every bad
--- input with its SQLSTATE, changing nothing.
+-- content type, replayed byte for byte (by idem_claim_request, and by idem_lease's two 1.3 columns); a 5xx
+-- never stored; only the current token completes; every bad input with its SQLSTATE, changing nothing.
 TRUNCATE idempotency_keys;
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/include/sqlstate_of.sql
@@ -20,19 +20,21 @@ FROM idempotency_keys WHERE key = 'html';
 SELECT (c).outcome, (c).http_status, (c).content_type, (c).headers,
        (c).body = convert_to(E'<p>caf\u00e9</p>\n', 'UTF8') AS same_bytes
 FROM (SELECT idem_claim_request('html', 'acct', 'POST', '/pages', NULL, 'application/json', '{ "n" : 1 }') AS c) s;
--- The lease claim answers replay too: not JSON, so no jsonb body; the headers as stored.
-SELECT outcome, http_status, response_body, response_headers, lease_token
+-- The lease claim replays the same bytes and type (1.3's last two columns); not JSON, so no jsonb body.
+SELECT outcome, http_status, response_body, response_headers, lease_token, response_content_type,
+       response_bytes = convert_to(E'<p>caf\u00e9</p>\n', 'UTF8') AS same_bytes
 FROM idem_lease('html', idem_fingerprint('POST', '/pages', NULL, 'application/json', '{"n": 1}'), '1 min',
                 scope => 'acct');
 -- Another payload is still a mismatch.
 SELECT (idem_claim_request('html', 'acct', 'POST', '/pages', NULL, 'application/json', '{"n": 2}')).outcome;
 
--- JSON bytes keep their spelling: the 1.3 claim replays them exactly, the 1.0 and lease claims as jsonb.
+-- JSON bytes keep their spelling: both 1.3 claims replay them exactly; as jsonb, the 1.0 and lease claims.
 INSERT INTO held SELECT 'json', lease_token FROM idem_lease('json', idem_fingerprint('PUT', '/j', NULL, NULL, NULL), '1 min');
 SELECT idem_lease_complete_request('json', '', token_of('json'), 200, 'application/json', NULL,
                                    '{"b": 2,  "a": [1.0, 1e2]}');
 SELECT convert_from((idem_claim_request('json', '', 'PUT', '/j', NULL, NULL, NULL)).body, 'UTF8') AS exact;
-SELECT outcome, response_body FROM idem_lease('json', idem_fingerprint('PUT', '/j', NULL, NULL, NULL), '1 min');
+SELECT outcome, response_body, response_content_type, convert_from(response_bytes, 'UTF8') AS exact
+FROM idem_lease('json', idem_fingerprint('PUT', '/j', NULL, NULL, NULL), '1 min');
 SELECT outcome, response_body FROM idem_claim('json', idem_fingerprint('PUT', '/j', NULL, NULL, NULL));
 
 -- An empty 204, a binary body and a body-less answer with headers replay exactly.
@@ -44,6 +46,20 @@ SELECT idem_lease_complete_request('none', '', token_of('none'), 202, NULL, '{"R
 SELECT k, (c).outcome, (c).http_status, (c).content_type, (c).headers, (c).body
 FROM unnest(ARRAY['empty', 'proto', 'none']) AS k,
      LATERAL (SELECT idem_claim_request(k, '', 'POST', '/' || k, NULL, NULL, NULL) AS c) s;
+SELECT k, outcome, http_status, response_content_type, response_headers, response_bytes
+FROM unnest(ARRAY['empty', 'proto', 'none']) AS k,
+     idem_lease(k, idem_fingerprint('POST', '/' || k, NULL, NULL, NULL), '1 min');
+
+-- A response stored as jsonb (idem_lease_complete) replays through the lease claim as its jsonb text's bytes,
+-- with no content type, as through idem_claim_request.
+INSERT INTO held SELECT 'jsonb', lease_token FROM idem_lease('jsonb', idem_hash('jsonb'), '1 min');
+SELECT idem_lease_complete('jsonb', token_of('jsonb'), 201, '{"b": 2,  "a": 1}');
+SELECT outcome, response_body, response_content_type, convert_from(response_bytes, 'UTF8') AS bytes
+FROM idem_lease('jsonb', idem_hash('jsonb'), '1 min');
+-- Only a replay carries them: a claim, an in_progress and a mismatch have none.
+SELECT outcome, response_content_type, response_bytes FROM idem_lease('jsonb-2', idem_hash('a'), '1 min');
+SELECT outcome, response_content_type, response_bytes FROM idem_lease('jsonb-2', idem_hash('a'), '1 min');
+SELECT outcome, response_content_type, response_bytes FROM idem_lease('jsonb', idem_hash('other'), '1 min');
 
 -- A 5xx is never stored: false, the lease ends now, its recovery point stays, its token is spent.
 INSERT INTO held SELECT '5xx', lease_token FROM idem_lease('5xx', idem_hash('a'), '1 min');

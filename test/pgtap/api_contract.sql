@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(137);
+SELECT plan(138);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -238,6 +238,11 @@ SELECT is(
      WHERE a.attrelid = (SELECT typrelid FROM pg_type WHERE typname = 'idem_lease_result')
        AND a.attname = 'fencing_number'),
     'bigint', 'idem_lease returns a bigint fencing_number');
+SELECT is(
+    (SELECT array_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) FROM pg_attribute a
+     WHERE a.attrelid = (SELECT typrelid FROM pg_type WHERE typname = 'idem_lease_result') AND a.attnum > 9),
+    ARRAY['fencing_number bigint', 'response_content_type text', 'response_bytes bytea'],
+    'idem_lease_result ends with fencing_number (1.2), then the replay''s content type and bytes (1.3)');
 
 -- 1.3: the partitions' upkeep in C, with bounds read as values; the maintenance functions pin search_path too.
 SELECT function_lang_is('public', 'idem_partitions', ARRAY[]::text[], 'c');
