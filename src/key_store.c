@@ -38,9 +38,25 @@ static struct
 	bool		partitioned;
 } located;
 
+/*
+ * The fencing sequence found (next_fencing_number), remembered per backend: its
+ * lookup reads pg_extension and pg_depend. Any relcache invalidation of it (DROP,
+ * as DROP EXTENSION does; a rename or a move to another schema) forgets it, in
+ * forget_located_table, which is the one relcache callback of this file
+ * (PostgreSQL has room for few). A database still at 1.1 is looked at again
+ * on every grant, until its update makes the sequence.
+ */
+static struct
+{
+	Oid			namespace_oid;
+	Oid			sequence;		/* InvalidOid: not known */
+} fencing;
+
 static void
 forget_located_table(Datum arg, Oid relid)
 {
+	if (!OidIsValid(relid) || relid == fencing.sequence)
+		fencing.sequence = InvalidOid;
 	if (!OidIsValid(relid) || relid == located.table_oid || relid == located.twin_oid)
 		located.mode_known = false;
 	if (!OidIsValid(relid) || relid == located.table_oid)
@@ -246,36 +262,12 @@ require_lease_columns(const KeyTable *table)
  * caller needs no privilege on it: the number comes with a grant, which the
  * key's lock makes exclusive. 0 when the database is still at 1.1.
  */
-static struct
-{
-	Oid			namespace_oid;
-	Oid			sequence;		/* InvalidOid: not known */
-} fencing;
-
-/*
- * The sequence found is remembered per backend (its lookup reads pg_extension
- * and pg_depend); any relcache invalidation of it (DROP, as DROP EXTENSION
- * does; a rename or a move to another schema) forgets it, and a database
- * still at 1.1 is looked at again on every grant, until its update makes it.
- */
-static void
-forget_fencing_sequence(Datum arg, Oid relid)
-{
-	if (!OidIsValid(relid) || relid == fencing.sequence)
-		fencing.sequence = InvalidOid;
-}
-
 static int64
 next_fencing_number(Oid namespace_oid)
 {
-	static bool callback_registered = false;
 	Oid			sequence;
 
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(forget_fencing_sequence, (Datum) 0);
-		callback_registered = true;
-	}
+	locate_table(namespace_oid);	/* registers forget_located_table */
 	if (OidIsValid(fencing.sequence) && fencing.namespace_oid == namespace_oid)
 		return nextval_internal(fencing.sequence, false);
 	sequence = maintenance_member_relation(namespace_oid, "idempotency_fencing_numbers");
