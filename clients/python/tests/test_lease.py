@@ -11,7 +11,7 @@ import pytest
 
 from idempotency_pg import json_response, problem
 from idempotency_pg.asgi import async_connection_pool
-from idempotency_pg.core import aw, drive, entered
+from idempotency_pg.core import aw, drive, driven, entered, fetchone
 from idempotency_pg.lease import Step, run, run_async
 
 from conftest import needs_db, traced_round_trips
@@ -24,14 +24,11 @@ class Sync:
     """:func:`run` on the tests' pool.  A step written as a coroutine function is driven to its end: every call it
     awaits is sync here, so it never suspends."""
 
-    run, sleep, connect = staticmethod(run), staticmethod(time.sleep), staticmethod(psycopg.Connection.connect)
+    run, sleep, connect, fn = staticmethod(run), staticmethod(time.sleep), staticmethod(psycopg.Connection.connect), \
+        staticmethod(driven)
 
     def __init__(self, database_url, pool):
         self.pool = pool
-
-    @staticmethod
-    def fn(f):
-        return lambda *args: drive(f(*args))
 
     def main(self, body):
         return drive(body(self.pool))
@@ -66,17 +63,12 @@ def mode(request, database_url, pool):
     return request.param(database_url, pool)
 
 
-async def one(conn, sql, params=()):
-    """The first row of ``sql`` on a sync or async connection."""
-    return await aw((await aw(conn.execute(sql, params))).fetchone())
-
-
 RIDE_SQL = ("INSERT INTO rides (account, idempotency_key, amount_cents, currency, charge_id, fencing_number) "
             "VALUES (%s, %s, 1, 'EUR', 'ch', %s) RETURNING id")
 
 
 async def write_ride(conn, ctx, state=None):
-    (ride,) = await one(conn, RIDE_SQL, (ctx.scope, ctx.key, ctx.fencing_number))
+    (ride,) = await fetchone(conn, RIDE_SQL, (ctx.scope, ctx.key, ctx.fencing_number))
     return dict(state or {}, ride=ride)
 
 
@@ -85,7 +77,7 @@ def rides(db, account):
 
 
 async def finish(conn, ctx):
-    (n,) = await one(conn, "SELECT count(*) FROM rides WHERE account = %s", (ctx.scope,))
+    (n,) = await fetchone(conn, "SELECT count(*) FROM rides WHERE account = %s", (ctx.scope,))
     return json_response(201, {"done": ctx.state, "rides": n}, [("Location", "/x")])
 
 

@@ -25,7 +25,7 @@ import json
 import logging
 import secrets
 import weakref
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 
 import psycopg
@@ -82,6 +82,11 @@ async def aw(value):
     return (await value) if inspect.isawaitable(value) else value
 
 
+async def fetchone(conn, sql, params=None):
+    """The first row of ``sql`` on a sync or async connection (psycopg's, or one with its ``execute``)."""
+    return await aw((await aw(conn.execute(sql, params))).fetchone())
+
+
 @asynccontextmanager
 async def entered(cm):
     """Enter a context manager that is async (an async pool's ``connection()``) or not."""
@@ -101,6 +106,11 @@ def drive(coro):
         return done.value
     coro.close()
     raise RuntimeError("a sync flow awaited something: use the async adapter")
+
+
+def driven(fn):
+    """A coroutine function that never suspends (:func:`drive`), as a plain function."""
+    return lambda *args: drive(fn(*args))
 
 
 # --------------------------------------------------------------------------- the request body
@@ -424,14 +434,7 @@ class PgTx:
 
     async def _one_row(self, sql, params, before=None, after=None):
         conn = self.handle
-        if not self.pipeline:
-            if before:
-                await aw(conn.execute(before))
-            row = await aw((await aw(conn.execute(sql, params, prepare=False))).fetchone())
-            if after:
-                await aw(conn.execute(after))
-            return row
-        async with entered(conn.pipeline()):
+        async with entered(conn.pipeline() if self.pipeline else nullcontext()):  # one round trip, or one each
             if before:
                 await aw(conn.execute(before))
             cur = await aw(conn.execute(sql, params, prepare=False))

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from .core import PgTx, aw, drive, entered, sqlstate
+from .core import PgTx, aw, drive, entered, fetchone, sqlstate
 from .responses import claim_response, problem, sent_form, stored_form_of
 
 log = logging.getLogger("idempotency_pg")
@@ -166,7 +166,7 @@ class _InAtomic:
         self.handle = conn
 
     async def commit_with(self, sql, params):
-        return await aw((await aw(self.handle.execute(sql, params))).fetchone())  # the block commits on exit
+        return await fetchone(self.handle, sql, params)  # the block commits on exit
 
 
 class _NotStored(Exception):
