@@ -57,7 +57,8 @@ def environ(rq):
     """A WSGI environ, as a server hands it over: no Content-Length is a chunked body (``wsgi.input_terminated``),
     several header lines are joined with a comma."""
     env = {"REQUEST_METHOD": "POST", "PATH_INFO": rq.path, "QUERY_STRING": rq.query, "CONTENT_TYPE": "application/json",
-           "wsgi.input": io.BytesIO(rq.body), "HTTP_X_ACCOUNT": rq.account, "HTTP_X_THEN": rq.then}
+           "wsgi.input": io.BytesIO(rq.body), "HTTP_X_ACCOUNT": rq.account, "HTTP_X_THEN": rq.then,
+           "HTTP_AUTHORIZATION": "Bearer " + rq.account}
     if rq.keys:
         env["HTTP_IDEMPOTENCY_KEY"] = ", ".join(rq.keys)
     if rq.content_length() is None:
@@ -280,16 +281,6 @@ ADAPTERS = {"wsgi": Wsgi, "wsgi-separate": Wsgi, "wsgi-unprepared": Wsgi, "asgi-
 ASGI = ["asgi-psycopg", "asgi-sqlalchemy"]
 
 
-@pytest.fixture(scope="module")
-def django_configured(database_url):
-    from payments_service.django_app import configure
-
-    configure(database_url, faults=True)
-    yield
-    from django.db import connections
-    connections.close_all()
-
-
 @pytest.fixture(params=list(ADAPTERS))
 def adapter(request, database_url, pool):
     name = request.param
@@ -406,3 +397,19 @@ def test_other_paths_pass_through(adapter, account):
     (r,) = adapter.send([Req(account, path="/plain", keys=())], when=lambda scope: scope["path"] != "/plain")
     assert (r.status, r.body) == (201, b"plain")  # no key needed: the middleware did not apply
 
+
+
+# --------------------------------------------------------------------------- Django only
+
+def test_the_django_service_view_validation_is_not_executed(django_configured, db, account):
+    """The sample service's view (its ORM insert) behind the decorator: an invalid payment is not executed, so the
+    corrected retry with the same key runs."""
+    from django.core.handlers.wsgi import WSGIRequest
+
+    from payments_service.django_app import payments
+
+    def pay(amount):
+        return payments(WSGIRequest(environ(Req(account, body=b'{"amount_cents": %d, "currency": "EUR"}' % amount))))
+    assert pay(0).status_code == 422
+    assert pay(5).status_code == 201
+    assert [row[1] for row in ledger(db, account)] == [-5]

@@ -1,6 +1,7 @@
 """idempotency_pg.lease: the step API (lease, heartbeat, a checkpoint per step, complete, stop on 55000), each test
-in both modes: :func:`run` on psycopg's ConnectionPool (the heartbeat a thread) and :func:`run_async` on its
-AsyncConnectionPool (ASGI services; async steps, the heartbeat an asyncio task)."""
+in every mode: :func:`run` on psycopg's ConnectionPool (the heartbeat a thread), :func:`run_async` on its
+AsyncConnectionPool (ASGI services; async steps, the heartbeat an asyncio task) and :func:`run` on Django's own
+connection (``idempotency_pg.django.lease_pool()``)."""
 
 import asyncio
 import json
@@ -15,6 +16,7 @@ from idempotency_pg.core import aw, drive, driven, entered, fetchone
 from idempotency_pg.lease import Step, run, run_async
 
 from conftest import needs_db, traced_round_trips
+from test_integration import ledger
 from wsgi_client import OneConnection
 
 pytestmark = needs_db
@@ -58,9 +60,24 @@ class Async:
         return asyncio.run(main())
 
 
-@pytest.fixture(params=[Sync, Async], ids=["sync", "async"])
+class Django(Sync):
+    """:func:`run` on Django's own connection (``idempotency_pg.django.lease_pool()``): a step's commit and finish in
+    ``transaction.atomic``, one statement per round trip; 55000 arrives wrapped in Django's OperationalError."""
+
+    def __init__(self, database_url, pool):
+        from idempotency_pg.django import lease_pool
+
+        self.pool = lease_pool()
+
+
+@pytest.fixture(params=[Sync, Async, Django], ids=["sync", "async", "django"])
 def mode(request, database_url, pool):
+    if request.param is Django:
+        request.getfixturevalue("django_configured")
     return request.param(database_url, pool)
+
+
+PSYCOPG = pytest.mark.parametrize("mode", [Sync, Async], ids=["sync", "async"], indirect=True)
 
 
 RIDE_SQL = ("INSERT INTO rides (account, idempotency_key, amount_cents, currency, charge_id, fencing_number) "
@@ -215,6 +232,33 @@ def test_the_heartbeat_keeps_a_long_step_leased(mode, account, heartbeat):
         assert first.status == 409, first
 
 
+def test_a_django_step_writes_with_the_orm_in_its_checkpoint_transaction(django_configured, db, account):
+    """A step's ORM write commits with its checkpoint; a failed later step releases the lease, and the retry resumes
+    after the checkpoint with its state (the ORM write is not made twice)."""
+    from payments_service.djangoledger.models import Ledger
+
+    def write(conn, ctx, state):
+        row = Ledger.objects.create(account=ctx.scope, amount_cents=-1, currency="EUR", idempotency_key=ctx.key)
+        return dict(state, ledger_id=row.id)
+
+    def fail(ctx):
+        raise RuntimeError("mailer down")
+    mode = Django(None, None)
+
+    async def body(pool):
+        with pytest.raises(RuntimeError):
+            await go(mode, pool, account, "k", [Step("written", action=lambda ctx: {"a": 1}, commit=write),
+                                                Step("mailed", action=fail)])
+        assert len(ledger(db, account)) == 1
+        return await go(mode, pool, account, "k", [Step("written", action=lambda ctx: {"again": 1}, commit=write),
+                                                   Step("mailed", action=lambda ctx: dict(ctx.state, mailed=True))])
+    r = mode.main(body)
+    assert r.status == 201, r
+    done = json.loads(r.body)["done"]
+    assert done["a"] == 1 and done["mailed"] is True and "again" not in done
+    assert [row[0] for row in ledger(db, account)] == [done["ledger_id"]]
+
+
 def test_the_sync_run_refuses_an_async_step(pool, account):
     async def step(ctx):
         return {}
@@ -228,6 +272,7 @@ def test_the_sync_run_refuses_an_async_step(pool, account):
 
 # --------------------------------------------------------------------------- round trips (libpq's trace)
 
+@PSYCOPG
 def test_a_step_transaction_takes_the_round_trips_of_a_bare_one(mode, database_url, account, tmp_path):
     """BEGIN travels with the fence, the checkpoint and the completion with COMMIT: a step whose commit writes one
     statement is 3 round trips (BEGIN + fence, the write, checkpoint + COMMIT), finish with one statement 3."""
@@ -259,6 +304,7 @@ def test_a_step_transaction_takes_the_round_trips_of_a_bare_one(mode, database_u
     ]
 
 
+@PSYCOPG
 def test_a_fenced_off_or_5xx_step_transaction_is_rolled_back_before_the_connection_goes_back(mode, database_url, db,
                                                                                              account):
     """The BEGIN sent with the fence and finish's writes before a 5xx are not left open on the connection."""
