@@ -95,7 +95,8 @@ class Wsgi:
     expect = dict(EXPECT, **{"error-4xx": (422, b"/declined"), "error-5xx": (502, b"/bad-gateway"),
                              "restart-500": (500, b"failed")})
     raises = {"error-4xx": lambda: HTTPProblem(422, "declined", "Declined", "after the write"),
-              "error-5xx": lambda: HTTPProblem(502, "bad-gateway", "Bad Gateway"), "crash": lambda: RuntimeError("boom")}
+              "error-5xx": lambda: HTTPProblem(502, "bad-gateway", "Bad Gateway"),
+              "crash": lambda: RuntimeError("boom")}
 
     def __init__(self, pool, **mode):
         self.mw = IdempotencyMiddleware(self.app, pool, scope=lambda e: e["HTTP_X_ACCOUNT"], **mode)
@@ -134,7 +135,8 @@ class Asgi:
 
         self.backend, self.database_url = backend, database_url
         self.raises = {"error-4xx": lambda: StarletteHTTPException(422, "declined after the write"),
-                       "error-5xx": lambda: HTTPException(503, "after the write"), "crash": lambda: RuntimeError("boom")}
+                       "error-5xx": lambda: HTTPException(503, "after the write"),
+                       "crash": lambda: RuntimeError("boom")}
 
     def write(self, ctx):
         return self.execute(ctx, INSERT, (ctx.scope, ctx.key))
@@ -200,8 +202,8 @@ class Asgi:
 
         async def main():
             backend, close = await self.make_backend()
-            mw = IdempotencyASGIMiddleware(self.app(), backend, scope=lambda s: dict(s["headers"])[b"x-account"].decode(),
-                                           **options)
+            mw = IdempotencyASGIMiddleware(self.app(), backend, **options,
+                                           scope=lambda s: dict(s["headers"])[b"x-account"].decode())
             try:
                 return [await asgi_request(mw, rq) for rq in reqs]
             finally:
@@ -285,7 +287,8 @@ ASGI = ["asgi-psycopg", "asgi-sqlalchemy"]
 def adapter(request, database_url, pool):
     name = request.param
     if name.startswith("wsgi"):
-        return Wsgi(pool, **{"wsgi": {}, "wsgi-separate": {"combine": False}, "wsgi-unprepared": {"prepare": False}}[name])
+        modes = {"wsgi": {}, "wsgi-separate": {"combine": False}, "wsgi-unprepared": {"prepare": False}}
+        return Wsgi(pool, **modes[name])
     if name.startswith("asgi"):
         return Asgi(name[5:], database_url)
     request.getfixturevalue("django_configured")
@@ -300,7 +303,8 @@ def test_the_answer_is_stored_as_sent_and_replayed_byte_for_byte(adapter, db, ac
     assert (again.status, again.body, again.header("Idempotent-Replayed")) == (want.status, want.body, "true"), again
     for r in (first, again):
         assert int(r.header("Content-Length")) == len(r.body)
-        assert (r.header("Content-Type"), r.header("Location")) == (want.header("Content-Type"), want.header("Location"))
+        for name in ("Content-Type", "Location"):
+            assert r.header(name) == want.header(name), name
     assert len(ledger(db, account)) == 1
 
 

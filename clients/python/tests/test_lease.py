@@ -93,6 +93,23 @@ def rides(db, account):
     return db.execute("SELECT count(*) FROM rides WHERE account = %s", (account,)).fetchone()[0]
 
 
+async def down(conn, ctx):
+    """A finish that writes, then answers 503."""
+    await write_ride(conn, ctx)
+    return problem(503, "down", "Down")
+
+
+def stall(mode, pool, account, key):
+    """A step that stops its heartbeat and sleeps past its 1 s lease while another attempt takes ``key`` over."""
+    async def step(ctx):
+        ctx.stop_heartbeat()
+        await aw(mode.sleep(1.2))
+        other = await go(mode, pool, account, key, [Step("one", action=lambda c: {"by": "second"})])
+        assert other.status == 201, other
+        return {"by": "stalled"}
+    return mode.fn(step)
+
+
 async def finish(conn, ctx):
     (n,) = await fetchone(conn, "SELECT count(*) FROM rides WHERE account = %s", (ctx.scope,))
     return json_response(201, {"done": ctx.state, "rides": n}, [("Location", "/x")])
@@ -152,10 +169,6 @@ def test_5xx_is_not_stored_and_keeps_the_recovery_point(mode, db, account):
     """finish's writes roll back with its 5xx (the retry runs finish again: kept, they would be written twice),
     and the lease is released at once with the recovery point kept.  The steps are plain functions: run_async
     takes those too."""
-    async def down(conn, ctx):
-        await write_ride(conn, ctx)
-        return problem(503, "down", "Down")
-
     async def up(conn, ctx):
         await write_ride(conn, ctx)
         return await finish(conn, ctx)
@@ -188,18 +201,12 @@ def test_a_stalled_holder_gets_409_and_writes_nothing(mode, account):
     wrote, later = [], []
 
     async def body(pool):
-        async def stall(ctx):
-            ctx.stop_heartbeat()
-            await aw(mode.sleep(1.2))  # past the 1 s lease
-            other = await go(mode, pool, account, "k", [Step("one", action=lambda c: {"by": "second"})])
-            assert other.status == 201, other
-            return {"by": "stalled"}
-
         async def local(conn, ctx, state):
             wrote.append(state)
             return state
-        r = await go(mode, pool, account, "k", [Step("one", action=mode.fn(stall), commit=mode.fn(local)),
-                                                Step("two", action=later.append)], lease=1.0)
+        steps = [Step("one", action=stall(mode, pool, account, "k"), commit=mode.fn(local)),
+                 Step("two", action=later.append)]
+        r = await go(mode, pool, account, "k", steps, lease=1.0)
         return r, await go(mode, pool, account, "k", [])
     r, final = mode.main(body)
     assert r.status == 409 and r.header("Retry-After") == "1", r
@@ -310,18 +317,7 @@ def test_a_fenced_off_or_5xx_step_transaction_is_rolled_back_before_the_connecti
     """The BEGIN sent with the fence and finish's writes before a 5xx are not left open on the connection."""
     from psycopg.pq import TransactionStatus
 
-    async def down(conn, ctx):
-        await write_ride(conn, ctx)
-        return problem(503, "down", "Down")
-
     async def body(pool):
-        async def takeover_during(ctx):
-            ctx.stop_heartbeat()
-            await aw(mode.sleep(1.2))  # past the 1 s lease
-            other = await go(mode, pool, account, "k2", [Step("one", action=lambda c: {"by": "second"})])
-            assert other.status == 201, other
-            return {"by": "stalled"}
-
         conn = await aw(mode.connect(database_url, autocommit=True, prepare_threshold=None))
         async with entered(conn):
             one_conn = OneConnection(conn)
@@ -331,7 +327,8 @@ def test_a_fenced_off_or_5xx_step_transaction_is_rolled_back_before_the_connecti
             assert conn.info.transaction_status == TransactionStatus.IDLE
             wrote = []
             r = await go(mode, one_conn, account, "k2", [
-                Step("one", action=mode.fn(takeover_during), commit=lambda c, ctx, st: wrote.append(st))], lease=1.0)
+                Step("one", action=stall(mode, pool, account, "k2"), commit=lambda c, ctx, st: wrote.append(st))],
+                lease=1.0)
             assert r.status == 409 and wrote == []  # 55000 from the fence, sent with BEGIN: nothing written
             assert conn.info.transaction_status == TransactionStatus.IDLE
     mode.main(body)
