@@ -64,6 +64,14 @@ class PreparedLost(Exception):
     in transaction mode.  Nothing has run; the attempt runs again unnamed."""
 
 
+class Rollback(Exception):
+    """Leaves a transaction block so that it rolls back, with the ``response`` to send (a 5xx: not stored)."""
+
+    def __init__(self, response):
+        super().__init__(response.status)
+        self.response = response
+
+
 #: What is answered before any claim (or after the claim refused the body): :meth:`Options.refused`.
 REFUSED = (HTTPProblem, KeyHeaderError, BodyTooLarge, BodyIncomplete, BadBody, NotExecuted)
 
