@@ -359,6 +359,14 @@ def test_several_key_lines_are_400(adapter, account):
     assert "several" in json.loads(r.body)["detail"]
 
 
+@pytest.mark.parametrize("body", [b'{"x": "\\u0000"}', b'{"x": "\\ud800"}'], ids=["nul", "lone-surrogate"])
+def test_a_body_postgres_refuses_is_400_and_consumes_no_key(adapter, db, account, body):
+    """JSON that jsonb refuses (a NUL, a lone surrogate) fails the claim: 400, nothing claimed, nothing run."""
+    (r,) = adapter.send([Req(account, body=body)])
+    assert r.status == 400 and json.loads(r.body)["type"].endswith("/request-body-not-json"), r
+    assert ledger(db, account) == [] and stored_outcome(db, account, "k") == "claimed"
+
+
 def padded(size):
     return PAY[:-1] + b" " * (size - len(PAY)) + b"}"
 

@@ -179,15 +179,6 @@ def test_serialization_failure_gives_up_after_3_retries(pool, db, account):
     assert stored_outcome(db, account, "never") == "claimed"
 
 
-@pytest.mark.parametrize("body", [b'{"amount_cents": 5, "currency": "EUR", "x": "\\u0000"}',
-                                  b'{"amount_cents": 5, "currency": "EUR", "x": "\\ud800"}'])
-def test_body_postgres_refuses_is_400_and_consumes_no_key(app, db, account, body):
-    r = pay(app, account, "pgbody", body)
-    assert r.status == 400
-    assert ledger(db, account) == []
-    assert stored_outcome(db, account, "pgbody") == "claimed"
-
-
 def test_unprotected(app, db, account):
     r = pay(app, account, None, path="/payments-unprotected")
     assert r.status == 201
