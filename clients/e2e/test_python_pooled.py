@@ -47,11 +47,10 @@ def _app(pool, calls):
 
 
 def _pay(app, account, key):
-    from wsgi_client import environ_of
-    from idempotency_pg import run_wsgi
+    from wsgi_client import request
 
-    return run_wsgi(app, environ_of("POST", "/payments", {"amount_cents": 100, "currency": "EUR"},
-                                    {"Authorization": "Bearer " + account, "Idempotency-Key": key}))
+    return request(app, "POST", "/payments", {"amount_cents": 100, "currency": "EUR"},
+                   {"Authorization": "Bearer " + account, "Idempotency-Key": key})
 
 
 def _account():

@@ -26,8 +26,10 @@ class Sync:
     """:func:`run` on the tests' pool.  A step written as a coroutine function is driven to its end: every call it
     awaits is sync here, so it never suspends."""
 
-    run, sleep, connect, fn = staticmethod(run), staticmethod(time.sleep), staticmethod(psycopg.Connection.connect), \
-        staticmethod(driven)
+    run = staticmethod(run)
+    sleep = staticmethod(time.sleep)
+    connect = staticmethod(psycopg.Connection.connect)
+    fn = staticmethod(driven)
 
     def __init__(self, database_url, pool):
         self.pool = pool
@@ -39,8 +41,9 @@ class Sync:
 class Async:
     """:func:`run_async` on a fresh AsyncConnectionPool in a fresh event loop; steps are coroutine functions."""
 
-    run, sleep, connect = staticmethod(run_async), staticmethod(asyncio.sleep), \
-        staticmethod(psycopg.AsyncConnection.connect)
+    run = staticmethod(run_async)
+    sleep = staticmethod(asyncio.sleep)
+    connect = staticmethod(psycopg.AsyncConnection.connect)
 
     def __init__(self, database_url, pool):
         self.database_url = database_url
