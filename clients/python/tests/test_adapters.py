@@ -310,13 +310,15 @@ def test_the_answer_is_stored_as_sent_and_replayed_byte_for_byte(adapter, db, ac
     assert len(ledger(db, account)) == 1
 
 
-def test_the_query_string_is_in_the_fingerprint(adapter, db, account):
-    """A retry of ?ref=1 as ?ref=2 is another request (422); ?ref=1 again replays; no query at all is 1.2's
-    fingerprint (the body hashed as JSON), another request again."""
-    first, other, again, bare = adapter.send([Req(account, query="ref=1"), Req(account, query="ref=2"),
-                                              Req(account, query="ref=1"), Req(account)])
+def test_the_query_string_and_the_body_are_in_the_fingerprint(adapter, db, account):
+    """A retry of ?ref=1 as ?ref=2 or with another body is another request (422); ?ref=1 again replays; no query at
+    all is 1.2's fingerprint (the body hashed as JSON), another request again."""
+    first, other, body, again, bare = adapter.send([Req(account, query="ref=1"), Req(account, query="ref=2"),
+                                                    Req(account, query="ref=1", body=b'{"amount_cents": 2}'),
+                                                    Req(account, query="ref=1"), Req(account)])
     assert first.status == 201 and first.header("Idempotent-Replayed") is None
-    assert other.status == bare.status == 422
+    assert other.status == body.status == bare.status == 422
+    assert json.loads(body.body)["type"].endswith("/idempotency-key-reused")
     assert again.header("Idempotent-Replayed") == "true" and again.body == first.body
     assert len(ledger(db, account)) == 1
     same = db.execute("SELECT encode(request_hash, 'hex') = idem_fingerprint('POST', '/t', 'ref=1', NULL, %s) "
