@@ -2,7 +2,7 @@ export { idempotency, transactional, readRawBody } from './express.js';
 export { koaIdempotency } from './koa.js';
 export { fastifyIdempotency } from './fastify.js';
 export {
-  CLAIM_REQUEST_SQL, CLAIM_SQL, COMPLETE_REQUEST_SQL, COMPLETE_SQL, DEFAULT_BODY_LIMIT, RETRYABLE, admit, errorStatus, isRetryable, readBody, sqlLiteral,
+  CLAIM_REQUEST_SQL, CLAIM_SQL, COMPLETE_REQUEST_SQL, COMPLETE_SQL, DEFAULT_BODY_LIMIT, RETRYABLE, admit, errorStatus, isRetryable, readBody,
 } from './engine.js';
 export { parseIdempotencyKey, KeyHeaderError, MAX_KEY_BYTES } from './header.js';
 export {

@@ -230,12 +230,13 @@ class LeaseContext {
 }
 
 /**
- * A holder's transaction in as few round trips as a bare transaction takes: BEGIN with idem_lease_extend (first:
- * 55000 before any write of a stale holder, and the key's row stays locked by this transaction until it ends, so
- * no takeover slips in before the checkpoint or the completion), then fn(client), then fn's `last` statement (the
- * checkpoint or the completion) with COMMIT. fn resolves with {result, last: [text, params]}; the transaction
- * resolves with {result, row: last's first row}. With `alone` (a step without writes: no fn) the four statements
- * go in one round trip. Rolls back and rethrows (55000 as LeaseLostError) on any failure.
+ * A holder's transaction in as few round trips as a bare transaction takes (on a pipelined client, see batch()):
+ * BEGIN with idem_lease_extend (first: 55000 before any write of a stale holder, and the key's row stays locked by
+ * this transaction until it ends, so no takeover slips in before the checkpoint or the completion), then
+ * fn(client), then fn's `last` statement (the checkpoint or the completion) with COMMIT. fn resolves with {result,
+ * last: [text, params]}; the transaction resolves with {result, row: last's first row}. With `alone` (a step
+ * without writes: no fn) the four statements go in one round trip. Rolls back and rethrows (55000 as
+ * LeaseLostError) on any failure.
  */
 async function holderTransaction(cfg, ctx, fn, alone = null) {
   const run = ctx._run;

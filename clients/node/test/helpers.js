@@ -38,19 +38,20 @@ export function pgError(code, message = `error ${code}`) {
 
 /**
  * A fake pg.Pool. `script.claim(params)` gives the claim row (default claimed); `script.query(sql, params)` may
- * answer other statements (return undefined for the default). Every statement is recorded in `log`. Its clients
- * are pipelined (`pipeline: true`, so the middleware sends BEGIN and the claim as two statements) unless
- * `script.pipeline` is false: then the middleware sends one multi-statement message, answered with an array.
+ * answer other statements (return undefined for the default). Every statement is recorded in `log` (with its
+ * `name` when it has one). It has one client, pipelined (`pipeline: true`) unless `script.pipeline` is false.
  */
 export function fakePool(script = {}) {
   const log = [];
+  let client;
   const pool = {
     log,
     connects: 0,
+    inflight: 0,
     released: [],
     async connect() {
       pool.connects++;
-      const client = {
+      client ??= {
         pipeline: script.pipeline !== false,
         on() {},
         removeListener() {},
@@ -60,45 +61,42 @@ export function fakePool(script = {}) {
         async query(sql, params) {
           let name;
           if (typeof sql === 'object') ({ text: sql, values: params, name } = sql);
-          log.push(name ? { sql, params, name } : { sql, params });
-          if (!params && /^(BEGIN[^;]*; SELECT (c\.outcome|idem_claim_request)|SELECT idem_complete.*; COMMIT$)/s.test(sql)) {
-            // one simple-query message of two statements (the values are literals in the text)
-            const [first, second] = sql.startsWith('BEGIN') ? [sql.split('; ')[0], 'claim'] : ['complete', 'COMMIT'];
-            const r1 = first === 'complete' ? await client.query(sql.slice(0, sql.lastIndexOf('; COMMIT')))
-              : await client.query(first);
-            const r2 = second === 'claim' ? await client.query(sql.slice(sql.indexOf('; ') + 2)) : await client.query('COMMIT');
-            log.splice(log.length - 3, 3, { sql, params, multi: true });
-            return [r1, r2];
+          // `queued`: sent before the statement ahead of it was answered (the same round trip)
+          log.push({ sql, params, ...(name && { name }), ...(pool.inflight > 0 && { queued: true }) });
+          pool.inflight++;
+          try {
+            return await answer(sql, params);
+          } finally {
+            pool.inflight--;
           }
-          if (script.query) {
-            const r = await script.query(sql, params, log);
-            if (r !== undefined) return r;
-          }
-          if (/^BEGIN/.test(sql) || sql === 'ROLLBACK') return { command: sql.split(' ')[0], rows: [] };
-          if (sql === 'COMMIT') return { command: 'COMMIT', rows: [] };
-          if (sql.includes('idem_claim_request')) {
-            // 1.3: one column, the idem_request_claim value in its text form
-            const row = (script.claim ? await script.claim(params, log) : undefined) || { outcome: 'claimed' };
-            return { command: 'SELECT', rows: [{ c: recordText(row) }] };
-          }
-          if (sql.includes('idem_complete_request')) return { command: 'SELECT', rows: [{ stored: true }] };
-          if (sql.includes('idem_claim')) {
-            const row = script.claim ? await script.claim(params, log) : undefined;
-            return { command: 'SELECT', rows: [row || { outcome: 'claimed', http_status: null, response_body: null, response_headers: null }] };
-          }
-          if (sql.includes('idem_complete')) {
-            // the stored body back as jsonb text: the fake normalises like jsonb for plain objects (", " and ": ")
-            const body = params ? params[2] : (/FROM \(SELECT (E?'.*')::jsonb AS body\)/s.exec(sql) || [])[1];
-            const text = body === null || body === undefined || body === 'NULL' ? null
-              : jsonbText(params ? body : body.replace(/^E?'|'$/g, '').replace(/''/g, "'"));
-            return { command: 'SELECT', rows: [{ stored: true, body: text }] };
-          }
-          return { command: 'SELECT', rows: [] };
         },
       };
       return client;
     },
   };
+  async function answer(sql, params) {
+    if (script.query) {
+      const r = await script.query(sql, params, log);
+      if (r !== undefined) return r;
+    }
+    if (/^BEGIN/.test(sql) || sql === 'ROLLBACK') return { command: sql.split(' ')[0], rows: [] };
+    if (sql === 'COMMIT') return { command: 'COMMIT', rows: [] };
+    if (sql.includes('idem_claim_request')) {
+      // 1.3: one column, the idem_request_claim value in its text form
+      const row = (script.claim ? await script.claim(params, log) : undefined) || { outcome: 'claimed' };
+      return { command: 'SELECT', rows: [{ c: recordText(row) }] };
+    }
+    if (sql.includes('idem_complete_request')) return { command: 'SELECT', rows: [{ stored: true }] };
+    if (sql.includes('idem_claim')) {
+      const row = script.claim ? await script.claim(params, log) : undefined;
+      return { command: 'SELECT', rows: [row || { outcome: 'claimed', http_status: null, response_body: null, response_headers: null }] };
+    }
+    if (sql.includes('idem_complete')) {
+      // the stored body back as jsonb text: the fake normalises like jsonb for plain objects (", " and ": ")
+      return { command: 'SELECT', rows: [{ stored: true, body: params[2] === null ? null : jsonbText(params[2]) }] };
+    }
+    return { command: 'SELECT', rows: [] };
+  }
   return pool;
 }
 
@@ -121,8 +119,7 @@ export function jsonbText(json) {
 
 /** The statements of `log` reduced to a word each: BEGIN, claim, complete, COMMIT, ROLLBACK or the SQL. */
 export function steps(log) {
-  return log.map(({ sql, multi }) => {
-    if (multi) return sql.startsWith('BEGIN') ? 'BEGIN+claim' : 'complete+COMMIT';
+  return log.map(({ sql }) => {
     if (sql.includes('idem_claim')) return 'claim';
     if (sql.includes('idem_complete')) return 'complete';
     return sql;

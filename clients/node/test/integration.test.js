@@ -12,9 +12,9 @@ import { listen, post, quietLogger } from './helpers.js';
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
 
-// Each case runs twice: on a plain pool (BEGIN + claim and complete + COMMIT as multi-statement messages) and on a
-// pool of pipelined clients (pg's `pipeline: true`: the pairs are pipelined extended-protocol statements).
-for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ? 'pipelined client' : 'multi-statement messages'})`, { skip }, () => {
+// Each case runs twice: on a pool of pipelined clients (pg's `pipeline: true`: BEGIN + claim and complete + COMMIT
+// each in one round trip) and on a plain pool (one statement per round trip).
+for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ? 'pipelined client' : 'plain client'})`, { skip }, () => {
   const run = `t${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
   let pool;
   let srv;
@@ -380,10 +380,55 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
 });
 
 // Through PgBouncer in transaction pooling (E2E_PGBOUNCER_URL: clients/run-tests.sh exports it, the e2e stack's
-// bouncer; PgBouncer 1.18 keeps no named statement): a pipelined pool names the 1.3 statements, meets 26000 or
-// 42P05 on a server connection that does not hold them (or already does), and goes on unnamed by itself.
+// bouncer; PgBouncer 1.18 keeps no named statement): a pipelined pool names the 1.3 statements, meets 26000 on a
+// server connection that does not hold them, and goes on unnamed by itself.
 const BOUNCER = process.env.E2E_PGBOUNCER_URL;
 describe('through PgBouncer, a pipelined pool', { skip: BOUNCER ? false : 'E2E_PGBOUNCER_URL is not set' }, () => {
+  test('a server connection swapped under a client connection: met at the claim, never after the handler', async () => {
+    // PgBouncer hands out the server connection released last; a transaction held open by another client sends the
+    // next one elsewhere. Each request runs on the client connection the test picks; the handler, which cannot be
+    // run again (a middleware before the route), records the server's pid.
+    const connections = [];
+    for (let i = 0; i < 3; i++) {
+      const c = new pg.Client({ connectionString: BOUNCER, pipeline: true });
+      await c.connect();
+      connections.push(Object.assign(c, { release() {} }));
+    }
+    const [c1, c2, holder] = connections;
+    const run = `sw${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+    const logged = [];
+    let next;
+    const app = express();
+    app.use(idempotency({ pool: { connect: async () => next }, logger: { error() {}, info: (m) => logged.push(m) } })());
+    const servers = [];
+    app.post('/p', async (req, res) => {
+      servers.push((await req.db.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
+      res.status(req.body.status).json({});
+    });
+    const srv = await listen(app);
+    const send = (client, key, status) => ((next = client),
+      post(`${srv.url}/p`, { status }, { 'Idempotency-Key': `${run}-${key}` }).then((r) => r.status));
+    try {
+      assert.equal(await send(c1, 'a', 201), 201); // c1 prepares its claim and completion on server connection A
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1'); // A, held
+      assert.equal(await send(c2, 'b', 503), 503); // c2 prepares its claim on another one, B (rolled back)
+      await holder.query('COMMIT'); // A is the one released last again
+      // c2 on A, which holds c1's statements and not c2's: 26000 at the claim, run again unnamed. With one name for
+      // every connection, the claim ran there as c1's and the completion's Parse failed after the handler (42P05).
+      assert.equal(await send(c2, 'c', 201), 201);
+      assert.equal(servers.length, 3, 'each handler ran once');
+      assert.notEqual(servers[1], servers[0], 'b ran on another server connection than a');
+      assert.equal(servers[2], servers[0], 'c ran on the server connection of a');
+      assert.ok(logged.some((m) => /SQLSTATE 26000/.test(m)), logged.join('\n'));
+      assert.equal(await send(c1, 'd', 201), 201, 'unnamed from then on');
+    } finally {
+      await srv.close();
+      await Promise.all(connections.map((c) => c.end()));
+    }
+  });
+
+
   for (const prepared of ['auto', false]) {
     test(`prepared: ${prepared}: 30 keys at once, then again: 30 payments, then 30 replays`, async () => {
       const pool = new pg.Pool({ connectionString: BOUNCER, max: 6, pipeline: true });
