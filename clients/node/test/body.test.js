@@ -1,22 +1,14 @@
-// Every adapter (Express as a route and as app.use(), a plain node:http server, Koa, Fastify) runs a request only
+// Every adapter (Express as a route and as app.use(), a plain node:http server, NestJS, Koa, Fastify) runs a request only
 // from a body that arrived whole, and refuses a body over the limit before reading it. Raw sockets to a real
 // listening server: a client that sends 37 of its 600 announced bytes and hangs up must leave nothing claimed and
 // nothing written, so that its proper retry is claimed and executed; headers announcing more than the limit, or a
 // chunked body passing it, get 413 problem+json at once, while the client is still sending.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import net from 'node:net';
 import { readFile } from 'node:fs/promises';
-import express from 'express';
-import Koa from 'koa';
-import Fastify from 'fastify';
-import 'reflect-metadata';
-import { NestFactory } from '@nestjs/core';
-import { Controller, Module, Post, Req, Res } from '@nestjs/common';
 import pg from 'pg';
-import { fastifyIdempotency, idempotency, koaIdempotency } from '../src/index.js';
-import { fakePool, listen, quietLogger } from './helpers.js';
+import { SERVERS, fakePool } from './helpers.js';
 
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const LIMIT = 1024; // a small body limit, so the tests send little
@@ -27,84 +19,15 @@ const FULL = JSON37.padEnd(600, ' ');
 const BOUND_MS = 5000;
 
 /** The handler of every adapter: the ledger insert in the request's transaction. */
-async function pay(client, key, account, body) {
-  const { rows: [{ id }] } = await client.query(
+async function pay(h) {
+  const { rows: [{ id }] } = await h.db.query(
     'INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, $2, $3, $4) RETURNING id',
-    [account, -body.amount_cents, body.currency, key]);
-  return { id: Number(id) };
+    [h.idem.scope, -h.body.amount_cents, h.body.currency, h.idem.key]);
+  h.answer(201, { id: Number(id) });
 }
 
-const scope = (headers) => headers['x-account'] || '';
-
-const ADAPTERS = {
-  'express route': (pool) => {
-    const app = express();
-    const idem = idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT });
-    app.post('/p', idem(async (req, res) => {
-      res.status(201).json(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body));
-    }));
-    return listen(app);
-  },
-  'express app.use': (pool) => {
-    const app = express();
-    app.use(idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT })());
-    app.post('/p', async (req, res) => {
-      res.status(201).json(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body));
-    });
-    return listen(app);
-  },
-  'node:http': (pool) => {
-    const idem = idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT });
-    return listen(idem(async (req, res) => {
-      res.writeHead(201, { 'Content-Type': 'application/json' });
-      res.end(JSON.stringify(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body)));
-    }));
-  },
-  koa: (pool) => {
-    const app = new Koa();
-    app.silent = true;
-    app.use(koaIdempotency({ pool, scope: (ctx) => scope(ctx.headers), logger: quietLogger, bodyLimit: LIMIT }));
-    app.use(async (ctx) => {
-      ctx.body = await pay(ctx.idempotency.client, ctx.idempotency.key, ctx.idempotency.scope, ctx.request.body);
-      ctx.status = 201;
-    });
-    return listen(app.callback());
-  },
-  // NestJS on Express: the Express adapter as a Nest middleware (decorators applied by hand: plain JavaScript),
-  // Nest's own body parser off so that the middleware reads the body (its limit, its 413)
-  nestjs: async (pool) => {
-    class Payments {
-      async pay(req, res) {
-        res.status(201).json(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body));
-      }
-    }
-    Controller()(Payments);
-    Post('p')(Payments.prototype, 'pay', Object.getOwnPropertyDescriptor(Payments.prototype, 'pay'));
-    Req()(Payments.prototype, 'pay', 0);
-    Res()(Payments.prototype, 'pay', 1);
-    const idem = idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT });
-    class App {
-      configure(consumer) {
-        consumer.apply(idem()).forRoutes(Payments);
-      }
-    }
-    Module({ controllers: [Payments] })(App);
-    const app = await NestFactory.create(App, { logger: false, bodyParser: false });
-    await app.listen(0, '127.0.0.1');
-    const server = app.getHttpServer();
-    return { url: `http://127.0.0.1:${server.address().port}`, server, close: () => app.close() };
-  },
-  fastify: async (pool) => {
-    const app = Fastify({ bodyLimit: LIMIT });
-    await app.register(fastifyIdempotency, { pool, scope: (request) => scope(request.headers), logger: quietLogger });
-    app.post('/p', { config: { idempotency: true } }, async (request, reply) => {
-      const idem = request.idempotency;
-      return reply.code(201).send(await pay(idem.client, idem.key, idem.scope, request.body));
-    });
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    return { url: `http://127.0.0.1:${app.server.address().port}`, server: app.server, close: () => app.close() };
-  },
-};
+const ADAPTERS = Object.fromEntries(Object.entries(SERVERS).map(([name, make]) => [name,
+  (pool) => make(pool, pay, { bodyLimit: LIMIT })]));
 
 function head(port, headers) {
   const lines = [`POST /p HTTP/1.1`, `Host: 127.0.0.1:${port}`, 'Content-Type: application/json',

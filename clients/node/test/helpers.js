@@ -1,19 +1,22 @@
-// Test helpers: an HTTP server on an ephemeral loopback port, and a fake pg.Pool that records statements.
+// Test helpers: an HTTP server on an ephemeral loopback port, every adapter's app around one handler, and a fake
+// pg.Pool that records statements.
 
 import http from 'node:http';
+import express from 'express';
+import Koa from 'koa';
+import Fastify from 'fastify';
+import 'reflect-metadata';
+import { NestFactory } from '@nestjs/core';
+import { Controller, Module, Post, Req, Res } from '@nestjs/common';
+import { fastifyIdempotency, idempotency, koaIdempotency } from '../src/index.js';
 
 export async function listen(app) {
   const server = http.createServer(app);
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${server.address().port}`;
-  return {
-    url,
-    server,
-    async close() {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+  return served(server, async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
 }
 
 export async function post(url, body, headers = {}) {
@@ -127,3 +130,115 @@ export function steps(log) {
 }
 
 export const quietLogger = { error() {}, info() {}, warn() {}, log() {} };
+
+/**
+ * An app of each adapter with `handler(view)` protected on POST /p: view = {db, idem (the handle), body (parsed),
+ * status(code), answer(status, body as JSON, headers)}. Options are the adapter's (pool, logger and a scope from
+ * X-Account by default); Fastify's `bodyLimit` goes to Fastify itself, which the plugin then follows. Express apps
+ * answer an error with a status as {error: message}.
+ */
+export const SERVERS = {
+  'express route': (pool, handler, options) => {
+    const app = express();
+    app.post('/p', idempotency(defaults(pool, options))((req, res) => handler(expressView(req, res))));
+    return listen(withErrors(app));
+  },
+  'express app.use': (pool, handler, options) => {
+    const app = express();
+    app.use(idempotency(defaults(pool, options))());
+    app.post('/p', (req, res) => handler(expressView(req, res)));
+    return listen(withErrors(app));
+  },
+  'node:http': (pool, handler, options) => listen(idempotency(defaults(pool, options))((req, res) => handler({
+    ...expressView(req, res),
+    answer(status, body, headers = {}) {
+      res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
+      res.end(JSON.stringify(body));
+    },
+  }))),
+  koa: (pool, handler, options) => {
+    const app = new Koa();
+    app.silent = true;
+    app.use(koaIdempotency(defaults(pool, options)));
+    app.use((ctx) => handler({
+      db: ctx.idempotency.client, idem: ctx.idempotency, body: ctx.request.body,
+      status: (code) => (ctx.status = code),
+      answer(status, body, headers = {}) {
+        ctx.status = status;
+        ctx.set(headers);
+        ctx.body = body;
+      },
+    }));
+    return listen(app.callback());
+  },
+  // NestJS on Express: the Express adapter as a Nest middleware (decorators applied by hand: plain JavaScript),
+  // Nest's own body parser off so that the middleware reads the body (its limit, its 413)
+  nestjs: async (pool, handler, options) => {
+    class Payments {
+      pay(req, res) {
+        return handler(expressView(req, res));
+      }
+    }
+    Controller()(Payments);
+    Post('p')(Payments.prototype, 'pay', Object.getOwnPropertyDescriptor(Payments.prototype, 'pay'));
+    Req()(Payments.prototype, 'pay', 0);
+    Res()(Payments.prototype, 'pay', 1);
+    const idem = idempotency(defaults(pool, options));
+    class App {
+      configure(consumer) {
+        consumer.apply(idem()).forRoutes(Payments);
+      }
+    }
+    Module({ controllers: [Payments] })(App);
+    const app = await NestFactory.create(App, { logger: false, bodyParser: false });
+    await app.listen(0, '127.0.0.1');
+    return served(app.getHttpServer(), () => app.close());
+  },
+  fastify: async (pool, handler, { bodyLimit, ...options } = {}) => {
+    const app = Fastify(bodyLimit ? { bodyLimit } : {});
+    await app.register(fastifyIdempotency, defaults(pool, options));
+    app.post('/p', { config: { idempotency: true } }, async (request, reply) => {
+      await handler({
+        db: request.idempotency.client, idem: request.idempotency, body: request.body,
+        status: (code) => reply.code(code),
+        answer: (status, body, headers = {}) => reply.code(status).headers(headers).send(body),
+      });
+      return reply;
+    });
+    app.post('/open', async () => ({ open: true }));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    return served(app.server, () => app.close());
+  },
+};
+
+/** fn(url) with the app that SERVERS[name] makes, closed afterwards. */
+export async function withServer(name, pool, handler, fn, options) {
+  const srv = await SERVERS[name](pool, handler, options);
+  try {
+    return await fn(`${srv.url}/p`);
+  } finally {
+    await srv.close();
+  }
+}
+
+function defaults(pool, options) {
+  return { pool, logger: quietLogger, scope: (req) => req.headers['x-account'] || '', ...options };
+}
+
+function expressView(req, res) {
+  return {
+    db: req.db, idem: req.idempotency, body: req.body,
+    status: (code) => res.status(code),
+    answer: (status, body, headers = {}) => res.status(status).set(headers).json(body),
+  };
+}
+
+function withErrors(app) {
+  // eslint-disable-next-line no-unused-vars
+  app.use((err, req, res, next) => res.status(err.status || 500).json({ error: err.message }));
+  return app;
+}
+
+function served(server, close) {
+  return { url: `http://127.0.0.1:${server.address().port}`, server, close };
+}
