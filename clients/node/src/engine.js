@@ -54,7 +54,7 @@ const BAD_BODY = new Set(['22P02', '22P05', '22003', '22021']);
 const ISOLATION = new Set(['READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE']);
 
 class BadBody extends Error {}
-export class TransactionAborted extends Error {}
+class TransactionAborted extends Error {}
 /** Thrown by an adapter's handler run when the client went away before the response: nothing is sent. */
 export class ClientGone extends Error {}
 
@@ -88,6 +88,16 @@ export async function batch(client, statements) {
   const failed = results.find((r) => r.status === 'rejected');
   if (failed) throw failed.reason;
   return results.map((r) => r.value);
+}
+
+/**
+ * batch() of `statements` and COMMIT. COMMIT of a transaction that an earlier (swallowed) error aborted answers
+ * ROLLBACK: that rejects with TransactionAborted.
+ */
+export async function batchCommit(client, statements) {
+  const results = await batch(client, [...statements, ['COMMIT']]);
+  if (results.at(-1).command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
+  return results;
 }
 
 /** Each client connection's part of its statement names (a client is one connection for its whole life). */
@@ -266,20 +276,18 @@ async function begin(cfg, client, request) {
 /** The completion (with a key) and COMMIT in one round trip; resolves with the response to send. */
 async function commit(cfg, client, request, captured) {
   let stored = null;
-  const statements = [['COMMIT']];
+  const statements = [];
   if (request.key !== null && request.lean) {
     // the bytes sent, stored as they are: the first answer needs no read-back
     const b = storedBytes(captured, cfg.replayHeaders);
-    statements.unshift([COMPLETE_REQUEST_SQL, [request.key, request.scope, captured.status, b.contentType, b.headers,
+    statements.push([COMPLETE_REQUEST_SQL, [request.key, request.scope, captured.status, b.contentType, b.headers,
       captured.body], nameFor(request, client, 'idem_complete_request')]);
   } else if (request.key !== null) {
     stored = storedForm(captured, cfg.replayHeaders);
-    statements.unshift([COMPLETE_SQL, [request.key, captured.status, stored.body, stored.headers, request.scope],
+    statements.push([COMPLETE_SQL, [request.key, captured.status, stored.body, stored.headers, request.scope],
       nameFor(request, client, 'idem_complete')]);
   }
-  const results = await batch(client, statements);
-  // COMMIT of a transaction that an earlier (swallowed) error aborted answers ROLLBACK.
-  if (results.at(-1).command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
+  const results = await batchCommit(client, statements);
   return stored ? sentForm(captured, stored, results[0].rows[0]) : captured;
 }
 
@@ -304,7 +312,7 @@ function learn(cfg, err, request) {
 }
 
 /** ROLLBACK; false when the connection is broken (then it is released with an error: the pool drops it). */
-async function rollback(client) {
+export async function rollback(client) {
   try {
     await client.query('ROLLBACK');
     return true;

@@ -1,4 +1,4 @@
-// Every adapter (Express as a route and as app.use(), a plain node:http server, NestJS, Koa, Fastify) runs a request only
+// Every adapter (Express as a route and as app.use(), node:http, NestJS, Koa, Fastify) runs a request only
 // from a body that arrived whole, and refuses a body over the limit before reading it. Raw sockets to a real
 // listening server: a client that sends 37 of its 600 announced bytes and hangs up must leave nothing claimed and
 // nothing written, so that its proper retry is claimed and executed; headers announcing more than the limit, or a
@@ -6,9 +6,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { readFile } from 'node:fs/promises';
-import pg from 'pg';
-import { SERVERS, fakePool } from './helpers.js';
+import { SERVERS, fakePool, testPool, unique } from './helpers.js';
 
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const LIMIT = 1024; // a small body limit, so the tests send little
@@ -122,13 +120,10 @@ describe('413 before reading the body, in every adapter', () => {
 });
 
 describe('a body cut short is never run, in every adapter', { skip: DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set' }, () => {
-  const run = `b${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  const run = unique('b');
   let pool;
   before(async () => {
-    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });
-    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
-    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
-    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    pool = await testPool({ max: 4 });
   });
   after(() => pool?.end());
 

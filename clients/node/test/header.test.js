@@ -42,30 +42,16 @@ test('a missing header', () => {
   assert.equal(new KeyHeaderError('idempotency-key-missing', 'x').missing, true);
 });
 
-test('empty values are invalid', () => {
-  for (const v of ['', '   ', '""', ' "" ']) assert.equal(slugOf(v), 'idempotency-key-invalid', JSON.stringify(v));
-});
-
-test('unparsable quoted keys are invalid', () => {
-  for (const v of ['"abc', '"abc\\"', '"a\\nb"', '"a\\', '"abc"def', '"abc";p=1', '"a", "b"', '"a"b"']) {
+// empty; quoted and unparsable; bare with a quote, a space or non-ASCII; control characters; non-ASCII quoted (an
+// sf-string is ASCII)
+test('invalid keys', () => {
+  for (const v of ['', '   ', '""', ' "" ',
+    '"abc', '"abc\\"', '"a\\nb"', '"a\\', '"abc"def', '"abc";p=1', '"a", "b"', '"a"b"',
+    'ab"c', 'a b', 'a, b', 'caf\u00e9', 'k\u20ac',
+    'a\u0001b', '"a\u0001b"', 'a\u007fb', '"a\u007f"', '"a\u0085"', 'a\u009fb', '"a\tb"', '"\u0000"',
+    '"caf\u00e9"']) {
     assert.equal(slugOf(v), 'idempotency-key-invalid', JSON.stringify(v));
   }
-});
-
-test('bare keys with quotes, spaces or non-ASCII are invalid', () => {
-  for (const v of ['ab"c', 'a b', 'a, b', 'caf\u00e9', 'k\u20ac']) {
-    assert.equal(slugOf(v), 'idempotency-key-invalid', JSON.stringify(v));
-  }
-});
-
-test('control characters are invalid, quoted or bare', () => {
-  for (const v of ['a\u0001b', '"a\u0001b"', 'a\u007fb', '"a\u007f"', '"a\u0085"', 'a\u009fb', '"a\tb"', '"\u0000"']) {
-    assert.equal(slugOf(v), 'idempotency-key-invalid', JSON.stringify(v));
-  }
-});
-
-test('non-ASCII inside quotes is invalid (sf-string is ASCII)', () => {
-  assert.equal(slugOf('"caf\u00e9"'), 'idempotency-key-invalid');
 });
 
 test('at most 255 bytes', () => {

@@ -2,12 +2,11 @@
 // database gets CREATE EXTENSION idempotency and the ledger table of clients/schema.sql when they are missing.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
 import express from 'express';
 import pg from 'pg';
 import { CLAIM_SQL, COMPLETE_SQL, idempotency } from '../src/index.js';
 import { authenticate, createApp } from '../service/app.js';
-import { listen, post, quietLogger } from './helpers.js';
+import { listen, post, quietLogger, testPool, unique, withServer } from './helpers.js';
 
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
@@ -15,7 +14,7 @@ const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
 // Each case runs twice: on a pool of pipelined clients (pg's `pipeline: true`: BEGIN + claim and complete + COMMIT
 // each in one round trip) and on a plain pool (one statement per round trip).
 for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ? 'pipelined client' : 'plain client'})`, { skip }, () => {
-  const run = `t${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  const run = unique('t');
   let pool;
   let srv;
   let n = 0;
@@ -28,10 +27,7 @@ for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ?
     (await pool.query('SELECT amount_cents, currency, idempotency_key FROM ledger WHERE account = $1 ORDER BY id', [acct])).rows;
 
   before(async () => {
-    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 8, pipeline });
-    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
-    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
-    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    pool = await testPool({ max: 8, pipeline });
     srv = await listen(createApp({ pool, faults: true, logger: quietLogger }));
   });
 
@@ -56,19 +52,8 @@ for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ?
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
     assert.equal(again.headers.get('location'), `/payments/${id}`);
     assert.equal(again.headers.get('content-type'), 'application/json');
-    assert.deepEqual(again.json, first.json);
+    assert.equal(again.text, first.text, 'byte-identical');
     assert.deepEqual(await rows(acct), [{ amount_cents: '-1250', currency: 'EUR', idempotency_key: 'pay-1' }]);
-  });
-
-  test('the quoted and the bare form are the same key; escapes are decoded', async () => {
-    const acct = account();
-    const a = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, '"same-key"'));
-    const b = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, 'same-key'));
-    assert.equal(a.status, 201);
-    assert.equal(b.headers.get('idempotent-replayed'), 'true');
-    const c = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, '"q\\"uote\\\\d"'));
-    assert.equal(c.status, 201);
-    assert.deepEqual((await rows(acct)).map((r) => r.idempotency_key), ['same-key', 'q"uote\\d']);
   });
 
   test('the same key with another body: 422 idempotency-key-reused, nothing written', async () => {
@@ -93,91 +78,66 @@ for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ?
     assert.notEqual(ra.json.payment_id, rb.json.payment_id);
   });
 
-  test('a 503 from the handler is rolled back and not cached; the retry is claimed again', async () => {
-    const acct = account();
-    const body = { amount_cents: 700, currency: 'GBP' };
-    const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'k503'), 'X-Fault': '503' });
-    assert.equal(r.status, 503);
-    assert.equal(r.headers.get('content-type'), 'application/problem+json');
-    assert.equal(r.json.detail, 'upstream unavailable');
-    assert.deepEqual(await rows(acct), []);
-    const retry = await post(`${srv.url}/payments`, body, auth(acct, 'k503'));
-    assert.equal(retry.status, 201);
-    assert.equal(retry.headers.get('idempotent-replayed'), null);
-    assert.equal((await rows(acct)).length, 1);
+  test('a 503 from the handler or a database error in it (500): rolled back, not cached; the retry is claimed again', async () => {
+    for (const [fault, status, detail] of [['503', 503, 'upstream unavailable'], ['db-error', 500, undefined]]) {
+      const acct = account();
+      const body = { amount_cents: 700, currency: 'GBP' };
+      const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'k5'), 'X-Fault': fault });
+      assert.equal(r.status, status);
+      assert.equal(r.headers.get('content-type'), 'application/problem+json');
+      assert.equal(r.json.status, status);
+      if (detail) assert.equal(r.json.detail, detail);
+      assert.deepEqual(await rows(acct), []);
+      const retry = await post(`${srv.url}/payments`, body, auth(acct, 'k5'));
+      assert.equal(retry.status, 201);
+      assert.equal(retry.headers.get('idempotent-replayed'), null);
+      assert.equal((await rows(acct)).length, 1);
+    }
   });
 
-  test('a database error in the handler: 500, rolled back, the retry is claimed again', async () => {
-    const acct = account();
-    const body = { amount_cents: 9, currency: 'EUR' };
-    const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'kdb'), 'X-Fault': 'db-error' });
-    assert.equal(r.status, 500);
-    assert.equal(r.headers.get('content-type'), 'application/problem+json');
-    assert.equal(r.json.status, 500);
-    assert.deepEqual(await rows(acct), []);
-    const retry = await post(`${srv.url}/payments`, body, auth(acct, 'kdb'));
-    assert.equal(retry.status, 201);
-    assert.equal(retry.headers.get('idempotent-replayed'), null);
-  });
+  // a route of its own around `handler`, on the service's scope
+  const insert = (h) => h.db.query(
+    "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -1, 'EUR', $2)", [h.idem.scope, h.idem.key]);
+  const route = (handler, fn) => withServer('express route', pool, handler, fn, { scope: authenticate });
 
   test('a handler that throws after its insert: rolled back, nothing cached', async () => {
     let fail = true;
-    const app = express();
-    const idem = idempotency({ pool, scope: authenticate, logger: quietLogger });
-    app.post('/throws', idem(async (req, res) => {
-      await req.db.query(
-        "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -1, 'EUR', $2)",
-        [req.idempotency.scope, req.idempotency.key],
-      );
+    const acct = account();
+    await route(async (h) => {
+      await insert(h);
       if (fail) throw new Error('the handler failed');
-      res.status(201).json({ ok: true });
-    }));
-    const s = await listen(app);
-    try {
-      const acct = account();
-      const r = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      h.answer(201, { ok: true });
+    }, async (url) => {
+      const r = await post(url, {}, auth(acct, 'kt'));
       assert.equal(r.status, 500);
       assert.match(r.json.type, /internal-error$/);
       assert.deepEqual(await rows(acct), []);
       fail = false;
-      const retry = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      const retry = await post(url, {}, auth(acct, 'kt'));
       assert.equal(retry.status, 201);
       assert.equal(retry.headers.get('idempotent-replayed'), null);
       assert.equal((await rows(acct)).length, 1);
-      const replay = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      const replay = await post(url, {}, auth(acct, 'kt'));
       assert.equal(replay.headers.get('idempotent-replayed'), 'true');
       assert.equal((await rows(acct)).length, 1);
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   test('SQLSTATE 40001 in the handler: the whole transaction runs again, once in effect', async () => {
     const attempts = [];
-    const app = express();
-    const idem = idempotency({ pool, scope: authenticate, logger: quietLogger });
-    app.post('/retry', idem(async (req, res) => {
-      attempts.push(req.idempotency.attempt);
-      await req.db.query(
-        "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -1, 'EUR', $2)",
-        [req.idempotency.scope, req.idempotency.key],
-      );
-      if (req.idempotency.attempt < 2) {
-        await req.db.query("DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END $$");
-      }
-      res.status(201).json({ attempt: req.idempotency.attempt });
-    }));
-    const s = await listen(app);
-    try {
-      const acct = account();
-      const r = await post(`${s.url}/retry`, {}, auth(acct, 'kr'));
+    const acct = account();
+    await route(async (h) => {
+      attempts.push(h.idem.attempt);
+      await insert(h);
+      if (h.idem.attempt < 2) await h.db.query("DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END $$");
+      h.answer(201, { attempt: h.idem.attempt });
+    }, async (url) => {
+      const r = await post(url, {}, auth(acct, 'kr'));
       assert.equal(r.status, 201);
       assert.deepEqual(r.json, { attempt: 2 });
       assert.deepEqual(attempts, [0, 1, 2]);
       assert.equal((await rows(acct)).length, 1);
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   test('a validation error (422) is answered not executed: not stored, the corrected retry is claimed', async () => {
@@ -251,17 +211,7 @@ for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ?
     assert.equal((await post(`${srv.url}/payments`, body, auth(acct, 'kg'))).status, 201);
   });
 
-  test('a replay is byte-identical to the first answer', async () => {
-    const acct = account();
-    const first = await post(`${srv.url}/payments`, '{"currency":"EUR","amount_cents":4321}', auth(acct, 'kb'));
-    assert.equal(first.status, 201);
-    const again = await post(`${srv.url}/payments`, '{"amount_cents": 4321, "currency": "EUR"}', auth(acct, 'kb'));
-    assert.equal(again.headers.get('idempotent-replayed'), 'true');
-    assert.equal(again.text, first.text);
-    assert.equal(again.headers.get('content-type'), first.headers.get('content-type'));
-  });
-
-  test('several keys in one header: 400, neither key consumed; a "," inside a quoted key is one key', async () => {
+  test('the quoted and the bare form are one key, escapes decoded; several keys in one header: 400, neither consumed; a "," inside a quoted key is one key', async () => {
     const acct = account();
     const body = { amount_cents: 5, currency: 'EUR' };
     for (const key of ['ka,kb', 'ka, kb', '"ka", "kb"']) {
@@ -270,10 +220,13 @@ for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ?
       assert.match(r.json.type, /idempotency-key-invalid$/);
       assert.match(r.json.detail, /several/);
     }
-    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, 'ka'))).status, 201);
+    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, '"ka"'))).status, 201);
+    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, 'ka'))).headers.get('idempotent-replayed'), 'true');
     const q = await post(`${srv.url}/payments`, body, auth(acct, '"ka,kb"'));
     assert.equal(q.status, 201);
     assert.equal(q.headers.get('idempotent-replayed'), null);
+    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, '"q\\"uote\\\\d"'))).status, 201);
+    assert.deepEqual((await rows(acct)).map((r) => r.idempotency_key), ['ka', 'ka,kb', 'q"uote\\d']);
   });
 
   test('a body over 1 MiB: 413 before the claim; exactly 1 MiB is accepted', async () => {
@@ -290,7 +243,7 @@ for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ?
     assert.equal(ok.status, 201);
   });
 
-  test('another method: 405 with Allow; an unknown path: 404', async () => {
+  test('another method: 405 with Allow; GET /healthz; an unknown path: 404', async () => {
     for (const [method, path, allow] of [['GET', '/payments', 'POST'], ['PUT', '/payments', 'POST'],
       ['DELETE', '/payments-unprotected', 'POST'], ['POST', '/healthz', 'GET, HEAD']]) {
       const r = await fetch(`${srv.url}${path}`, { method });
@@ -299,6 +252,7 @@ for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ?
       assert.equal(r.headers.get('content-type'), 'application/problem+json');
     }
     assert.equal((await fetch(`${srv.url}/healthz`, { method: 'HEAD' })).status, 200);
+    assert.deepEqual(await (await fetch(`${srv.url}/healthz`)).json(), { ok: true });
     assert.equal((await fetch(`${srv.url}/nowhere`)).status, 404);
   });
 
@@ -371,12 +325,6 @@ for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ?
     assert.equal(err.status, 500);
     assert.equal((await rows(acct)).length, 2);
   });
-
-  test('GET /healthz', async () => {
-    const r = await fetch(`${srv.url}/healthz`);
-    assert.equal(r.status, 200);
-    assert.deepEqual(await r.json(), { ok: true });
-  });
 });
 
 // Through PgBouncer in transaction pooling (E2E_PGBOUNCER_URL: clients/run-tests.sh exports it, the e2e stack's
@@ -395,7 +343,7 @@ describe('through PgBouncer, a pipelined pool', { skip: BOUNCER ? false : 'E2E_P
       connections.push(Object.assign(c, { release() {} }));
     }
     const [c1, c2, holder] = connections;
-    const run = `sw${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+    const run = unique('sw');
     const logged = [];
     let next;
     const app = express();
@@ -433,7 +381,7 @@ describe('through PgBouncer, a pipelined pool', { skip: BOUNCER ? false : 'E2E_P
     test(`prepared: ${prepared}: 30 keys at once, then again: 30 payments, then 30 replays`, async () => {
       const pool = new pg.Pool({ connectionString: BOUNCER, max: 6, pipeline: true });
       const srv = await listen(createApp({ pool, prepared, logger: quietLogger }));
-      const acct = `pb${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+      const acct = unique('pb');
       try {
         const round = () => Promise.all(Array.from({ length: 30 }, (_, i) => post(`${srv.url}/payments`,
           { amount_cents: 1 + i, currency: 'EUR' }, { Authorization: `Bearer ${acct}`, 'Idempotency-Key': `k${i}` })));

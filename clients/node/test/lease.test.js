@@ -6,12 +6,11 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { LeaseLostError, jsonResponse, problem, runLease } from '../src/index.js';
 import { createApp } from '../service/app.js';
-import { listen, post, quietLogger } from './helpers.js';
+import { listen, post, quietLogger, testPool, unique } from './helpers.js';
 
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
@@ -46,16 +45,13 @@ describe('runLease options', () => {
 // The holder's statements go in one round trip per pair on a `pipeline: true` pool, else one at a time; both ways
 // run every case.
 for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${pipeline ? 'pipelined client' : 'plain client'})`, { skip }, () => {
-  const run = `l${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  const run = unique('l');
   let pool;
   let n = 0;
   const account = () => `${run}_${++n}`;
 
   before(async () => {
-    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12, pipeline });
-    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
-    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
-    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    pool = await testPool({ max: 12, pipeline });
     // what the steps write locally, one row per (step, holder) write
     await pool.query('CREATE TABLE IF NOT EXISTS lease_test_writes (scope text NOT NULL, key text NOT NULL, ' +
       'step text NOT NULL, holder text NOT NULL, fencing bigint)');
@@ -182,16 +178,6 @@ for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${p
     assert.equal(calls.length, 8, calls.join('\n'));
   });
 
-  test('a key in flight answers 409 with Retry-After: 1', async () => {
-    const acct = account();
-    let probe;
-    const r = await go(acct, 'k', [{ name: 'one', async run() { probe = await go(acct, 'k', []); } }]);
-    assert.equal(r.status, 201);
-    assert.equal(probe.status, 409);
-    assert.equal(probe.header('Retry-After'), '1');
-    assert.match(JSON.parse(probe.body).type, /idempotency-key-in-progress$/);
-  });
-
   test('a failing step gives the lease back; the retry resumes after the last checkpoint at once', async () => {
     const acct = account();
     const seen = [];
@@ -260,7 +246,7 @@ for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${p
     assert.deepEqual((await writes(acct, 'k')).map((w) => w.holder), ['second']);
   });
 
-  test('the heartbeat keeps a slow step\'s lease: no takeover during 2.5 leases', async () => {
+  test('the heartbeat keeps a slow step\'s lease: no takeover during 2.5 leases, the key in flight is 409 Retry-After: 1', async () => {
     const acct = account();
     const probes = [];
     const r = await go(acct, 'k', [{
@@ -270,14 +256,15 @@ for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${p
         // attempt meanwhile must find the lease live; without the heartbeat one would take it over after 2 s.
         const end = Date.now() + 5000;
         while (Date.now() < end) {
-          probes.push((await go(acct, 'k', [])).status);
+          const p = await go(acct, 'k', []);
+          probes.push(`${p.status} ${p.header('Retry-After')} ${JSON.parse(p.body).type.split('/').pop()}`);
           await sleep(250);
         }
       },
     }], { leaseSeconds: 2 });
     assert.equal(r.status, 201);
     assert.ok(probes.length >= 5, `${probes.length} probes`);
-    assert.deepEqual([...new Set(probes)], [409]);
+    assert.deepEqual([...new Set(probes)], ['409 1 idempotency-key-in-progress']);
   });
 
   test('the heartbeat that finds the lease taken over aborts ctx.signal with LeaseLostError', async () => {
@@ -344,7 +331,7 @@ for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${p
 describe('runLease on a 1.1 database (no fencing_number column)', { skip }, () => {
   // A database of its own next to IDEM_TEST_DATABASE_URL's, with the extension at 1.1 (1.0 + the 1.0--1.1 update):
   // idem_lease's result has no trailing fencing_number there, and the step API must still work, with null.
-  const name = `idem_lease11_${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  const name = unique('idem_lease11_');
   let admin;
   let pool;
   let why = null;
@@ -391,7 +378,7 @@ describe('runLease on a 1.1 database (no fencing_number column)', { skip }, () =
 });
 
 describe('POST /rides (the service, lease mode) against PostgreSQL', { skip }, () => {
-  const run = `r${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  const run = unique('r');
   let pool;
   let srv;
   let n = 0;
@@ -405,10 +392,7 @@ describe('POST /rides (the service, lease mode) against PostgreSQL', { skip }, (
     'FROM rides r WHERE r.account = $1', [acct])).rows;
 
   before(async () => {
-    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12 });
-    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
-    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('rides') IS NOT NULL AS t");
-    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    pool = await testPool({ max: 12 });
     srv = await listen(createApp({ pool, faults: true, logger: quietLogger, ridesLeaseSeconds: 1 }));
   });
 
