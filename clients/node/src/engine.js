@@ -119,8 +119,9 @@ export function queryOf(url) {
 /** The options of every adapter, checked once. */
 export function options(opts) {
   const {
-    pool, ttl = null, maxRetries = 3, replayHeaders = null, isolationLevel = null, scope = () => '', problemBase = PROBLEM_BASE, bodyLimit = DEFAULT_BODY_LIMIT, logger = console,
-    requestPath = null, methods = null, prepared = 'auto',
+    pool, ttl = null, maxRetries = 3, replayHeaders = null, isolationLevel = null, scope = () => '',
+    problemBase = PROBLEM_BASE, bodyLimit = DEFAULT_BODY_LIMIT, logger = console, requestPath = null, methods = null,
+    prepared = 'auto',
   } = opts || {};
   if (![true, false, 'auto'].includes(prepared)) throw new TypeError("idempotency: prepared must be true, false or 'auto'");
   if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotency: options.pool (a pg.Pool) is required');

@@ -438,16 +438,13 @@ test('express: isolationLevel and ttl options; a body parsed by express.json() i
 
 test('express: transactional(): BEGIN, handler, COMMIT without a key', async () => {
   const pool = fakePool();
-  const app = express();
-  app.post('/u', transactional({ pool, logger: quietLogger })((req, res) => res.status(201).json({ k: req.idempotency.key })));
-  const srv = await listen(app);
-  try {
-    const r = await post(srv.url + '/u', '{}');
-    assert.equal(r.status, 201);
-    assert.deepEqual(r.json, { k: null });
-  } finally {
-    await srv.close();
-  }
+  const tx = transactional({ pool, logger: quietLogger });
+  await withApp(pool, (app) => app.post('/p', tx((req, res) => res.status(201).json({ k: req.idempotency.key }))),
+    async (url) => {
+      const r = await post(url, '{}');
+      assert.equal(r.status, 201);
+      assert.deepEqual(r.json, { k: null });
+    });
   assert.deepEqual(steps(pool.log), ['BEGIN', 'COMMIT']);
 });
 

@@ -42,6 +42,17 @@ describe('runLease options', () => {
   }
 });
 
+/** Call attempt() until it answers something else than 409 in progress (a live lease), at most `seconds`. */
+async function until(attempt, seconds = 20) {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const r = await attempt();
+    if (r.status !== 409) return r;
+    if (Date.now() > deadline) assert.fail(`still 409 after ${seconds} s`);
+    await sleep(100);
+  }
+}
+
 // The holder's statements go in one round trip per pair on a `pipeline: true` pool, else one at a time; both ways
 // run every case.
 for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${pipeline ? 'pipelined client' : 'plain client'})`, { skip }, () => {
@@ -84,17 +95,6 @@ for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${p
     finish: async (client, ctx) => jsonResponse(201, { done: ctx.state, point: ctx.recoveryPoint }, [['Location', '/t/1']]),
     ...more,
   });
-
-  /** Call attempt() until it answers something else than 409 in progress (a live lease), at most `seconds`. */
-  async function until(attempt, seconds = 20) {
-    const deadline = Date.now() + seconds * 1000;
-    for (;;) {
-      const r = await attempt();
-      if (r.status !== 409) return r;
-      if (Date.now() > deadline) assert.fail(`still 409 after ${seconds} s`);
-      await sleep(100);
-    }
-  }
 
   test('every step once, then a byte-identical replay; another body is a mismatch', async () => {
     const acct = account();
@@ -441,14 +441,8 @@ describe('POST /rides (the service, lease mode) against PostgreSQL', { skip }, (
   test('a stalled holder (stall past its 1 s lease) answers 409 and writes no ride; the takeover rides once', async () => {
     const acct = account();
     const stalled = ride(acct, 'k', undefined, 'stall=6000'); // 5 s of margin for the takeover below
-    // poll until the lease is taken over (409 while the stalled holder's lease is live)
-    const deadline = Date.now() + 20000;
-    let took;
-    do {
-      await sleep(200);
-      took = await ride(acct, 'k');
-      assert.ok(Date.now() < deadline, 'never taken over');
-    } while (took.status === 409);
+    // poll until the lease is taken over (409 while the stalled holder's lease is live), the first after its claim
+    const took = await until(async () => (await sleep(200), ride(acct, 'k')));
     assert.equal(took.status, 201, took.text);
     const s = await stalled;
     assert.equal(s.status, 409, s.text);

@@ -34,24 +34,19 @@ test('replay: the stored status, headers and body (none stored: none), plus Idem
   }
 });
 
-test('mismatch: 422 problem+json idempotency-key-reused (or the configured status)', () => {
-  const r = claimResponse({ outcome: 'mismatch', http_status: 422 });
-  assert.equal(r.status, 422);
-  assert.equal(r.header('content-type'), 'application/problem+json');
-  assert.deepEqual(Object.keys(json(r)).sort(), ['detail', 'status', 'title', 'type']);
-  assert.equal(json(r).type, PROBLEM_BASE + 'idempotency-key-reused');
-  assert.equal(json(r).status, 422);
+test('mismatch: 422 problem+json idempotency-key-reused (or the configured status); in_progress: 409 with Retry-After: 1', () => {
+  for (const [outcome, status, type, retryAfter] of [['mismatch', 422, 'idempotency-key-reused', undefined],
+    ['in_progress', 409, 'idempotency-key-in-progress', '1']]) {
+    const r = claimResponse({ outcome, http_status: status });
+    assert.equal(r.status, status);
+    assert.equal(r.header('Content-Type'), 'application/problem+json');
+    assert.equal(r.header('Retry-After'), retryAfter);
+    assert.deepEqual(Object.keys(json(r)).sort(), ['detail', 'status', 'title', 'type']);
+    assert.equal(json(r).type, PROBLEM_BASE + type);
+    assert.equal(json(r).status, status);
+  }
   assert.equal(claimResponse({ outcome: 'mismatch', http_status: 400 }).status, 400);
   assert.equal(claimResponse({ outcome: 'mismatch', http_status: null }).status, 422);
-});
-
-test('in_progress: 409 with Retry-After: 1', () => {
-  const r = claimResponse({ outcome: 'in_progress', http_status: 409 });
-  assert.equal(r.status, 409);
-  assert.equal(r.header('Retry-After'), '1');
-  assert.equal(r.header('Content-Type'), 'application/problem+json');
-  assert.equal(json(r).status, 409);
-  assert.equal(json(r).type, PROBLEM_BASE + 'idempotency-key-in-progress');
 });
 
 test('problem(): RFC 9457 body', () => {
