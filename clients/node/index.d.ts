@@ -9,6 +9,8 @@ export interface PoolLike {
 }
 export interface PoolClientLike {
   query(text: string, values?: unknown[]): Promise<any>;
+  /** The claim and the completion go as a query config: named prepared statements. */
+  query(config: { text: string; values?: unknown[]; name?: string }): Promise<any>;
   release(err?: Error | boolean): void;
   on(event: 'error', listener: (err: Error) => void): unknown;
   removeListener(event: 'error', listener: (err: Error) => void): unknown;

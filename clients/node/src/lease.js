@@ -258,11 +258,6 @@ function checkpointOf(ctx, step) {
   return [CHECKPOINT_SQL, [ctx.key, ctx.token, step, JSON.stringify(ctx.state), ctx.scope]];
 }
 
-function lostResponse(cfg) {
-  return problem(409, 'idempotency-key-in-progress', 'Request in progress',
-    "this request's lease was taken over by another attempt; retry later", [['Retry-After', '1']], cfg.problemBase);
-}
-
 async function release(cfg, ctx) {
   try {
     await cfg.pool.query(RELEASE_SQL, [ctx.key, ctx.token, ctx.scope]);
@@ -358,7 +353,8 @@ export async function runLease(pool, key, options) {
     const err = asLost(e, key);
     if (err instanceof LeaseLostError) {
       cfg.logger.info?.(`idempotency: lease of ${JSON.stringify(key)} lost at step ${ctx.step ?? '(finish)'}, stopping`);
-      return lostResponse(cfg);
+      return problem(409, 'idempotency-key-in-progress', 'Request in progress',
+        "this request's lease was taken over by another attempt; retry later", [['Retry-After', '1']], cfg.problemBase);
     }
     await release(cfg, ctx);
     throw e;

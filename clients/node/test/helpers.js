@@ -96,8 +96,7 @@ export function fakePool(script = {}) {
       const r = await script.query(sql, params, log);
       if (r !== undefined) return r;
     }
-    if (/^BEGIN/.test(sql) || sql === 'ROLLBACK') return { command: sql.split(' ')[0], rows: [] };
-    if (sql === 'COMMIT') return { command: 'COMMIT', rows: [] };
+    if (/^(BEGIN|ROLLBACK$|COMMIT$)/.test(sql)) return { command: sql.split(' ')[0], rows: [] };
     if (sql.includes('idem_claim_request')) {
       // 1.3: one column, the idem_request_claim value in its text form
       const row = (script.claim ? await script.claim(params, log) : undefined) || { outcome: 'claimed' };
@@ -141,22 +140,17 @@ export const quietLogger = { error() {}, info() {}, warn() {}, log() {} };
 export const SERVERS = {
   'express route': (pool, handler, options) => {
     const app = express();
-    app.post('/p', idempotency(defaults(pool, options))((req, res) => handler(expressView(req, res))));
+    app.post('/p', idempotency(defaults(pool, options))((req, res) => handler(nodeView(req, res))));
     return listen(withErrors(app));
   },
   'express app.use': (pool, handler, options) => {
     const app = express();
     app.use(idempotency(defaults(pool, options))());
-    app.post('/p', (req, res) => handler(expressView(req, res)));
+    app.post('/p', (req, res) => handler(nodeView(req, res)));
     return listen(withErrors(app));
   },
-  'node:http': (pool, handler, options) => listen(idempotency(defaults(pool, options))((req, res) => handler({
-    ...expressView(req, res),
-    answer(status, body, headers = {}) {
-      res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
-      res.end(JSON.stringify(body));
-    },
-  }))),
+  'node:http': (pool, handler, options) =>
+    listen(idempotency(defaults(pool, options))((req, res) => handler(nodeView(req, res)))),
   koa: (pool, handler, options) => {
     const app = new Koa();
     app.silent = true;
@@ -177,7 +171,7 @@ export const SERVERS = {
   nestjs: async (pool, handler, options) => {
     class Payments {
       pay(req, res) {
-        return handler(expressView(req, res));
+        return handler(nodeView(req, res));
       }
     }
     Controller()(Payments);
@@ -226,11 +220,15 @@ function defaults(pool, options) {
   return { pool, logger: quietLogger, scope: (req) => req.headers['x-account'] || '', ...options };
 }
 
-function expressView(req, res) {
+/** The view of a node:http request (Express, NestJS): JSON written with writeHead() and end(). */
+function nodeView(req, res) {
   return {
     db: req.db, idem: req.idempotency, body: req.body,
-    status: (code) => res.status(code),
-    answer: (status, body, headers = {}) => res.status(status).set(headers).json(body),
+    status: (code) => (res.statusCode = code),
+    answer(status, body, headers = {}) {
+      res.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8', ...headers });
+      res.end(JSON.stringify(body));
+    },
   };
 }
 
