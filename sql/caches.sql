@@ -83,6 +83,29 @@ COMMIT;
 SELECT sqlstate_of($$SELECT idem_claim_request('few-x', '', 'POST', '/p', NULL, NULL, NULL),
                             idem_complete_request('few-1', '', 201, NULL, NULL, 'x')$$);
 
+-- Row level security turned on after this backend took the direct path: the next call sees it (a policy hides
+-- scope 'hidden' from the application's role, so its stored key is absent to that role: claimed, not replay).
+CREATE ROLE idem_caches_app;
+GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO idem_caches_app;
+SET ROLE idem_caches_app;
+BEGIN;
+SELECT (idem_claim_request('rls', 'hidden', 'POST', '/p', NULL, NULL, NULL)).outcome;
+SELECT idem_complete_request('rls', 'hidden', 201, NULL, NULL, 'x');
+COMMIT;
+SELECT (idem_claim_request('rls', 'hidden', 'POST', '/p', NULL, NULL, NULL)).outcome AS before_rls;
+RESET ROLE;
+ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_caches_visible ON idempotency_keys USING (scope <> 'hidden');
+SET ROLE idem_caches_app;
+BEGIN;
+SELECT (idem_claim_request('rls', 'hidden', 'POST', '/p', NULL, NULL, NULL)).outcome AS with_rls;
+ROLLBACK;
+RESET ROLE;
+DROP POLICY idem_caches_visible ON idempotency_keys;
+ALTER TABLE idempotency_keys DISABLE ROW LEVEL SECURITY;
+REVOKE ALL ON idempotency_keys FROM idem_caches_app;
+DROP ROLE idem_caches_app;
+
 -- The extension's schema renamed: the statements (lease mode) name the new name.
 DROP EXTENSION idempotency;
 CREATE SCHEMA idem_s;
