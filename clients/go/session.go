@@ -122,12 +122,7 @@ func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
 	return c, err
 }
 
-func (s *pipeSession) tx() pgx.Tx {
-	if s.t == nil {
-		return nil
-	}
-	return s.t
-}
+func (s *pipeSession) tx() pgx.Tx       { return s.t } // called only after claim began the transaction
 func (s *pipeSession) querier() Querier { return nil }
 
 func (s *pipeSession) finish(ctx context.Context, args []any) error {
@@ -307,21 +302,19 @@ func (s *savepointTx) BeginFunc(ctx context.Context, f func(pgx.Tx) error) error
 	return beginFunc(ctx, s, f)
 }
 
-func (s *savepointTx) Commit(ctx context.Context) error {
-	if s.ended || s.connTx.closed {
-		return pgx.ErrTxClosed
-	}
-	s.ended = true
-	_, err := s.conn.Exec(ctx, "RELEASE SAVEPOINT "+s.name)
-	return err
-}
+func (s *savepointTx) Commit(ctx context.Context) error { return s.end(ctx, "RELEASE SAVEPOINT ") }
 
 func (s *savepointTx) Rollback(ctx context.Context) error {
+	return s.end(ctx, "ROLLBACK TO SAVEPOINT ")
+}
+
+// end releases the savepoint or rolls back to it, once.
+func (s *savepointTx) end(ctx context.Context, sql string) error {
 	if s.ended || s.connTx.closed {
 		return pgx.ErrTxClosed
 	}
 	s.ended = true
-	_, err := s.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+s.name)
+	_, err := s.conn.Exec(ctx, sql+s.name)
 	return err
 }
 
