@@ -23,7 +23,7 @@ import (
 	"log"
 	"net/http"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	idempotency "github.com/idempotency-pg/idempotency/clients/go"
@@ -154,12 +154,20 @@ func (r *Run) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		// A holder call first: it raises 55000 when the lease is someone else's now, before this holder writes
 		// anything (its writes could otherwise collide with the new holder's and fail another way), and it
 		// extends the lease for the transaction's length.
-		if _, err := tx.Exec(ctx, `SELECT idem_lease_extend($1::text, $2::uuid, $3::interval, $4::text)`,
-			r.Key, r.token, micros(r.leaseLen), r.Scope); err != nil {
+		if err := r.extend(ctx, tx); err != nil {
 			return err
 		}
 		return fn(tx)
 	}))
+}
+
+// extend extends the lease by its length (idem_lease_extend) on q, a transaction or the pool.
+func (r *Run) extend(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}) error {
+	_, err := q.Exec(ctx, `SELECT idem_lease_extend($1::text, $2::uuid, $3::interval, $4::text)`,
+		r.Key, r.token, micros(r.leaseLen), r.Scope)
+	return err
 }
 
 func asLost(err error) error {
@@ -332,11 +340,8 @@ func micros(d time.Duration) string { return strconv.FormatInt(d.Microseconds(),
 
 // heartbeat extends the lease every third of its length while a step runs.
 type heartbeat struct {
-	mu       sync.Mutex
-	paused   bool
-	isLost   bool
-	done     chan struct{}
-	finished chan struct{}
+	paused, isLost atomic.Bool
+	done, finished chan struct{}
 }
 
 func startHeartbeat(rn *Runner, r *Run, leaseLen time.Duration, logger *log.Logger) *heartbeat {
@@ -351,20 +356,14 @@ func startHeartbeat(rn *Runner, r *Run, leaseLen time.Duration, logger *log.Logg
 				return
 			case <-t.C:
 			}
-			hb.mu.Lock()
-			paused := hb.paused
-			hb.mu.Unlock()
-			if paused {
+			if hb.paused.Load() {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), leaseLen/3)
-			_, err := rn.Pool.Exec(ctx, `SELECT idem_lease_extend($1::text, $2::uuid, $3::interval, $4::text)`,
-				r.Key, r.token, micros(leaseLen), r.Scope)
+			err := r.extend(ctx, rn.Pool)
 			cancel()
 			if errors.Is(asLost(err), ErrLeaseLost) {
-				hb.mu.Lock()
-				hb.isLost = true
-				hb.mu.Unlock()
+				hb.isLost.Store(true)
 				return
 			} else if err != nil {
 				logger.Printf("lease: heartbeat of %q: %v", r.Key, err)
@@ -374,11 +373,7 @@ func startHeartbeat(rn *Runner, r *Run, leaseLen time.Duration, logger *log.Logg
 	return hb
 }
 
-func (hb *heartbeat) pause()  { hb.mu.Lock(); hb.paused = true; hb.mu.Unlock() }
-func (hb *heartbeat) resume() { hb.mu.Lock(); hb.paused = false; hb.mu.Unlock() }
-func (hb *heartbeat) lost() bool {
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	return hb.isLost
-}
-func (hb *heartbeat) stop() { close(hb.done); <-hb.finished }
+func (hb *heartbeat) pause()     { hb.paused.Store(true) }
+func (hb *heartbeat) resume()    { hb.paused.Store(false) }
+func (hb *heartbeat) lost() bool { return hb.isLost.Load() }
+func (hb *heartbeat) stop()      { close(hb.done); <-hb.finished }
