@@ -10,9 +10,8 @@
 // more, and the client gets 409. Any other failure releases the lease (the recovery point is kept) and answers 500;
 // the retry resumes after the last recorded step.
 //
-// Each step gets the fencing number of the lease (the trailing column fencing_number of idem_lease's result from
-// extension 1.2; nil on 1.1), a number that strictly increases across takeovers of a key: pass it to systems that
-// can refuse a stale holder.
+// Each step gets the fencing number of the lease (idem_lease's fencing_number), a number that strictly increases
+// across takeovers of a key: pass it to systems that can refuse a stale holder.
 package lease
 
 import (
@@ -67,7 +66,7 @@ var ErrLeaseLost = errors.New("lease: the lease was lost (taken over after it ra
 // Run is the state of one leased request, handed to each step.
 type Run struct {
 	Key, Scope string
-	// Fencing is the lease's fencing number (extension 1.2), nil on 1.1.
+	// Fencing is the lease's fencing number.
 	Fencing *int64
 	// Point is the recovery point reached before the current step ("" for none).
 	Point string
@@ -278,60 +277,23 @@ func (rn *Runner) lease(ctx context.Context, req Request, leaseLen time.Duration
 	if rn.TTL > 0 {
 		ttl = micros(rn.TTL)
 	}
-	// SELECT l.*: the columns by name, so a 1.2 database's trailing fencing_number is read when it is there.
-	rows, err := rn.Pool.Query(ctx, `SELECT l.*, l.response_body::text AS idem_body_text,
-  l.response_headers::text AS idem_headers_text
+	r := &Run{Key: req.Key, Scope: req.Scope, runner: rn}
+	var c idempotency.ClaimRow
+	err := rn.Pool.QueryRow(ctx, `SELECT l.outcome, l.http_status, l.response_body::text, l.response_headers::text,
+  coalesce(l.lease_token::text, ''), coalesce(l.recovery_point, ''), l.recovery_state, l.fencing_number
 FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, NULL, $4::bytea),
   $5::interval, $6::interval, $7::text) AS l`,
-		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope)
+		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope).Scan(&c.Outcome, &c.HTTPStatus,
+		&c.ResponseBody, &c.ResponseHeaders, &r.token, &r.Point, &r.State, &r.Fencing)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		return nil, nil, fmt.Errorf("idem_lease returned no row: %v", rows.Err())
-	}
-	values, err := rows.Values()
-	if err != nil {
-		return nil, nil, err
-	}
-	col := map[string]any{}
-	for i, fd := range rows.FieldDescriptions() {
-		col[string(fd.Name)] = values[i]
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
-	}
-	claim := idempotency.ClaimRow{Outcome: fmt.Sprint(col["outcome"])}
-	if s, ok := col["http_status"].(int32); ok {
-		claim.HTTPStatus = &s
-	}
-	if s, ok := col["idem_body_text"].(string); ok {
-		claim.ResponseBody = &s
-	}
-	if s, ok := col["idem_headers_text"].(string); ok {
-		claim.ResponseHeaders = &s
-	}
-	if claim.Outcome != idempotency.OutcomeClaimed {
-		resp, err := idempotency.ClaimResponse(rn.ProblemBase, claim)
+	if c.Outcome != idempotency.OutcomeClaimed {
+		resp, err := idempotency.ClaimResponse(rn.ProblemBase, c)
 		return nil, resp, err
 	}
-	r := &Run{Key: req.Key, Scope: req.Scope, State: map[string]any{}, runner: rn}
-	switch t := col["lease_token"].(type) {
-	case [16]byte:
-		r.token = fmt.Sprintf("%x-%x-%x-%x-%x", t[0:4], t[4:6], t[6:8], t[8:10], t[10:16])
-	default:
-		r.token = fmt.Sprint(t)
-	}
-	if p, ok := col["recovery_point"].(string); ok {
-		r.Point = p
-	}
-	if st, ok := col["recovery_state"].(map[string]any); ok {
-		r.State = st
-	}
-	if f, ok := col["fencing_number"].(int64); ok {
-		r.Fencing = &f
+	if r.State == nil {
+		r.State = map[string]any{}
 	}
 	return r, nil, nil
 }
