@@ -14,11 +14,13 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// newApp serves POST /p on echo: a handler that debits the app's account in the request's transaction, then
-// does what act says, behind the middleware wrap makes of the guard.
-func newApp(t *testing.T, wrap func(g *idempotency.Guard) echo.MiddlewareFunc, act func(c echo.Context) error) *testdb.App {
+// newApp serves POST /p on e (a new echo when nil): a handler that debits the app's account in the request's
+// transaction, then does what act says, behind the middleware wrap makes of the guard.
+func newApp(t *testing.T, e *echo.Echo, wrap func(g *idempotency.Guard) echo.MiddlewareFunc, act func(c echo.Context) error) *testdb.App {
 	a := testdb.NewApp(t, "go_echo_")
-	e := echo.New()
+	if e == nil {
+		e = echo.New()
+	}
 	e.HideBanner = true
 	e.Logger.SetOutput(io.Discard)
 	e.POST("/p", func(c echo.Context) error {
@@ -46,7 +48,7 @@ func TestWrapMiddlewareNeverCommitsAnUnseenStatus(t *testing.T) {
 	wrapped := func(g *idempotency.Guard) echo.MiddlewareFunc {
 		return echo.WrapMiddleware(g.Middleware)
 	}
-	a := newApp(t, wrapped, func(c echo.Context) error {
+	a := newApp(t, nil, wrapped, func(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusUnprocessableEntity, "insufficient funds")
 	})
 	key := testdb.Unique("k")
@@ -65,7 +67,7 @@ func TestWrapMiddlewareNeverCommitsAnUnseenStatus(t *testing.T) {
 // With the adapter the returned HTTPError is rendered by echo's error handler inside the transaction: the 422 the
 // client gets is the 422 stored, and the replay is the same bytes.
 func TestHTTPErrorIsTheStatusStored(t *testing.T) {
-	a := newApp(t, native, func(c echo.Context) error {
+	a := newApp(t, nil, native, func(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusUnprocessableEntity, "insufficient funds")
 	})
 	key := testdb.Unique("k")
@@ -95,18 +97,10 @@ func TestCustomErrorHandler(t *testing.T) {
 		}
 		e.DefaultHTTPErrorHandler(err, c)
 	}
-	a := testdb.NewApp(t, "go_echo_")
-	e.POST("/p", func(c echo.Context) error {
-		ctx := c.Request().Context()
-		if err := testdb.Debit(ctx, idempotency.Tx(ctx), a.Account, idempotency.Key(ctx)); err != nil {
-			return err
-		}
-		return fmt.Errorf("debit: %w", errLimit)
-	}, echoidem.Middleware(idempotency.New(a.Pool, a.Options())))
-	a.Serve(e)
+	a := newApp(t, e, native, func(c echo.Context) error { return fmt.Errorf("debit: %w", errLimit) })
 	key := testdb.Unique("k")
-	first := testdb.Post(t, a.Srv.URL+"/p", key, `{}`)
-	second := testdb.Post(t, a.Srv.URL+"/p", key, `{}`)
+	first := a.Post(key)
+	second := a.Post(key)
 	if first.Status != 409 || second.Status != 409 || !second.Replayed() || second.Body != first.Body {
 		t.Fatalf("first %+v second %+v", first, second)
 	}
@@ -115,7 +109,7 @@ func TestCustomErrorHandler(t *testing.T) {
 
 // A 5xx HTTPError is sent as echo renders it and rolled back: the debit is undone, the key free.
 func TestHTTPError5xxRollsBack(t *testing.T) {
-	a := newApp(t, native, func(c echo.Context) error {
+	a := newApp(t, nil, native, func(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadGateway, "provider down")
 	})
 	key := testdb.Unique("k")
@@ -131,7 +125,7 @@ func TestHTTPError5xxRollsBack(t *testing.T) {
 
 // An error returned after the handler wrote its 201 means the handler failed midway: rolled back, 500.
 func TestErrorAfterWriteRollsBack(t *testing.T) {
-	a := newApp(t, native, func(c echo.Context) error {
+	a := newApp(t, nil, native, func(c echo.Context) error {
 		if err := c.JSON(http.StatusCreated, map[string]int{"id": 1}); err != nil {
 			return err
 		}
@@ -146,7 +140,7 @@ func TestErrorAfterWriteRollsBack(t *testing.T) {
 
 // The happy path, with a 40001 on the first run: the transaction runs again and the 201 is stored once.
 func TestCreatedAndRetriedConflict(t *testing.T) {
-	a := newApp(t, native, func(c echo.Context) error {
+	a := newApp(t, nil, native, func(c echo.Context) error {
 		ctx := c.Request().Context()
 		if idempotency.Attempt(ctx) == 0 {
 			_, err := idempotency.Tx(ctx).Exec(ctx, testdb.SerializationFailure)
