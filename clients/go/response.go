@@ -24,16 +24,10 @@ const BodyEncodingHeader = "Idempotency-Body-Encoding"
 // ReplayedHeader is added to every replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
 
-// notReplayed are headers never stored for a replay: they describe one connection or one response.
-var notReplayed = map[string]bool{}
-
-func init() {
-	for _, h := range []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Date", "Server",
-		"Set-Cookie", "Upgrade", "Te", "Trailer", "Proxy-Authenticate", "Proxy-Connection", ReplayedHeader,
-		BodyEncodingHeader} {
-		notReplayed[http.CanonicalHeaderKey(h)] = true
-	}
-}
+// notReplayed are headers never stored for a replay (canonical keys): they describe one connection or one response.
+var notReplayed = map[string]bool{"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true,
+	"Content-Length": true, "Date": true, "Server": true, "Set-Cookie": true, "Upgrade": true, "Te": true,
+	"Trailer": true, "Proxy-Authenticate": true, "Proxy-Connection": true, ReplayedHeader: true, BodyEncodingHeader: true}
 
 // Response is a complete, buffered HTTP response.
 type Response struct {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -219,15 +220,13 @@ func TestProblem(t *testing.T) {
 	}
 	w := httptest.NewRecorder()
 	p.Write(w)
-	if w.Code != 400 || w.Header().Get("Content-Length") != "" && w.Header().Get("Content-Length") != itoa(len(p.Body)) {
+	if w.Code != 400 || w.Header().Get("Content-Length") != "" && w.Header().Get("Content-Length") != strconv.Itoa(len(p.Body)) {
 		t.Fatalf("written %d %v", w.Code, w.Header())
 	}
 	if !strings.Contains(w.Body.String(), `"status":400`) {
 		t.Fatalf("body %q", w.Body.String())
 	}
 }
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestRecorder(t *testing.T) {
 	rec := NewRecorder()
@@ -261,7 +260,7 @@ func TestClaimRequestResponse(t *testing.T) {
 		if err != nil || (r == nil) != (tc.status == "") {
 			t.Fatalf("%s: %+v %v", tc.value, r, err)
 		}
-		if r != nil && (itoa(r.Status) != tc.status || r.Header.Get("Content-Type") != tc.contentType ||
+		if r != nil && (strconv.Itoa(r.Status) != tc.status || r.Header.Get("Content-Type") != tc.contentType ||
 			r.Header.Get("Location") != tc.location || (tc.body != "" && string(r.Body) != tc.body) ||
 			r.Header.Get(BodyEncodingHeader) != "") {
 			t.Errorf("%s: %d %v %q", tc.value, r.Status, r.Header, r.Body)
