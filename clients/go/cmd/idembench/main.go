@@ -10,15 +10,13 @@
 //	sql-*        the same three over database/sql (OpenSQL, pgx stdlib), compared with sql-bare-tx
 //
 // Usage: idembench -url postgresql://... [-url2 postgresql://... (e.g. through PgBouncer)] [-workers 8]
-// The database needs the extension and clients/schema.sql. Rows are written under accounts bench_<random>.
+// The database needs the extension and clients/schema.sql. Rows are written under accounts bench_<hex time>.
 package main
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -43,12 +41,6 @@ VALUES ($1::text, -100, 'USD', $2::text) RETURNING id`
 type config struct {
 	name string
 	run  func(ctx context.Context, account string, n int64) error
-}
-
-func unique() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func configs(pool *pgxpool.Pool, db *sql.DB) []config {
@@ -134,7 +126,7 @@ func configs(pool *pgxpool.Pool, db *sql.DB) []config {
 func measure(c config, workers int, d time.Duration) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	account := "bench_" + unique()
+	account := fmt.Sprintf("bench_%x", time.Now().UnixNano()) // a fresh account per measurement
 	var done atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
