@@ -422,10 +422,10 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		return early, err // replay, mismatch, in_progress: close rolls the transaction back
 	}
 
-	tx := s.tx()
+	tx, q := s.handlerTx()
 	state := &requestState{key: in.key, scope: in.scope, attempt: attempt}
 	hctx := context.WithValue(context.WithValue(ctx, txKey, tx), stateKey, state)
-	if q := s.querier(); q != nil {
+	if q != nil {
 		hctx = context.WithValue(hctx, sqlKey, q)
 	}
 	hr := r.Clone(hctx)

@@ -17,8 +17,7 @@ import (
 // handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
 type session interface {
 	claim(ctx context.Context, args []any) (string, error) // idem_claim_request's value in its text form
-	tx() pgx.Tx                                            // the pgx transaction, nil for database/sql
-	querier() Querier                                      // the database/sql transaction, nil for pgx
+	handlerTx() (pgx.Tx, Querier)                          // the handler's transaction: pgx's, or database/sql's
 	finish(ctx context.Context, args []any) error
 	close()
 }
@@ -78,8 +77,7 @@ func (s *txSession) claim(ctx context.Context, args []any) (c string, err error)
 	return c, err
 }
 
-func (s *txSession) tx() pgx.Tx       { return s.t }
-func (s *txSession) querier() Querier { return nil }
+func (s *txSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil }
 
 func (s *txSession) finish(ctx context.Context, args []any) error {
 	if err := s.t.QueryRow(ctx, completeSQL, args...).Scan(new(bool)); err != nil {
@@ -122,8 +120,7 @@ func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
 	return c, err
 }
 
-func (s *pipeSession) tx() pgx.Tx       { return s.t } // called only after claim began the transaction
-func (s *pipeSession) querier() Querier { return nil }
+func (s *pipeSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil } // s.t: set once claim began the transaction
 
 func (s *pipeSession) finish(ctx context.Context, args []any) error {
 	if s.t.closed {

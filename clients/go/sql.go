@@ -102,8 +102,7 @@ func (s *sqlTxSession) claim(ctx context.Context, args []any) (c string, err err
 	return c, err
 }
 
-func (s *sqlTxSession) tx() pgx.Tx       { return nil }
-func (s *sqlTxSession) querier() Querier { return s.t }
+func (s *sqlTxSession) handlerTx() (pgx.Tx, Querier) { return nil, s.t }
 
 func (s *sqlTxSession) finish(ctx context.Context, args []any) error {
 	if err := s.t.QueryRowContext(ctx, completeSQL, args...).Scan(new(bool)); err != nil {
@@ -154,8 +153,7 @@ func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c string, err e
 	return c, err
 }
 
-func (s *sqlPipeSession) tx() pgx.Tx       { return nil }
-func (s *sqlPipeSession) querier() Querier { return s.conn }
+func (s *sqlPipeSession) handlerTx() (pgx.Tx, Querier) { return nil, s.conn }
 
 func (s *sqlPipeSession) finish(ctx context.Context, args []any) error {
 	return s.raw(func(p *pipeSession) error { return p.finish(ctx, args) })
