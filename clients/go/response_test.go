@@ -1,9 +1,11 @@
 package idempotency
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -242,8 +244,9 @@ func TestRecorder(t *testing.T) {
 	}
 }
 
-// idem_claim_request's value in its text form: the record's quoting, NULL fields, the bytea body, and a key stored
-// through the jsonb completion of 1.0-1.2 (its body in a JSON string, the encoding in a stored header).
+// idem_claim_request's value in its text form and in its binary form (built here from the fields the text form
+// gives): the record's quoting, NULL fields, the bytea body, and a key stored through the jsonb completion of
+// 1.0-1.2 (its body in a JSON string, the encoding in a stored header).
 func TestClaimRequestResponse(t *testing.T) {
 	for _, tc := range []struct {
 		value, status, contentType, location, body string
@@ -256,7 +259,14 @@ func TestClaimRequestResponse(t *testing.T) {
 		{`(mismatch,422,,,)`, "422", "application/problem+json", "", ""},
 		{`(in_progress,409,,,)`, "409", "application/problem+json", "", ""},
 	} {
-		r, err := claimResponse("", tc.value)
+		f, err := textClaim(tc.value, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.value, err)
+		}
+		if fb, err := binaryClaim(binaryRecord(f)); err != nil || !reflect.DeepEqual(fb, f) {
+			t.Fatalf("%s: the binary form gives %v, %v", tc.value, fb, err)
+		}
+		r, err := claimResponse("", f)
 		if err != nil || (r == nil) != (tc.status == "") {
 			t.Fatalf("%s: %+v %v", tc.value, r, err)
 		}
@@ -266,9 +276,38 @@ func TestClaimRequestResponse(t *testing.T) {
 			t.Errorf("%s: %d %v %q", tc.value, r.Status, r.Header, r.Body)
 		}
 	}
-	for _, bad := range []string{``, `(replay`, `(replay,x,,,)`, `(replay,200,,,"\\xZZ")`, `("a)`, `(a,b)`} {
-		if _, err := claimResponse("", bad); err == nil {
+	for _, bad := range []string{``, `(replay`, `(replay,200,,,"\\xZZ")`, `("a)`, `(a,b)`} {
+		if _, err := textClaim(bad, nil); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
+	if _, err := claimResponse("", []*string{str("replay"), str("x"), nil, nil, nil}); err == nil {
+		t.Error("a status that is not a number: no error")
+	}
+	for _, bad := range [][]byte{nil, {0, 0, 0, 1}, {0, 0, 0, 1, 0, 0, 0, 25, 0, 0, 0, 9, 'x'},
+		{0, 0, 0, 1, 0, 0, 0, 23, 0, 0, 0, 3, 1, 2, 3}, {0, 0, 0, 1, 0, 0, 0x0e, 0xda, 0, 0, 0, 2, 2, '{'}} {
+		if _, err := binaryClaim(bad); err == nil {
+			t.Errorf("binary %x: no error", bad)
+		}
+	}
+}
+
+// binaryRecord is the binary form of a record of idem_claim_request's fields (text, int4, text, jsonb, bytea).
+func binaryRecord(f []*string) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(f)))
+	for i, v := range f {
+		b = binary.BigEndian.AppendUint32(b, []uint32{25, 23, 25, 3802, 17}[i])
+		if v == nil {
+			b = binary.BigEndian.AppendUint32(b, 0xffffffff)
+			continue
+		}
+		field := []byte(*v)
+		if n, err := strconv.Atoi(*v); i == 1 && err == nil {
+			field = binary.BigEndian.AppendUint32(nil, uint32(n))
+		} else if i == 3 {
+			field = append([]byte{1}, field...)
+		}
+		b = append(binary.BigEndian.AppendUint32(b, uint32(len(field))), field...)
+	}
+	return b
 }

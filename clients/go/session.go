@@ -16,8 +16,8 @@ import (
 // sends BEGIN with the claim and the completion with COMMIT, so the middleware adds one round trip to the
 // handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
 type session interface {
-	claim(ctx context.Context, args []any) (string, error) // idem_claim_request's value in its text form
-	handlerTx() (pgx.Tx, Querier)                          // the handler's transaction: pgx's, or database/sql's
+	claim(ctx context.Context, args []any) ([]*string, error) // idem_claim_request's fields (textClaim, binaryClaim)
+	handlerTx() (pgx.Tx, Querier)                             // the handler's transaction: pgx's, or database/sql's
 	finish(ctx context.Context, args []any) error
 	close()
 }
@@ -70,11 +70,12 @@ type txSession struct {
 	t    pgx.Tx
 }
 
-func (s *txSession) claim(ctx context.Context, args []any) (c string, err error) {
+func (s *txSession) claim(ctx context.Context, args []any) (_ []*string, err error) {
+	var c string
 	if s.t, err = s.db.BeginTx(ctx, s.opts); err == nil {
 		err = s.t.QueryRow(ctx, claimSQL, args...).Scan(&c)
 	}
-	return c, err
+	return textClaim(c, err)
 }
 
 func (s *txSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil }
@@ -103,21 +104,52 @@ type pipeSession struct {
 	t       *connTx
 }
 
-func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
-	b := &pgx.Batch{}
-	b.Queue(s.begin)
-	b.Queue(claimSQL, args...)
-	br := s.conn.SendBatch(ctx, b)
-	_, err := br.Exec()
-	var c string
-	if err == nil {
-		s.t = &connTx{conn: s.conn}
-		err = br.QueryRow().Scan(&c)
+func (s *pipeSession) claim(ctx context.Context, args []any) ([]*string, error) {
+	if s.conn.Config().PreferSimpleProtocol { // one Query message of both statements, the value in its text form
+		b := &pgx.Batch{}
+		b.Queue(s.begin)
+		b.Queue(claimSQL, args...)
+		br := s.conn.SendBatch(ctx, b)
+		_, err := br.Exec()
+		var c string
+		if err == nil {
+			s.t = &connTx{conn: s.conn}
+			err = br.QueryRow().Scan(&c)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return textClaim(c, err)
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	// Prepared once per connection, each named by its text, so that pgx's Exec of ROLLBACK (a replay's end) runs the
+	// prepared statement too. The claim's value is asked in binary: the server sends the stored body as it is, not
+	// hex-encoded and scanned for quoting.
+	for _, sql := range []string{s.begin, claimSQL, "ROLLBACK"} {
+		if _, err := s.conn.Prepare(ctx, sql, sql); err != nil {
+			return nil, err
+		}
 	}
-	return c, err
+	values, formats := make([][]byte, len(args)), make([]int16, len(args))
+	for i, a := range args {
+		switch a := a.(type) {
+		case string:
+			values[i] = append([]byte{}, a...) // text, never NULL
+		case []byte:
+			values[i], formats[i] = a, 1 // bytea, binary
+		}
+	}
+	b := &pgconn.Batch{}
+	b.ExecPrepared(s.begin, nil, nil, nil)
+	b.ExecPrepared(claimSQL, values, formats, []int16{1})
+	res, err := s.conn.PgConn().ExecBatch(ctx, b).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	s.t = &connTx{conn: s.conn}
+	if len(res) != 2 || len(res[1].Rows) != 1 || len(res[1].Rows[0]) != 1 {
+		return nil, errors.New("idempotency: idem_claim_request returned no value")
+	}
+	return binaryClaim(res[1].Rows[0][0])
 }
 
 func (s *pipeSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil } // s.t: set once claim began the transaction

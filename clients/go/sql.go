@@ -95,11 +95,12 @@ func sqlTxOptions(o pgx.TxOptions) *sql.TxOptions {
 	return opts
 }
 
-func (s *sqlTxSession) claim(ctx context.Context, args []any) (c string, err error) {
+func (s *sqlTxSession) claim(ctx context.Context, args []any) (_ []*string, err error) {
+	var c string
 	if s.t, err = s.db.BeginTx(ctx, sqlTxOptions(s.opts)); err == nil {
 		err = s.t.QueryRowContext(ctx, claimSQL, args...).Scan(&c)
 	}
-	return c, err
+	return textClaim(c, err)
 }
 
 func (s *sqlTxSession) handlerTx() (pgx.Tx, Querier) { return nil, s.t }
@@ -145,12 +146,12 @@ func (s *sqlPipeSession) raw(fn func(p *pipeSession) error) error {
 	})
 }
 
-func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c string, err error) {
+func (s *sqlPipeSession) claim(ctx context.Context, args []any) (f []*string, err error) {
 	err = s.raw(func(p *pipeSession) error {
-		c, err = p.claim(ctx, args)
+		f, err = p.claim(ctx, args)
 		return err
 	})
-	return c, err
+	return f, err
 }
 
 func (s *sqlPipeSession) handlerTx() (pgx.Tx, Querier) { return nil, s.conn }
