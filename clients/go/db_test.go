@@ -388,10 +388,12 @@ VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); e
 	}
 }
 
-// NewPool prepares the statements (pgx's statement cache): after three requests on its one connection, the claim
-// and the completion are prepared there once each. With prefer_simple_protocol=true (what NewPool picks behind a
-// pooler, BehindPooler) the connection has no statement cache and the server no statement of ours. Both send
-// Options.TTL (an interval parameter) as the keys' lifetime.
+// NewPool prepares the statements (pgx's statement cache, or named by their text): after the requests on its one
+// connection, the claim and the completion are prepared there once each. With prefer_simple_protocol=true (what
+// NewPool picks behind a pooler, BehindPooler) the connection has no statement cache and the server no statement
+// of ours. Options.TTL (an interval parameter) is the keys' lifetime, Options.TxOptions the transaction's. The
+// handler fails, or answers with no statement (the completion or the rollback follows the claim's BEGIN), or
+// debits; a replay ends the sequence: each leaves the one connection ready for the next.
 func TestPreparedStatements(t *testing.T) {
 	testdb.Pool(t) // skips without a database
 	ctx := context.Background()
@@ -402,35 +404,56 @@ func TestPreparedStatements(t *testing.T) {
 		t.Fatalf("BehindPooler of a direct connection: %v %v", pooled, err)
 	}
 	sep := map[bool]string{false: "?", true: "&"}[strings.Contains(url, "?")]
-	for want, opt := range map[int]string{2: "", 0: "&prefer_simple_protocol=true"} {
-		pool, err := idempotency.NewPool(ctx, url+sep+"pool_max_conns=1"+opt)
+	for _, tc := range []struct {
+		opt  string
+		iso  pgx.TxIsoLevel
+		want int
+	}{{"", "", 2}, {"", pgx.Serializable, 2}, {"&prefer_simple_protocol=true", "", 0}} {
+		pool, err := idempotency.NewPool(ctx, url+sep+"pool_max_conns=1"+tc.opt)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		if pool.Config().ConnConfig.PreferSimpleProtocol != (want == 0) {
-			t.Fatalf("%q: PreferSimpleProtocol %v", opt, pool.Config().ConnConfig.PreferSimpleProtocol)
+		if pool.Config().ConnConfig.PreferSimpleProtocol != (tc.want == 0) {
+			t.Fatalf("%+v: PreferSimpleProtocol %v", tc, pool.Config().ConnConfig.PreferSimpleProtocol)
 		}
-		scope := testdb.Unique("go_prep_")
-		g := idempotency.New(pool, idempotency.Options{Scope: func(*http.Request) string { return scope }, TTL: 90 * time.Minute})
+		scope, iso := testdb.Unique("go_prep_"), map[bool]string{true: "read committed"}[tc.iso == ""]+string(tc.iso)
+		g := idempotency.New(pool, idempotency.Options{Scope: func(*http.Request) string { return scope }, TTL: 90 * time.Minute,
+			TxOptions: pgx.TxOptions{IsoLevel: tc.iso}, Logger: log.New(io.Discard, "", 0)})
 		srv := httptest.NewServer(g.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+			switch body, _ := io.ReadAll(r.Body); string(body) {
+			case `"fail"`:
+				return errors.New("failed before any statement")
+			case `"nothing"`:
+				w.WriteHeader(http.StatusCreated)
+				return nil
+			}
+			var got string
+			if err := tx.QueryRow(r.Context(), `SELECT current_setting('transaction_isolation')`).Scan(&got); err != nil || got != iso {
+				return fmt.Errorf("isolation %q (%v), want %q", got, err, iso)
+			}
 			w.WriteHeader(http.StatusCreated)
 			return testdb.Debit(r.Context(), tx, scope, idempotency.Key(r.Context()))
 		}))
 		defer srv.Close()
-		for i := 0; i < 3; i++ {
-			if r := testdb.Post(t, srv.URL, testdb.Unique("k"), `{}`); r.Status != 201 {
-				t.Fatalf("%q: %+v", opt, r)
+		key := ""
+		for _, body := range []string{`"fail"`, `"nothing"`, `{}`, `"fail"`, `{}`, `"nothing"`} {
+			key = testdb.Unique("k")
+			if r := testdb.Post(t, srv.URL, key, body); r.Status != map[bool]int{true: 500, false: 201}[body == `"fail"`] {
+				t.Fatalf("%+v, %s: %+v", tc, body, r)
 			}
+		}
+		if r := testdb.Post(t, srv.URL, key, `"nothing"`); r.Status != 201 || !r.Replayed() {
+			t.Fatalf("%+v, the replay: %+v", tc, r)
 		}
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements
-WHERE statement LIKE 'SELECT idem_claim_request(%' OR statement LIKE 'SELECT idem_complete_request(%'`).Scan(&n); err != nil || n != want {
-			t.Fatalf("%q: %d prepared statements of ours, want %d (%v)", opt, n, want, err)
+WHERE statement LIKE 'SELECT idem_claim_request(%' OR statement LIKE 'SELECT idem_complete_request(%'`).Scan(&n); err != nil || n != tc.want {
+			t.Fatalf("%+v: %d prepared statements of ours, want %d (%v)", tc, n, tc.want, err)
 		}
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE scope = $1
-AND expires_at BETWEEN now() + interval '89 minutes' AND now() + interval '91 minutes'`, scope).Scan(&n); err != nil || n != 3 {
-			t.Fatalf("%q: %d keys of 90 minutes, want 3 (%v)", opt, n, err)
+AND expires_at BETWEEN now() + interval '89 minutes' AND now() + interval '91 minutes'`, scope).Scan(&n); err != nil || n != 4 {
+			t.Fatalf("%+v: %d keys of 90 minutes, want 4 (%v)", tc, n, err)
 		}
 	}
 }

@@ -14,6 +14,10 @@
 //	  mismatch    -> ROLLBACK; 422 problem+json (idempotency-key-reused)
 //	  in_progress -> ROLLBACK; 409 problem+json, Retry-After: 1
 //
+// Pipelined over prepared statements (the default with a *pgxpool.Pool or a *pgx.Conn), the claim goes first and
+// BEGIN follows it for a claimed key only, taking the claim into the transaction; any other outcome ends the
+// claim's own transaction, in which it wrote nothing, with no BEGIN nor ROLLBACK.
+//
 // A 5xx from the handler, a returned error, a panic or a failed statement roll everything back: nothing is
 // stored, the handler's writes are undone, the key is free for a retry. SQLSTATE 40001 or 40P01 anywhere runs the
 // whole transaction again (Options.MaxRetries times at most).

@@ -3,7 +3,6 @@ package idempotency
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -233,15 +232,15 @@ func StoredForm(r *Response, allow []string) (body *string, headers string) {
 	return body, string(hb)
 }
 
-// claimResponse maps the fields of idem_claim_request's value (textClaim, binaryClaim) to the answer: nil for
-// claimed (run the handler), a replay's stored status, Content-Type, headers and body bytes, or ClaimResponse's 422
-// and 409. A key stored through the jsonb completion of 1.0-1.2 (no content type) replays as ClaimResponse replays
-// it.
-func claimResponse(base string, f []*string) (*Response, error) {
-	if len(f) != 5 || f[0] == nil {
-		return nil, fmt.Errorf("idempotency: idem_claim_request answered %d fields", len(f))
+// claimResponse maps the value of idem_claim_request, in its text form, to the answer: nil for claimed (run the
+// handler), a replay's stored status, Content-Type, headers and body bytes, or ClaimResponse's 422 and 409. A
+// key stored through the jsonb completion of 1.0-1.2 (no content type) replays as ClaimResponse replays it.
+func claimResponse(base, value string) (*Response, error) {
+	f, err := parseRecord(value)
+	if err != nil || len(f) != 5 || f[0] == nil {
+		return nil, fmt.Errorf("idempotency: idem_claim_request answered %q", value)
 	}
-	c := ClaimRow{Outcome: *f[0], ResponseHeaders: f[3], ResponseBody: f[4]}
+	c := ClaimRow{Outcome: *f[0], ResponseHeaders: f[3]}
 	if f[1] != nil {
 		n, err := strconv.ParseInt(*f[1], 10, 32)
 		if err != nil {
@@ -250,67 +249,19 @@ func claimResponse(base string, f []*string) (*Response, error) {
 		status := int32(n)
 		c.HTTPStatus = &status
 	}
-	resp, err := ClaimResponse(base, c)
-	if resp != nil && c.Outcome == OutcomeReplay && f[2] != nil {
-		resp.Header.Set("Content-Type", *f[2])
-	}
-	return resp, err
-}
-
-// textClaim gives the fields of idem_claim_request's value in its text form (parseRecord), the body decoded from
-// bytea's hex form; err is the error of reading the value, passed on.
-func textClaim(value string, err error) ([]*string, error) {
-	if err != nil {
-		return nil, err
-	}
-	f, err := parseRecord(value)
-	if err != nil || len(f) != 5 {
-		return nil, fmt.Errorf("idempotency: idem_claim_request answered %q", value)
-	}
 	if f[4] != nil {
 		b, err := hex.DecodeString(strings.TrimPrefix(*f[4], `\x`))
 		if err != nil {
 			return nil, fmt.Errorf("idempotency: idem_claim_request's body: %w", err)
 		}
 		body := string(b)
-		f[4] = &body
+		c.ResponseBody = &body
 	}
-	return f, nil
-}
-
-// binaryClaim gives the fields of idem_claim_request's value in its binary form: a field count, then per field its
-// type OID, its length (-1 for NULL) and its bytes. The int4 status is given in decimal and the jsonb headers
-// without their version byte, as textClaim gives them.
-func binaryClaim(b []byte) ([]*string, error) {
-	bad := fmt.Errorf("idempotency: idem_claim_request answered %x", b)
-	if len(b) < 4 {
-		return nil, bad
+	resp, err := ClaimResponse(base, c)
+	if resp != nil && c.Outcome == OutcomeReplay && f[2] != nil {
+		resp.Header.Set("Content-Type", *f[2])
 	}
-	var f []*string
-	for n, rest := binary.BigEndian.Uint32(b), b[4:]; n > 0; n-- {
-		if len(rest) < 8 {
-			return nil, bad
-		}
-		oid, size := binary.BigEndian.Uint32(rest), int32(binary.BigEndian.Uint32(rest[4:]))
-		if rest = rest[8:]; size < 0 {
-			f = append(f, nil)
-			continue
-		} else if int(size) > len(rest) {
-			return nil, bad
-		}
-		v := string(rest[:size])
-		rest = rest[size:]
-		switch {
-		case oid == 23 && size == 4: // int4
-			v = strconv.Itoa(int(int32(binary.BigEndian.Uint32([]byte(v)))))
-		case oid == 3802 && size > 0 && v[0] == 1: // jsonb, version 1
-			v = v[1:]
-		case oid == 23 || oid == 3802:
-			return nil, bad
-		}
-		f = append(f, &v)
-	}
-	return f, nil
+	return resp, err
 }
 
 // parseRecord splits the text form of a record, (a,,"b c","d""e"), into its fields: nil for NULL (an empty

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgconn"
+	"github.com/jackc/pgproto3/v2"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
@@ -16,8 +18,8 @@ import (
 // sends BEGIN with the claim and the completion with COMMIT, so the middleware adds one round trip to the
 // handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
 type session interface {
-	claim(ctx context.Context, args []any) ([]*string, error) // idem_claim_request's fields (textClaim, binaryClaim)
-	handlerTx() (pgx.Tx, Querier)                             // the handler's transaction: pgx's, or database/sql's
+	claim(ctx context.Context, args []any) (string, error) // idem_claim_request's value in its text form
+	handlerTx() (pgx.Tx, Querier)                          // the handler's transaction: pgx's, or database/sql's
 	finish(ctx context.Context, args []any) error
 	close()
 }
@@ -70,12 +72,11 @@ type txSession struct {
 	t    pgx.Tx
 }
 
-func (s *txSession) claim(ctx context.Context, args []any) (_ []*string, err error) {
-	var c string
+func (s *txSession) claim(ctx context.Context, args []any) (c string, err error) {
 	if s.t, err = s.db.BeginTx(ctx, s.opts); err == nil {
 		err = s.t.QueryRow(ctx, claimSQL, args...).Scan(&c)
 	}
-	return textClaim(c, err)
+	return c, err
 }
 
 func (s *txSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil }
@@ -98,14 +99,18 @@ func (s *txSession) close() {
 // with the extended protocol, as one pipeline ending in a single Sync. Either way a failing statement stops the
 // rest of the batch, so a COMMIT never follows a failed completion.
 type pipeSession struct {
-	conn    *pgx.Conn
-	release func()
-	begin   string
-	t       *connTx
+	conn       *pgx.Conn
+	release    func()
+	begin      string
+	beginFirst bool // BEGIN with the claim, answered before the handler runs (database/sql)
+	t          *connTx
 }
 
-func (s *pipeSession) claim(ctx context.Context, args []any) ([]*string, error) {
-	if s.conn.Config().PreferSimpleProtocol { // one Query message of both statements, the value in its text form
+func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
+	// BEGIN first, with the claim in one pgx batch: under the simple protocol (one Query message of both
+	// statements); for a BEGIN with options (an isolation level is set before any statement of the transaction);
+	// for database/sql (its statements bypass connTx, so BEGIN is answered before the handler runs).
+	if s.beginFirst || s.conn.Config().PreferSimpleProtocol || s.begin != "BEGIN" {
 		b := &pgx.Batch{}
 		b.Queue(s.begin)
 		b.Queue(claimSQL, args...)
@@ -119,14 +124,13 @@ func (s *pipeSession) claim(ctx context.Context, args []any) ([]*string, error) 
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		return textClaim(c, err)
+		return c, err
 	}
-	// Prepared once per connection, each named by its text, so that pgx's Exec of ROLLBACK (a replay's end) runs the
-	// prepared statement too. The claim's value is asked in binary: the server sends the stored body as it is, not
-	// hex-encoded and scanned for quoting.
+	// Prepared once per connection, each named by its text, so that pgx's Exec of ROLLBACK (close, connTx.Rollback)
+	// runs the prepared statement too.
 	for _, sql := range []string{s.begin, claimSQL, "ROLLBACK"} {
 		if _, err := s.conn.Prepare(ctx, sql, sql); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
 	values, formats := make([][]byte, len(args)), make([]int16, len(args))
@@ -138,25 +142,72 @@ func (s *pipeSession) claim(ctx context.Context, args []any) ([]*string, error) 
 			values[i], formats[i] = a, 1 // bytea, binary
 		}
 	}
-	b := &pgconn.Batch{}
-	b.ExecPrepared(s.begin, nil, nil, nil)
-	b.ExecPrepared(claimSQL, values, formats, []int16{1})
-	res, err := s.conn.PgConn().ExecBatch(ctx, b).ReadAll()
-	if err != nil {
-		return nil, err
+	// The claim goes first, alone, then Flush: it runs in the transaction the extended protocol opens for it, which
+	// the next Sync would end. A claimed key: BEGIN and Sync follow, and BEGIN makes that transaction the request's,
+	// the claim in it; its answers are read before the handler's first statement (connTx.ready), so waiting for
+	// them adds no round trip. Any other outcome (replay, mismatch, in progress): Sync alone ends the transaction,
+	// in which the claim wrote nothing, with no BEGIN nor ROLLBACK to run.
+	pc := s.conn.PgConn()
+	claim := (&pgproto3.Bind{PreparedStatement: claimSQL, ParameterFormatCodes: formats, Parameters: values}).Encode(nil)
+	err := pc.SendBytes(ctx, (&pgproto3.Flush{}).Encode((&pgproto3.Execute{}).Encode(claim)))
+	var value string
+	if err == nil {
+		value, err = receive(ctx, pc, false)
 	}
-	s.t = &connTx{conn: s.conn}
-	if len(res) != 2 || len(res[1].Rows) != 1 || len(res[1].Rows[0]) != 1 {
-		return nil, errors.New("idempotency: idem_claim_request returned no value")
+	if err == nil && strings.HasPrefix(value, "("+OutcomeClaimed+",") { // record_out's text, as claimResponse reads it
+		begin := (&pgproto3.Execute{}).Encode((&pgproto3.Bind{PreparedStatement: s.begin}).Encode(nil))
+		if err = pc.SendBytes(ctx, (&pgproto3.Sync{}).Encode(begin)); err == nil {
+			s.t = &connTx{conn: s.conn, beginSent: true}
+		}
+		return value, err
 	}
-	return binaryClaim(res[1].Rows[0][0])
+	if serr := pc.SendBytes(ctx, (&pgproto3.Sync{}).Encode(nil)); err == nil {
+		err = serr
+	}
+	if _, serr := receive(ctx, pc, true); err == nil {
+		err = serr
+	}
+	return value, err
+}
+
+// receive reads answers up to the first CommandComplete or ErrorResponse (toSync false: what was sent ends in
+// Flush) or to ReadyForQuery (toSync true: it ends in Sync). It returns the first column of the last data row and
+// the first error.
+func receive(ctx context.Context, pc *pgconn.PgConn, toSync bool) (value string, err error) {
+	for {
+		msg, rerr := pc.ReceiveMessage(ctx)
+		if rerr != nil {
+			return "", rerr
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			if len(m.Values) == 1 {
+				value = string(m.Values[0])
+			}
+		case *pgproto3.ErrorResponse:
+			if err == nil {
+				err = pgconn.ErrorResponseToPgError(m)
+			}
+			if !toSync {
+				return value, err
+			}
+		case *pgproto3.CommandComplete:
+			if !toSync {
+				return value, err
+			}
+		case *pgproto3.ReadyForQuery:
+			return value, err
+		}
+	}
 }
 
 func (s *pipeSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil } // s.t: set once claim began the transaction
 
 func (s *pipeSession) finish(ctx context.Context, args []any) error {
-	if s.t.closed {
-		return fmt.Errorf("idempotency: the handler ended the request's transaction: %w", pgx.ErrTxClosed)
+	if err := s.t.ready(ctx); errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("idempotency: the handler ended the request's transaction: %w", err)
+	} else if err != nil {
+		return err
 	}
 	b := &pgx.Batch{}
 	b.Queue(completeSQL, args...)
@@ -180,13 +231,14 @@ func (s *pipeSession) finish(ctx context.Context, args []any) error {
 }
 
 func (s *pipeSession) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	if s.t != nil {
+		_ = s.t.ready(ctx) // BEGIN's answers, when the handler sent no statement
 		s.t.closed = true
 	}
 	if s.conn.PgConn().TxStatus() != 'I' && !s.conn.IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := s.conn.Exec(ctx, "ROLLBACK")
-		cancel()
 		if err != nil {
 			// The pool destroys a connection released in a transaction; closing it says so plainly.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -209,14 +261,31 @@ var errHandlerCommit = errors.New("idempotency: the request's transaction is com
 type connTx struct {
 	conn       *pgx.Conn
 	closed     bool
+	beginSent  bool // the answers to the claim's BEGIN are still to be read (pipeSession.claim)
 	savepoints int
+}
+
+// ready reads the answers to the claim's BEGIN once (they came while the handler started) and reports whether the
+// transaction is still usable.
+func (t *connTx) ready(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	if t.beginSent {
+		t.beginSent = false
+		if _, err := receive(ctx, t.conn.PgConn(), true); err != nil {
+			t.closed = true
+			return err
+		}
+	}
+	return nil
 }
 
 var _ pgx.Tx = (*connTx)(nil)
 
 func (t *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	t.savepoints++
 	name := fmt.Sprintf("idem_sp_%d", t.savepoints)
@@ -243,15 +312,15 @@ func beginFunc(ctx context.Context, parent pgx.Tx, f func(pgx.Tx) error) error {
 }
 
 func (t *connTx) Commit(ctx context.Context) error {
-	if t.closed {
-		return pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return err
 	}
 	return errHandlerCommit
 }
 
 func (t *connTx) Rollback(ctx context.Context) error {
-	if t.closed {
-		return pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return err
 	}
 	t.closed = true
 	_, err := t.conn.Exec(ctx, "ROLLBACK")
@@ -259,15 +328,15 @@ func (t *connTx) Rollback(ctx context.Context) error {
 }
 
 func (t *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if t.closed {
-		return 0, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return 0, err
 	}
 	return t.conn.CopyFrom(ctx, table, cols, src)
 }
 
 func (t *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.closed {
-		return errBatch{pgx.ErrTxClosed}
+	if err := t.ready(ctx); err != nil {
+		return errBatch{err}
 	}
 	return t.conn.SendBatch(ctx, b)
 }
@@ -277,41 +346,44 @@ func (t *connTx) LargeObjects() pgx.LargeObjects {
 }
 
 func (t *connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.Prepare(ctx, name, sql)
 }
 
 func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.Exec(ctx, sql, args...)
 }
 
 func (t *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.Query(ctx, sql, args...)
 }
 
 func (t *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.closed {
-		return errRow{pgx.ErrTxClosed}
+	if err := t.ready(ctx); err != nil {
+		return errRow{err}
 	}
 	return t.conn.QueryRow(ctx, sql, args...)
 }
 
 func (t *connTx) QueryFunc(ctx context.Context, sql string, args []any, scans []any, f func(pgx.QueryFuncRow) error) (pgconn.CommandTag, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.QueryFunc(ctx, sql, args, scans, f)
 }
 
-func (t *connTx) Conn() *pgx.Conn { return t.conn }
+func (t *connTx) Conn() *pgx.Conn {
+	_ = t.ready(context.Background()) // the connection handed out with nothing left to read
+	return t.conn
+}
 
 // savepointTx is a pseudo-nested transaction of a connTx.
 type savepointTx struct {

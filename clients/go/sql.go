@@ -95,12 +95,11 @@ func sqlTxOptions(o pgx.TxOptions) *sql.TxOptions {
 	return opts
 }
 
-func (s *sqlTxSession) claim(ctx context.Context, args []any) (_ []*string, err error) {
-	var c string
+func (s *sqlTxSession) claim(ctx context.Context, args []any) (c string, err error) {
 	if s.t, err = s.db.BeginTx(ctx, sqlTxOptions(s.opts)); err == nil {
 		err = s.t.QueryRowContext(ctx, claimSQL, args...).Scan(&c)
 	}
-	return textClaim(c, err)
+	return c, err
 }
 
 func (s *sqlTxSession) handlerTx() (pgx.Tx, Querier) { return nil, s.t }
@@ -130,7 +129,7 @@ func newSQLPipeSession(ctx context.Context, db *sql.DB, begin string) (*sqlPipeS
 	if err != nil {
 		return nil, err
 	}
-	return &sqlPipeSession{conn: conn, pipe: pipeSession{release: func() {}, begin: begin}}, nil
+	return &sqlPipeSession{conn: conn, pipe: pipeSession{release: func() {}, begin: begin, beginFirst: true}}, nil
 }
 
 // raw runs fn with the session's batches bound to the pgx connection underneath.
@@ -146,12 +145,12 @@ func (s *sqlPipeSession) raw(fn func(p *pipeSession) error) error {
 	})
 }
 
-func (s *sqlPipeSession) claim(ctx context.Context, args []any) (f []*string, err error) {
+func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c string, err error) {
 	err = s.raw(func(p *pipeSession) error {
-		f, err = p.claim(ctx, args)
+		c, err = p.claim(ctx, args)
 		return err
 	})
-	return f, err
+	return c, err
 }
 
 func (s *sqlPipeSession) handlerTx() (pgx.Tx, Querier) { return nil, s.conn }
