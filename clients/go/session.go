@@ -94,10 +94,10 @@ func (s *txSession) close() {
 	}
 }
 
-// pipeSession holds one connection for the request and sends BEGIN + claim, and complete + COMMIT, as one batch
-// each. With the simple protocol (ParsePoolConfig) pgx sends a batch as one Query message of several statements;
-// with the extended protocol, as one pipeline ending in a single Sync. Either way a failing statement stops the
-// rest of the batch, so a COMMIT never follows a failed completion.
+// pipeSession holds one connection for the request and sends the claim with BEGIN (claim), and complete + COMMIT
+// as one batch. With the simple protocol (ParsePoolConfig) pgx sends a batch as one Query message of several
+// statements; with the extended protocol, as one pipeline ending in a single Sync. Either way a failing statement
+// stops the rest of the batch, so a COMMIT never follows a failed completion.
 type pipeSession struct {
 	conn       *pgx.Conn
 	release    func()
