@@ -393,7 +393,8 @@ VALUES ($1::text, -5, 'EUR', $2::text)`, scope, idempotency.Key(r.Context())); e
 // NewPool picks behind a pooler, BehindPooler) the connection has no statement cache and the server no statement
 // of ours. Options.TTL (an interval parameter) is the keys' lifetime, Options.TxOptions the transaction's. The
 // handler fails, or answers with no statement (the completion or the rollback follows the claim's BEGIN), or
-// debits; a replay ends the sequence: each leaves the one connection ready for the next.
+// fails sending one, or debits; a replay ends the sequence: each leaves the one connection, or a new one, ready for
+// the next request.
 func TestPreparedStatements(t *testing.T) {
 	testdb.Pool(t) // skips without a database
 	ctx := context.Background()
@@ -427,6 +428,11 @@ func TestPreparedStatements(t *testing.T) {
 			case `"nothing"`:
 				w.WriteHeader(http.StatusCreated)
 				return nil
+			case `"cancelled"`: // a statement that cannot be sent, maybe before the claim's BEGIN was answered
+				ctx, cancel := context.WithCancel(r.Context())
+				cancel()
+				_, err := tx.Exec(ctx, `SELECT 1`)
+				return err
 			}
 			var got string
 			if err := tx.QueryRow(r.Context(), `SELECT current_setting('transaction_isolation')`).Scan(&got); err != nil || got != iso {
@@ -437,9 +443,9 @@ func TestPreparedStatements(t *testing.T) {
 		}))
 		defer srv.Close()
 		key := ""
-		for _, body := range []string{`"fail"`, `"nothing"`, `{}`, `"fail"`, `{}`, `"nothing"`} {
+		for _, body := range []string{`"fail"`, `"nothing"`, `{}`, `"cancelled"`, `{}`, `"fail"`, `"nothing"`} {
 			key = testdb.Unique("k")
-			if r := testdb.Post(t, srv.URL, key, body); r.Status != map[bool]int{true: 500, false: 201}[body == `"fail"`] {
+			if r := testdb.Post(t, srv.URL, key, body); r.Status != map[bool]int{true: 500, false: 201}[body == `"fail"` || body == `"cancelled"`] {
 				t.Fatalf("%+v, %s: %+v", tc, body, r)
 			}
 		}

@@ -149,20 +149,24 @@ func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
 	// in which the claim wrote nothing, with no BEGIN nor ROLLBACK to run.
 	pc := s.conn.PgConn()
 	claim := (&pgproto3.Bind{PreparedStatement: claimSQL, ParameterFormatCodes: formats, Parameters: values}).Encode(nil)
-	err := pc.SendBytes(ctx, (&pgproto3.Flush{}).Encode((&pgproto3.Execute{}).Encode(claim)))
-	var value string
+	value, err := "", pc.SendBytes(ctx, (&pgproto3.Flush{}).Encode((&pgproto3.Execute{}).Encode(claim)))
 	if err == nil {
 		value, err = receive(ctx, pc, false)
 	}
-	if err == nil && strings.HasPrefix(value, "("+OutcomeClaimed+",") { // record_out's text, as claimResponse reads it
-		begin := (&pgproto3.Execute{}).Encode((&pgproto3.Bind{PreparedStatement: s.begin}).Encode(nil))
-		if err = pc.SendBytes(ctx, (&pgproto3.Sync{}).Encode(begin)); err == nil {
-			s.t = &connTx{conn: s.conn, beginSent: true}
-		}
-		return value, err
+	if pgErr := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pgErr) {
+		return "", err // nothing sent, or the connection closed
 	}
-	if serr := pc.SendBytes(ctx, (&pgproto3.Sync{}).Encode(nil)); err == nil {
-		err = serr
+	end := (&pgproto3.Sync{}).Encode(nil)
+	claimed := err == nil && strings.HasPrefix(value, "("+OutcomeClaimed+",") // record_out's text, as claimResponse reads it
+	if claimed {
+		end = (&pgproto3.Sync{}).Encode((&pgproto3.Execute{}).Encode((&pgproto3.Bind{PreparedStatement: s.begin}).Encode(nil)))
+	}
+	if serr := pc.SendBytes(ctx, end); serr != nil {
+		return "", broken(pc, serr) // the claim's transaction would wait for a Sync that does not come
+	}
+	if claimed {
+		s.t = &connTx{conn: s.conn, beginSent: true}
+		return value, nil
 	}
 	if _, serr := receive(ctx, pc, true); err == nil {
 		err = serr
@@ -170,14 +174,23 @@ func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
 	return value, err
 }
 
+// broken closes a connection whose exchange stopped midway (an answer half read, a Sync not sent): it cannot be used
+// again, and the pool drops a closed connection when it is released.
+func broken(pc *pgconn.PgConn, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = pc.Close(ctx)
+	cancel()
+	return err
+}
+
 // receive reads answers up to the first CommandComplete or ErrorResponse (toSync false: what was sent ends in
 // Flush) or to ReadyForQuery (toSync true: it ends in Sync). It returns the first column of the last data row and
-// the first error.
+// the first error; a connection it could not read to the end is closed.
 func receive(ctx context.Context, pc *pgconn.PgConn, toSync bool) (value string, err error) {
 	for {
 		msg, rerr := pc.ReceiveMessage(ctx)
 		if rerr != nil {
-			return "", rerr
+			return "", broken(pc, rerr)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.DataRow:
