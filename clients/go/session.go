@@ -201,14 +201,10 @@ func receive(ctx context.Context, pc *pgconn.PgConn, toSync bool) (value string,
 			if err == nil {
 				err = pgconn.ErrorResponseToPgError(m)
 			}
-			if !toSync {
-				return value, err
-			}
-		case *pgproto3.CommandComplete:
-			if !toSync {
-				return value, err
-			}
 		case *pgproto3.ReadyForQuery:
+			return value, err
+		}
+		if _, complete := msg.(*pgproto3.CommandComplete); !toSync && (complete || err != nil) {
 			return value, err
 		}
 	}
