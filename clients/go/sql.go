@@ -80,19 +80,13 @@ type sqlTxSession struct {
 	t    *sql.Tx
 }
 
+// sqlIsolation maps pgx's isolation levels to database/sql's; "" (the server's default) maps to LevelDefault.
+var sqlIsolation = map[pgx.TxIsoLevel]sql.IsolationLevel{pgx.Serializable: sql.LevelSerializable,
+	pgx.RepeatableRead: sql.LevelRepeatableRead, pgx.ReadCommitted: sql.LevelReadCommitted,
+	pgx.ReadUncommitted: sql.LevelReadUncommitted}
+
 func sqlTxOptions(o pgx.TxOptions) *sql.TxOptions {
-	opts := &sql.TxOptions{ReadOnly: o.AccessMode == pgx.ReadOnly}
-	switch o.IsoLevel {
-	case pgx.Serializable:
-		opts.Isolation = sql.LevelSerializable
-	case pgx.RepeatableRead:
-		opts.Isolation = sql.LevelRepeatableRead
-	case pgx.ReadCommitted:
-		opts.Isolation = sql.LevelReadCommitted
-	case pgx.ReadUncommitted:
-		opts.Isolation = sql.LevelReadUncommitted
-	}
-	return opts
+	return &sql.TxOptions{Isolation: sqlIsolation[o.IsoLevel], ReadOnly: o.AccessMode == pgx.ReadOnly}
 }
 
 func (s *sqlTxSession) claim(ctx context.Context, args []any) (c string, err error) {
