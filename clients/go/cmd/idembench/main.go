@@ -23,6 +23,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -246,11 +247,8 @@ func main() {
 }
 
 func hostOf(u string) string {
-	if i := strings.Index(u, "@"); i >= 0 {
-		u = u[i+1:]
-	}
-	if i := strings.Index(u, "/"); i >= 0 {
-		u = u[:i]
+	if pu, err := url.Parse(u); err == nil && pu.Host != "" {
+		return pu.Host
 	}
 	return u
 }
