@@ -116,11 +116,8 @@ func replayResponse(status int, bodyText, headersText *string) (*Response, error
 	h := http.Header{}
 	encoding := ""
 	for k, v := range stored {
-		var s string
-		switch v := v.(type) {
-		case string:
-			s = v
-		default:
+		s, ok := v.(string)
+		if !ok { // a value stored as another JSON type: its JSON text
 			b, _ := json.Marshal(v)
 			s = string(b)
 		}
