@@ -242,13 +242,6 @@ func validate(body []byte) (int64, string, string) {
 	return amount, currency, ""
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
 // createPayment is the handler: it runs inside the request's transaction. thrown is the status of an X-Fault
 // throw-<status>, which the caller raises as its framework's own HTTP error.
 func (s *service) createPayment(w http.ResponseWriter, r *http.Request, tx pgx.Tx) (thrown int, err error) {
@@ -298,8 +291,11 @@ VALUES ($1::text, $2::bigint, $3::text, $4::text) RETURNING id`, account, -amoun
 			}
 		}
 	}
+	b, _ := json.Marshal(payment{PaymentID: id, Account: account, AmountCents: amount, Currency: currency})
 	w.Header().Set("Location", "/payments/"+strconv.FormatInt(id, 10))
-	writeJSON(w, http.StatusCreated, payment{PaymentID: id, Account: account, AmountCents: amount, Currency: currency})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(b)
 	return 0, nil
 }
 
