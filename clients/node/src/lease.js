@@ -74,19 +74,8 @@ function leaseOptions(pool, key, options) {
   }
   if (typeof key !== 'string' || key === '') throw new TypeError('runLease: key must be a non-empty string');
   const {
-    scope = '',
-    method = 'POST',
-    path,
-    body,
-    requestHash,
-    steps = [],
-    finish,
-    leaseSeconds = 30,
-    heartbeatMs,
-    ttl = null,
-    replayHeaders = null,
-    problemBase = PROBLEM_BASE,
-    logger = console,
+    scope = '', method = 'POST', path, body, requestHash, steps = [], finish, leaseSeconds = 30, heartbeatMs, ttl = null,
+    replayHeaders = null, problemBase = PROBLEM_BASE, logger = console,
   } = options || {};
   if (typeof scope !== 'string') throw new TypeError('runLease: options.scope must be a string');
   if (!Array.isArray(steps)) throw new TypeError('runLease: options.steps must be an array of {name, run}');
@@ -131,14 +120,7 @@ function leaseOptions(pool, key, options) {
 /** Extends the lease every `heartbeatMs` on a pooled connection of its own, one call at a time. */
 class Heartbeat {
   constructor(cfg, ctx, onLost) {
-    this.cfg = cfg;
-    this.ctx = ctx;
-    this.onLost = onLost;
-    this.paused = false;
-    this.lost = false;
-    this.stopped = false;
-    this.inflight = null;
-    this.timer = null;
+    Object.assign(this, { cfg, ctx, onLost, paused: false, lost: false, stopped: false, inflight: null, timer: null });
   }
 
   schedule() {
