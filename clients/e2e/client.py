@@ -54,9 +54,7 @@ class Client:
         self._conn = None
 
     def request(self, method, path, body=None, headers=None, keepalive=False):
-        hdrs = dict(headers or {})
-        if body is not None and "Content-Type" not in hdrs:
-            hdrs["Content-Type"] = "application/json"
+        hdrs = {"Content-Type": "application/json" if body is not None else None, **(headers or {})}
         hdrs = {k: v for k, v in hdrs.items() if v is not None}  # None: no such header
         conn = self._conn if keepalive else None
         for attempt in (0, 1):
@@ -82,17 +80,10 @@ class Client:
 
     def pay(self, key=None, amount=100, currency="EUR", fault=None, account=None, body=None, headers=None,
             path="/payments", keepalive=False, auth=True):
-        hdrs = {}
         acct = account or self.account
-        if auth and acct is not None:
-            hdrs["Authorization"] = f"Bearer {acct}"
-        if key is not None:
-            hdrs["Idempotency-Key"] = key
-        if fault is not None:
-            hdrs["X-Fault"] = fault
-        hdrs.update(headers or {})
-        if body is None:
-            body = body_of(amount, currency)
+        hdrs = {"Authorization": f"Bearer {acct}" if auth and acct is not None else None, "Idempotency-Key": key,
+                "X-Fault": fault, **(headers or {})}  # None: no such header
+        body = body_of(amount, currency) if body is None else body
         return self.request("POST", path, body=body, headers=hdrs, keepalive=keepalive)
 
     def close(self):

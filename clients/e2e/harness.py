@@ -91,18 +91,9 @@ SERVICES = {
 # in a fresh virtualenv, the npm tarball in a fresh Node.js project, the Go module vendored into a fresh module. A
 # file a package leaves out fails these services while the ones above, run from the sources, pass. One build and
 # install for the three (the same prepare command).
-_ARTIFACTS = [["bash", "package.sh", "install", "{bin}/artifacts"]]
-
-
-def _from_artifact(base, argv):
-    spec = {k: v for k, v in SERVICES[base].items() if k not in ("prepare_if_missing", "prepare_env")}
-    spec.update(dir=".", ready="package.sh", prepare=_ARTIFACTS, argv=argv, env={})
-    return spec
-
-
-SERVICES["python-wheel"] = _from_artifact("python", ["{bin}/artifacts/python/serve"])
-SERVICES["node-tarball"] = _from_artifact("node", ["{bin}/artifacts/node/serve"])
-SERVICES["go-module"] = _from_artifact("go", ["{bin}/artifacts/go/payments"])
+for _name, _serve in (("python-wheel", "python/serve"), ("node-tarball", "node/serve"), ("go-module", "go/payments")):
+    SERVICES[_name] = {"dir": ".", "ready": "package.sh", "argv": ["{bin}/artifacts/" + _serve],
+                       "prepare": [["bash", "package.sh", "install", "{bin}/artifacts"]]}
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http): the same binary, built
 # once (prepare_service runs a list of commands once per stack, whichever service asks first).
 for _fw in ("chi", "echo", "gin"):
@@ -147,12 +138,10 @@ def port_open(port, host="127.0.0.1"):
 def port_bindable(port, host="127.0.0.1"):
     """A server that does not set SO_REUSEADDR can listen here: nothing listens, and no socket of an outgoing
     connection (the ephemeral range covers these ports) holds the port, not even in TIME_WAIT."""
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
+    with socket.socket() as s, contextlib.suppress(OSError):
+        s.bind((host, port))
+        return True
+    return False
 
 
 _ports_in_use = set()  # ports of the services this process runs
@@ -327,17 +316,13 @@ def database_url(mode):
 
 class Service:
     def __init__(self, stack, lang, mode, port=None, extra_env=None):
-        self.stack, self.lang, self.mode = stack, lang, mode
+        self.stack, self.lang, self.mode, self.name = stack, lang, mode, f"{lang}-{mode}"
         self.port = port or SERVICE_PORTS[(lang, mode)]
         self.base = f"http://127.0.0.1:{self.port}"
-        self.logfile = os.path.join(stack, "logs", f"{lang}-{mode}.log")
-        self.pidfile = os.path.join(stack, "pids", f"{lang}-{mode}.pid")  # for stack_down
+        self.logfile = os.path.join(stack, "logs", f"{self.name}.log")
+        self.pidfile = os.path.join(stack, "pids", f"{self.name}.pid")  # for stack_down
         self.proc = None
         self.extra_env = extra_env or {}
-
-    @property
-    def name(self):
-        return f"{self.lang}-{self.mode}"
 
     def start(self, timeout=30.0):
         prepare_service(self.stack, self.lang)
