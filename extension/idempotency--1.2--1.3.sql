@@ -67,6 +67,12 @@ COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.response_content_type
 COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.response_bytes IS
     'The stored response body as the bytes sent (idem_complete_request); NULL when stored as jsonb or without body.';
 
+-- A lease claim's replay carries the stored bytes too, as idem_claim_request's does: two columns at the end of
+-- idem_lease_result, as 1.2 added fencing_number (a 1.3 library answers a database still at 1.2 without them).
+ALTER TYPE @extschema@.idem_lease_result
+    ADD ATTRIBUTE response_content_type text,
+    ADD ATTRIBUTE response_bytes bytea;
+
 CREATE TYPE @extschema@.idem_request_claim AS (
     outcome      text,
     http_status  integer,
@@ -108,9 +114,24 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_complete_request'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Lease mode's completion by the holder, with the response as the bytes sent, as idem_complete_request stores it.
+CREATE FUNCTION @extschema@.idem_lease_complete_request(
+    key text,
+    scope text,
+    lease_token uuid,
+    http_status integer,
+    content_type text,
+    headers jsonb,
+    body bytea)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_lease_complete_request'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 COMMENT ON FUNCTION @extschema@.idem_fingerprint(text, text, text, text, bytea) IS
     'The request fingerprint: 1.2''s idem_hash(jsonb_build_object(method, path, body)) for a JSON body without query; see the README.';
 COMMENT ON FUNCTION @extschema@.idem_claim_request(text, text, text, text, text, text, bytea, interval) IS
     'idem_claim with the fingerprint computed from the request''s parts; a replay returns the stored bytes.';
 COMMENT ON FUNCTION @extschema@.idem_complete_request(text, text, integer, text, jsonb, bytea) IS
     'Stores the response of a claimed key as the bytes sent, with its content type; a 5xx releases the key and returns false.';
+COMMENT ON FUNCTION @extschema@.idem_lease_complete_request(text, text, uuid, integer, text, jsonb, bytea) IS
+    'Lease mode: the holder stores the response as the bytes sent, with its content type; a 5xx releases the lease instead (keeping the recovery point) and returns false.';

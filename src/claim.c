@@ -502,6 +502,18 @@ jsonb_body_as_bytes(Datum body)
 }
 
 Datum
+claim_replay_bytes(const KeyRow *stored, bool *isnull)
+{
+	*isnull = false;
+	if (!stored->bytes_null)
+		return stored->bytes;
+	if (!stored->body_null)
+		return PointerGetDatum(jsonb_body_as_bytes(stored->body));
+	*isnull = true;
+	return (Datum) 0;
+}
+
+Datum
 idem_claim_request(PG_FUNCTION_ARGS)
 {
 	KeyRef		ref;
@@ -541,16 +553,7 @@ idem_claim_request(PG_FUNCTION_ARGS)
 			nulls[REQUEST_COL_CONTENT_TYPE] = attempt.row.content_type_null;
 			values[REQUEST_COL_HEADERS] = attempt.row.headers;
 			nulls[REQUEST_COL_HEADERS] = attempt.row.headers_null;
-			if (!attempt.row.bytes_null)
-			{
-				values[REQUEST_COL_BODY] = attempt.row.bytes;
-				nulls[REQUEST_COL_BODY] = false;
-			}
-			else if (!attempt.row.body_null)
-			{
-				values[REQUEST_COL_BODY] = PointerGetDatum(jsonb_body_as_bytes(attempt.row.body));
-				nulls[REQUEST_COL_BODY] = false;
-			}
+			values[REQUEST_COL_BODY] = claim_replay_bytes(&attempt.row, &nulls[REQUEST_COL_BODY]);
 			break;
 		case IDEM_OUTCOME_MISMATCH:
 			values[REQUEST_COL_HTTP_STATUS] = Int32GetDatum(idem_mismatch_status);

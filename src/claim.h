@@ -63,4 +63,10 @@ typedef enum ClaimColumn
 void		claim_outcome_columns(IdemClaimOutcome outcome, const KeyRow *stored,
 								  TimestampTz claimed_until, Datum *values, bool *nulls);
 
+/*
+ * The stored response's body as the bytes a replay sends: the bytes stored (1.3), or a jsonb body's text in
+ * UTF-8 (1.0-1.2); *isnull when the response has no body.
+ */
+Datum		claim_replay_bytes(const KeyRow *stored, bool *isnull);
+
 #endif

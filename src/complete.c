@@ -1,4 +1,7 @@
-/* complete.c: idem_complete, idem_release and idem_lease_complete, the end of a claimed request. */
+/*
+ * complete.c: idem_complete, idem_release and idem_lease_complete, the end of a claimed request, and their
+ * bytes forms of 1.3, idem_complete_request and idem_lease_complete_request.
+ */
 #include "postgres.h"
 
 #include "access/detoast.h"
@@ -161,6 +164,25 @@ idem_complete(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The end of a lease by its holder's completion: the response stored (true), or for a 5xx the lease ended now
+ * with its recovery point kept (false). ERROR 55000 when the token is not the key's current one.
+ */
+static bool
+lease_complete(LeaseHolder *holder, IdemCompletion decision, LeaseChangeValues *values, const char *caller)
+{
+	if (decision == IDEM_COMPLETION_RELEASE)
+	{
+		values->until = GetCurrentTimestamp();
+		lease_holder_change(holder, LEASE_RELEASE, values, caller);
+		stats_count(IDEM_COUNT_RELEASED_5XX, 1);
+		return false;
+	}
+	lease_holder_change(holder, LEASE_COMPLETE, values, caller);
+	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
+	return true;
+}
+
+/*
  * idem_lease_complete(key, lease_token, http_status, response_body, response_headers, scope):
  * the lease's holder stores the response, which then replays exactly as in 1.0;
  * a 5xx is never stored: the lease ends now and its recovery point stays.
@@ -177,16 +199,7 @@ idem_lease_complete(PG_FUNCTION_ARGS)
 	memset(&values, 0, sizeof(values));
 	decision = response_from_args(fcinfo, LEASE_COMPLETE_ARG_HTTP_STATUS, LEASE_COMPLETE_ARG_RESPONSE_BODY,
 								  LEASE_COMPLETE_ARG_RESPONSE_HEADERS, &values.response);
-	if (decision == IDEM_COMPLETION_RELEASE)
-	{
-		values.until = GetCurrentTimestamp();
-		lease_holder_change(&holder, LEASE_RELEASE, &values, "idem_lease_complete");
-		stats_count(IDEM_COUNT_RELEASED_5XX, 1);
-		PG_RETURN_BOOL(false);
-	}
-	lease_holder_change(&holder, LEASE_COMPLETE, &values, "idem_lease_complete");
-	stats_count(IDEM_COUNT_COMPLETIONS_STORED, 1);
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(lease_complete(&holder, decision, &values, "idem_lease_complete"));
 }
 
 Datum
@@ -222,32 +235,35 @@ enum
 	COMPLETE_REQUEST_ARG_BODY
 };
 
-Datum
-idem_complete_request(PG_FUNCTION_ARGS)
+/* Where a bytes completion has its response's arguments. */
+typedef struct BytesResponseArgs
 {
-	KeyRef		ref;
-	uint8		identity[IDEM_SHA256_BYTES];
-	KeyWrite	row;
-	ResponseToStore *response = &row.response;
-	IdemCompletion decision;
+	int			http_status;
+	int			content_type;
+	int			headers;
+	int			body;
+} BytesResponseArgs;
+
+/*
+ * The response as the bytes sent, with its content type, checked, and what to do with it: store, or release
+ * (5xx). Nothing is parsed but the headers' jsonb. ERROR 22004 / 22023 / 54000 on bad input.
+ */
+static IdemCompletion
+bytes_response_from_args(FunctionCallInfo fcinfo, const BytesResponseArgs *args, ResponseToStore *response)
+{
 	uint64		response_bytes;
 
-	ref.extension_function = fcinfo->flinfo->fn_oid;
-	ref.key = arg_text_required(fcinfo, COMPLETE_REQUEST_ARG_KEY, "key");
-	ref.scope = arg_text_required(fcinfo, COMPLETE_REQUEST_ARG_SCOPE, "scope");
-	arg_require_not_null(fcinfo, COMPLETE_REQUEST_ARG_HTTP_STATUS, "http_status");
-	key_identity_from_args(ref.scope, ref.key, identity);
-
-	response->http_status = PG_GETARG_INT32(COMPLETE_REQUEST_ARG_HTTP_STATUS);
+	arg_require_not_null(fcinfo, args->http_status, "http_status");
+	response->http_status = PG_GETARG_INT32(args->http_status);
 	response->body_null = true;
 	response->body = (Datum) 0;
-	response->headers_null = PG_ARGISNULL(COMPLETE_REQUEST_ARG_HEADERS);
-	response->headers = response->headers_null ? (Datum) 0 : PG_GETARG_DATUM(COMPLETE_REQUEST_ARG_HEADERS);
-	response->content_type_null = PG_ARGISNULL(COMPLETE_REQUEST_ARG_CONTENT_TYPE);
+	response->headers_null = PG_ARGISNULL(args->headers);
+	response->headers = response->headers_null ? (Datum) 0 : PG_GETARG_DATUM(args->headers);
+	response->content_type_null = PG_ARGISNULL(args->content_type);
 	response->content_type = response->content_type_null ? (Datum) 0
-		: PointerGetDatum(PG_GETARG_TEXT_PP(COMPLETE_REQUEST_ARG_CONTENT_TYPE));
-	response->bytes_null = PG_ARGISNULL(COMPLETE_REQUEST_ARG_BODY);
-	response->bytes = response->bytes_null ? (Datum) 0 : PG_GETARG_DATUM(COMPLETE_REQUEST_ARG_BODY);
+		: PointerGetDatum(PG_GETARG_TEXT_PP(args->content_type));
+	response->bytes_null = PG_ARGISNULL(args->body);
+	response->bytes = response->bytes_null ? (Datum) 0 : PG_GETARG_DATUM(args->body);
 	if (!response->headers_null && !JB_ROOT_IS_OBJECT(DatumGetJsonbP(response->headers)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -264,9 +280,67 @@ idem_complete_request(PG_FUNCTION_ARGS)
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("idempotency content_type contains a control character")));
 	}
-	response_bytes = stored_size(fcinfo, COMPLETE_REQUEST_ARG_BODY) +
-		stored_size(fcinfo, COMPLETE_REQUEST_ARG_HEADERS) + stored_size(fcinfo, COMPLETE_REQUEST_ARG_CONTENT_TYPE);
-	decision = completion_decision(response->http_status, response_bytes);
+	response_bytes = stored_size(fcinfo, args->body) + stored_size(fcinfo, args->headers) +
+		stored_size(fcinfo, args->content_type);
+	return completion_decision(response->http_status, response_bytes);
+}
+
+static const BytesResponseArgs complete_request_response = {
+	.http_status = COMPLETE_REQUEST_ARG_HTTP_STATUS, .content_type = COMPLETE_REQUEST_ARG_CONTENT_TYPE,
+	.headers = COMPLETE_REQUEST_ARG_HEADERS, .body = COMPLETE_REQUEST_ARG_BODY
+};
+
+Datum
+idem_complete_request(PG_FUNCTION_ARGS)
+{
+	KeyRef		ref;
+	uint8		identity[IDEM_SHA256_BYTES];
+	KeyWrite	row;
+	IdemCompletion decision;
+
+	ref.extension_function = fcinfo->flinfo->fn_oid;
+	ref.key = arg_text_required(fcinfo, COMPLETE_REQUEST_ARG_KEY, "key");
+	ref.scope = arg_text_required(fcinfo, COMPLETE_REQUEST_ARG_SCOPE, "scope");
+	arg_require_not_null(fcinfo, COMPLETE_REQUEST_ARG_HTTP_STATUS, "http_status");
+	key_identity_from_args(ref.scope, ref.key, identity);
+	decision = bytes_response_from_args(fcinfo, &complete_request_response, &row.response);
 	PG_RETURN_BOOL(complete_held_claim(&ref, identity, &row, decision, "idem_complete_request",
 									   "idem_complete_request()"));
+}
+
+/*
+ * idem_lease_complete_request(key, scope, lease_token, http_status, content_type, headers, body bytea) (1.3):
+ * idem_lease_complete with the response as the bytes sent and its content type, as idem_complete_request
+ * stores it; a 5xx is never stored: the lease ends now, its recovery point stays, and it returns false.
+ */
+PG_FUNCTION_INFO_V1(idem_lease_complete_request);
+
+enum
+{
+	LEASE_COMPLETE_REQUEST_ARG_KEY,
+	LEASE_COMPLETE_REQUEST_ARG_SCOPE,
+	LEASE_COMPLETE_REQUEST_ARG_TOKEN,
+	LEASE_COMPLETE_REQUEST_ARG_HTTP_STATUS,
+	LEASE_COMPLETE_REQUEST_ARG_CONTENT_TYPE,
+	LEASE_COMPLETE_REQUEST_ARG_HEADERS,
+	LEASE_COMPLETE_REQUEST_ARG_BODY
+};
+
+static const BytesResponseArgs lease_complete_request_response = {
+	.http_status = LEASE_COMPLETE_REQUEST_ARG_HTTP_STATUS, .content_type = LEASE_COMPLETE_REQUEST_ARG_CONTENT_TYPE,
+	.headers = LEASE_COMPLETE_REQUEST_ARG_HEADERS, .body = LEASE_COMPLETE_REQUEST_ARG_BODY
+};
+
+Datum
+idem_lease_complete_request(PG_FUNCTION_ARGS)
+{
+	LeaseHolder holder;
+	LeaseChangeValues values;
+
+	lease_holder_args(fcinfo, LEASE_COMPLETE_REQUEST_ARG_KEY, LEASE_COMPLETE_REQUEST_ARG_TOKEN,
+					  LEASE_COMPLETE_REQUEST_ARG_SCOPE, &holder);
+	memset(&values, 0, sizeof(values));
+	PG_RETURN_BOOL(lease_complete(&holder, bytes_response_from_args(fcinfo, &lease_complete_request_response,
+																	&values.response),
+								  &values, "idem_lease_complete_request"));
 }

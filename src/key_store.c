@@ -10,6 +10,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "citus.h"
@@ -37,9 +38,25 @@ static struct
 	bool		partitioned;
 } located;
 
+/*
+ * The fencing sequence found (next_fencing_number), remembered per backend: its
+ * lookup reads pg_extension and pg_depend. Any relcache invalidation of it (DROP,
+ * as DROP EXTENSION does; a rename or a move to another schema) forgets it, in
+ * forget_located_table, which is the one relcache callback of this file
+ * (PostgreSQL has room for few). A database still at 1.1 is looked at again
+ * on every grant, until its update makes the sequence.
+ */
+static struct
+{
+	Oid			namespace_oid;
+	Oid			sequence;		/* InvalidOid: not known */
+} fencing;
+
 static void
 forget_located_table(Datum arg, Oid relid)
 {
+	if (!OidIsValid(relid) || relid == fencing.sequence)
+		fencing.sequence = InvalidOid;
 	if (!OidIsValid(relid) || relid == located.table_oid || relid == located.twin_oid)
 		located.mode_known = false;
 	if (!OidIsValid(relid) || relid == located.table_oid)
@@ -120,6 +137,49 @@ lock_key_table(Oid namespace_oid, KeyTable *table)
 	table->partitioned_oid = located.twin_oid;
 }
 
+/*
+ * The schema of each extension function met, remembered per backend (a catalog
+ * lookup on every call otherwise). ALTER FUNCTION ... SET SCHEMA and DROP
+ * FUNCTION change pg_proc, whose invalidation forgets all of them; a function
+ * made again (DROP and CREATE EXTENSION) has a new OID.
+ */
+#define FUNCTION_SCHEMAS 8
+static struct
+{
+	Oid			function;
+	Oid			namespace_oid;
+} function_schemas[FUNCTION_SCHEMAS];
+static int	function_schemas_next = 0;
+
+static void
+forget_function_schemas(Datum arg, int cacheid, uint32 hashvalue)
+{
+	memset(function_schemas, 0, sizeof(function_schemas));
+}
+
+static Oid
+function_schema(Oid function)
+{
+	static bool callback_registered = false;
+	Oid			namespace_oid;
+
+	if (!callback_registered)
+	{
+		CacheRegisterSyscacheCallback(PROCOID, forget_function_schemas, (Datum) 0);
+		callback_registered = true;
+	}
+	for (int i = 0; i < FUNCTION_SCHEMAS; i++)
+		if (function_schemas[i].function == function && OidIsValid(function))
+			return function_schemas[i].namespace_oid;
+	namespace_oid = get_func_namespace(function);
+	if (!OidIsValid(namespace_oid))
+		elog(ERROR, "idempotency: function %u is gone", function);
+	function_schemas[function_schemas_next].function = function;
+	function_schemas[function_schemas_next].namespace_oid = namespace_oid;
+	function_schemas_next = (function_schemas_next + 1) % FUNCTION_SCHEMAS;
+	return namespace_oid;
+}
+
 /* What a call does with its key. */
 typedef enum KeyAccess
 {
@@ -138,10 +198,12 @@ open_key_table(const KeyRef *ref, KeyAccess access, KeyTable *table)
 {
 	Oid			rows;
 
-	lock_key_table(get_func_namespace(ref->extension_function), table);
+	lock_key_table(function_schema(ref->extension_function), table);
 	rows = citus_key_relation(table->keys, table->partitioned, ref->scope, access != KEY_STATEMENTS);
+	/* A read of idempotency_keys itself needs no lock beyond the one lock_key_table took. */
 	if (access != KEY_STATEMENTS && OidIsValid(rows) && !table->partitioned)
-		table->direct = relation_open(rows, access == KEY_READ ? AccessShareLock : RowExclusiveLock);
+		table->direct = relation_open(rows, access == KEY_INSERT ? RowExclusiveLock
+									  : rows == table->keys ? NoLock : AccessShareLock);
 }
 
 static void
@@ -203,10 +265,16 @@ require_lease_columns(const KeyTable *table)
 static int64
 next_fencing_number(Oid namespace_oid)
 {
-	Oid			sequence = maintenance_member_relation(namespace_oid, "idempotency_fencing_numbers");
+	Oid			sequence;
 
+	locate_table(namespace_oid);	/* registers forget_located_table */
+	if (OidIsValid(fencing.sequence) && fencing.namespace_oid == namespace_oid)
+		return nextval_internal(fencing.sequence, false);
+	sequence = maintenance_member_relation(namespace_oid, "idempotency_fencing_numbers");
 	if (!OidIsValid(sequence) || get_rel_relkind(sequence) != RELKIND_SEQUENCE)
 		return 0;
+	fencing.namespace_oid = namespace_oid;
+	fencing.sequence = sequence;
 	return nextval_internal(sequence, false);
 }
 

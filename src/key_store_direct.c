@@ -32,6 +32,7 @@
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
@@ -41,8 +42,10 @@
 #include "pg_compat.h"
 
 /*
- * What the table's columns allow, worked out once per table and again after
- * any relcache invalidation of it (ALTER TABLE sends one).
+ * What the table's columns and its primary key allow, worked out once per table
+ * and again after any relcache invalidation of the table or of its primary key
+ * index: ALTER TABLE, CREATE and DROP INDEX, a constraint added or dropped send
+ * one for the table, a change to pg_index one for the index.
  */
 static struct
 {
@@ -50,12 +53,25 @@ static struct
 	bool		readable;		/* the key columns exist with their types */
 	bool		writable;		/* and a heap tuple of them is what INSERT would store */
 	AttrNumber	attnums[KEY_COLUMNS];	/* InvalidAttrNumber: a 1.1 column of a 1.0 table */
+	/* The primary key index, worked out when first opened (index_known) */
+	Oid			index;
+	bool		index_known;
+	bool		index_probes;	/* exactly (scope, key): an equality probe on it is the SQL lookup */
+	AttrNumber	scope_column;	/* positions in the index, from 1 */
+	AttrNumber	key_column;
+	/* The insert: the primary key is the table's only index, immediate and ready; its IndexInfo */
+	bool		insert_known;
+	bool		index_only;
+	IndexInfo  *index_info;
 } shape;
+
+/* Holds the IndexInfo; reset when the shape is worked out again (never inside the callback). */
+static MemoryContext shape_context = NULL;
 
 static void
 forget_shape(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid) || relid == shape.table)
+	if (!OidIsValid(relid) || relid == shape.table || (OidIsValid(shape.index) && relid == shape.index))
 		shape.table = InvalidOid;
 }
 
@@ -86,8 +102,14 @@ work_out_shape(Relation table, bool has_lease_columns, bool has_bytes_columns)
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
+		shape_context = AllocSetContextCreate(CacheMemoryContext, "idempotency key table shape",
+											  ALLOCSET_SMALL_SIZES);
 		callback_registered = true;
 	}
+	MemoryContextReset(shape_context);
+	shape.index = InvalidOid;
+	shape.index_known = shape.insert_known = false;
+	shape.index_info = NULL;
 	shape.readable = shape.writable = false;
 	for (int c = 0; c < KEY_COLUMNS; c++)
 		shape.attnums[c] = InvalidAttrNumber;
@@ -131,38 +153,50 @@ fast_path_applies(const KeyTable *key_table, bool writing)
 		work_out_shape(table, key_table->has_lease_columns, key_table->has_bytes_columns);
 	if (!(writing ? shape.writable : shape.readable))
 		return false;
-	if (check_enable_rls(RelationGetRelid(table), InvalidOid, true) == RLS_ENABLED)
+	/* Without relrowsecurity (read from the relcache entry, which the lock keeps current) there is no RLS. */
+	if (table->rd_rel->relrowsecurity &&
+		check_enable_rls(RelationGetRelid(table), InvalidOid, true) == RLS_ENABLED)
 		return false;
 	if (writing && (table->trigdesc != NULL ||
 					(table->rd_att->constr != NULL && table->rd_att->constr->num_check > 0)))
 		return false;
-	return OidIsValid(idem_primary_key_index(table));
+	if (!OidIsValid(shape.index))
+		shape.index = idem_primary_key_index(table);
+	return OidIsValid(shape.index);
 }
 
 /*
  * The primary key must be exactly the columns scope and key, plain and in
- * either order, for an equality probe on it to be the SQL lookup. Returns
- * each column's position in the index. Call after fast_path_applies, which
- * works out the table's column numbers.
+ * either order, for an equality probe on it to be the SQL lookup. Worked out
+ * once per shape, with each column's position in the index. Call after
+ * fast_path_applies, which works out the table's column numbers and finds the
+ * index, with that index open.
  */
 static bool
-key_index_order(Relation index, AttrNumber *scope_column, AttrNumber *key_column)
+key_index_order(Relation index)
 {
 	Form_pg_index form = index->rd_index;
 
-	if (form->indnatts != 2 || form->indnkeyatts != 2 || index->rd_rel->relam != BTREE_AM_OID ||
-		!heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL) ||
-		!heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL))
-		return false;
-	*scope_column = *key_column = InvalidAttrNumber;
-	for (int i = 0; i < 2; i++)
+	Assert(RelationGetRelid(index) == shape.index);
+	if (shape.index_known)
+		return shape.index_probes;
+	shape.index_probes = false;
+	shape.scope_column = shape.key_column = InvalidAttrNumber;
+	if (form->indnatts == 2 && form->indnkeyatts == 2 && index->rd_rel->relam == BTREE_AM_OID &&
+		heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL) &&
+		heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL))
 	{
-		if (form->indkey.values[i] == shape.attnums[KEY_COL_SCOPE])
-			*scope_column = i + 1;
-		else if (form->indkey.values[i] == shape.attnums[KEY_COL_KEY])
-			*key_column = i + 1;
+		for (int i = 0; i < 2; i++)
+		{
+			if (form->indkey.values[i] == shape.attnums[KEY_COL_SCOPE])
+				shape.scope_column = i + 1;
+			else if (form->indkey.values[i] == shape.attnums[KEY_COL_KEY])
+				shape.key_column = i + 1;
+		}
+		shape.index_probes = shape.scope_column != InvalidAttrNumber && shape.key_column != InvalidAttrNumber;
 	}
-	return *scope_column != InvalidAttrNumber && *key_column != InvalidAttrNumber;
+	shape.index_known = true;
+	return shape.index_probes;
 }
 
 /* A set of key columns, one bit per KeyColumn. */
@@ -232,8 +266,8 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 	memset(out, 0, sizeof(*out));
 	if (!fast_path_applies(key_table, false))
 		return false;
-	index = index_open(idem_primary_key_index(table), AccessShareLock);
-	if (!key_index_order(index, &scope_column, &key_column))
+	index = index_open(shape.index, AccessShareLock);
+	if (!key_index_order(index))
 	{
 		index_close(index, NoLock);
 		return false;
@@ -241,6 +275,9 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 	/* The lookup statement selects every key column, the scope and key among them. */
 	require_privilege(key_table->keys, ACL_SELECT,
 					  FIRST_COLUMNS(KEY_COLUMNS_OF(key_table->has_lease_columns, key_table->has_bytes_columns)));
+
+	scope_column = shape.scope_column;
+	key_column = shape.key_column;
 
 	/* As a new SQL statement would: see this transaction's own earlier writes. */
 	CommandCounterIncrement();
@@ -299,34 +336,49 @@ form_key_row(TupleDesc desc, const KeyRef *ref, const KeyWrite *row)
 /*
  * The common case: the primary key is the table's only index, immediate and on
  * the plain columns. Its one entry is inserted with the unique check a
- * constraint does, without an executor state.
+ * constraint does, without an executor state. Whether that is the case, and
+ * the index's IndexInfo, are worked out once per shape.
  */
 static bool
 insert_with_primary_key_only(Relation table, const KeyRef *ref, HeapTuple row)
 {
-	List	   *indexes = RelationGetIndexList(table);
 	Relation	index;
-	AttrNumber	scope_column;
-	AttrNumber	key_column;
 	Datum		entry[2];
 	bool		entry_nulls[2] = {false, false};
-	Oid			only_index = list_length(indexes) == 1 ? linitial_oid(indexes) : InvalidOid;
 
-	list_free(indexes);
-	if (!OidIsValid(only_index) || only_index != idem_primary_key_index(table))
+	if (shape.insert_known && !shape.index_only)
 		return false;
-	index = index_open(only_index, RowExclusiveLock);
-	if (!index->rd_index->indimmediate || !index->rd_index->indisready ||
-		!key_index_order(index, &scope_column, &key_column))
+	if (!shape.insert_known)
+	{
+		List	   *indexes = RelationGetIndexList(table);
+
+		shape.index_only = list_length(indexes) == 1 && linitial_oid(indexes) == shape.index;
+		list_free(indexes);
+		if (!shape.index_only)
+		{
+			shape.insert_known = true;
+			return false;
+		}
+	}
+	index = index_open(shape.index, RowExclusiveLock);
+	if (!shape.insert_known)
+	{
+		MemoryContext old = MemoryContextSwitchTo(shape_context);
+
+		shape.index_only = index->rd_index->indimmediate && index->rd_index->indisready && key_index_order(index);
+		shape.index_info = shape.index_only ? BuildIndexInfo(index) : NULL;
+		MemoryContextSwitchTo(old);
+		shape.insert_known = true;
+	}
+	if (!shape.index_only)
 	{
 		index_close(index, NoLock);
 		return false;
 	}
-	entry[scope_column - 1] = PointerGetDatum(ref->scope);
-	entry[key_column - 1] = PointerGetDatum(ref->key);
+	entry[shape.scope_column - 1] = PointerGetDatum(ref->scope);
+	entry[shape.key_column - 1] = PointerGetDatum(ref->key);
 	heap_insert(table, row, GetCurrentCommandId(true), 0, NULL);
-	index_insert(index, entry, entry_nulls, &row->t_self, table, UNIQUE_CHECK_YES, false,
-				 BuildIndexInfo(index));
+	index_insert(index, entry, entry_nulls, &row->t_self, table, UNIQUE_CHECK_YES, false, shape.index_info);
 	index_close(index, NoLock);
 	return true;
 }

@@ -12,6 +12,8 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/inval.h"
 
 #include "key_store_internal.h"
 #include "spi_plan.h"
@@ -145,6 +147,8 @@ enum
 	CHANGE_PARAM_HTTP_STATUS = CHANGE_PARAM_OWN,	/* COMPLETE */
 	CHANGE_PARAM_RESPONSE_BODY,
 	CHANGE_PARAM_RESPONSE_HEADERS,
+	CHANGE_PARAM_RESPONSE_CONTENT_TYPE, /* 1.3, only for a table with its columns */
+	CHANGE_PARAM_RESPONSE_BYTES,
 	CHANGE_PARAMS_MAX
 };
 
@@ -160,9 +164,12 @@ static const char *const lease_change_sets[LEASE_CHANGES] = {
 	" (expires_at OPERATOR(pg_catalog.-) lease_until)))",
 	[LEASE_CHECKPOINT] = "recovery_point = $4, recovery_state = $5",
 	[LEASE_COMPLETE] = "http_status = $4, response_body = $5, response_headers = $6,"
-	" lease_until = NULL, lease_token = NULL",
+	" lease_until = NULL, lease_token = NULL",	/* and in a 1.3 table lease_complete_bytes */
 	[LEASE_RELEASE] = "lease_until = $4, lease_token = NULL"
 };
+
+/* A completion stores the response's bytes and content type too where the table has them (1.3). */
+static const char *const lease_complete_bytes = ", response_content_type = $7, response_bytes = $8";
 
 static void
 prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options,
@@ -176,14 +183,15 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		[LEASE_CHECKPOINT] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_RECOVERY_POINT] = TEXTOID,
 		[CHANGE_PARAM_RECOVERY_STATE] = JSONBOID},
 		[LEASE_COMPLETE] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_HTTP_STATUS] = INT4OID,
-		[CHANGE_PARAM_RESPONSE_BODY] = JSONBOID, [CHANGE_PARAM_RESPONSE_HEADERS] = JSONBOID},
+		[CHANGE_PARAM_RESPONSE_BODY] = JSONBOID, [CHANGE_PARAM_RESPONSE_HEADERS] = JSONBOID,
+		[CHANGE_PARAM_RESPONSE_CONTENT_TYPE] = TEXTOID, [CHANGE_PARAM_RESPONSE_BYTES] = BYTEAOID},
 		[LEASE_RELEASE] = {HOLDER_PARAM_TYPES, [CHANGE_PARAM_UNTIL] = TIMESTAMPTZOID}
 	};
 #undef HOLDER_PARAM_TYPES
 	int			change_nargs[LEASE_CHANGES] = {
 		[LEASE_EXTEND] = CHANGE_PARAM_UNTIL + 1,
 		[LEASE_CHECKPOINT] = CHANGE_PARAM_RECOVERY_STATE + 1,
-		[LEASE_COMPLETE] = CHANGE_PARAM_RESPONSE_HEADERS + 1,
+		[LEASE_COMPLETE] = (has_bytes_columns ? CHANGE_PARAM_RESPONSE_BYTES : CHANGE_PARAM_RESPONSE_HEADERS) + 1,
 		[LEASE_RELEASE] = CHANGE_PARAM_UNTIL + 1
 	};
 
@@ -210,10 +218,12 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 	 */
 	for (int change = 0; change < LEASE_CHANGES; change++)
 		table->lease_change[change] = spi_prepare_kept(psprintf(
-			"UPDATE %s SET %s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+			"UPDATE %s SET %s%s WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
 			" AND lease_token OPERATOR(pg_catalog.=) $3 AND http_status IS NULL"
 			" AND expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp() RETURNING lease_until",
-			qualified, lease_change_sets[change]), change_nargs[change], change_types[change], 0);
+			qualified, lease_change_sets[change],
+			change == LEASE_COMPLETE && has_bytes_columns ? lease_complete_bytes : ""),
+			change_nargs[change], change_types[change], 0);
 }
 
 /*
@@ -318,19 +328,47 @@ expired_partition_attached(Oid relid)
  * prepare_table_plans). Otherwise every partition is live and a generic plan, which
  * locks them all and prunes nothing, costs a fifth of planning each call.
  */
+static bool plans_schema_renamed = false;
+
+/*
+ * Any change to pg_namespace (ALTER SCHEMA ... RENAME among them) makes the
+ * next call compare the schema's name with the one the plans' text names; no
+ * catalog lookup otherwise.
+ */
+static void
+forget_plans_schema_name(Datum arg, int cacheid, uint32 hashvalue)
+{
+	plans_schema_renamed = true;
+}
+
 static TablePlans *
 plans_for(const KeyTable *table)
 {
-	char	   *namespace_name = get_namespace_name(table->namespace_oid);
+	static bool callback_registered = false;
+	char	   *namespace_name = NULL;
 	const char *schema;
 
-	if (namespace_name == NULL)
-		elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
-	if (plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
-		plans.has_lease_columns != table->has_lease_columns ||
-		plans.has_bytes_columns != table->has_bytes_columns ||
-		strcmp(plans.namespace_name, namespace_name) != 0)
+	if (!callback_registered)
 	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, forget_plans_schema_name, (Datum) 0);
+		callback_registered = true;
+	}
+	if (plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid || plans_schema_renamed ||
+		plans.has_lease_columns != table->has_lease_columns ||
+		plans.has_bytes_columns != table->has_bytes_columns)
+	{
+		namespace_name = get_namespace_name(table->namespace_oid);
+		if (namespace_name == NULL)
+			elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
+	}
+	if (namespace_name != NULL &&
+		(plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
+		 plans.has_lease_columns != table->has_lease_columns ||
+		 plans.has_bytes_columns != table->has_bytes_columns ||
+		 strcmp(plans.namespace_name, namespace_name) != 0))
+	{
+		/* Made again whole: a failure half way leaves them to be made again by the next call. */
+		plans.namespace_oid = InvalidOid;
 		forget_table_plans(&plans.table);
 		forget_table_plans(&plans.partitioned);
 		forget_table_plans(&plans.partitioned_pruned);
@@ -346,6 +384,7 @@ plans_for(const KeyTable *table)
 		plans.has_bytes_columns = table->has_bytes_columns;
 		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
 	}
+	plans_schema_renamed = false;
 	if (!table->partitioned)
 		return &plans.table;
 	return expired_partition_attached(table->partitioned_oid) ? &plans.partitioned_pruned : &plans.partitioned;
@@ -514,6 +553,11 @@ key_spi_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *
 			nulls[CHANGE_PARAM_RESPONSE_BODY] = changes->response.body_null ? 'n' : ' ';
 			values[CHANGE_PARAM_RESPONSE_HEADERS] = changes->response.headers;
 			nulls[CHANGE_PARAM_RESPONSE_HEADERS] = changes->response.headers_null ? 'n' : ' ';
+			/* Passed only to a table with the 1.3 columns (NULL for a jsonb response: a lease row has none). */
+			values[CHANGE_PARAM_RESPONSE_CONTENT_TYPE] = changes->response.content_type;
+			nulls[CHANGE_PARAM_RESPONSE_CONTENT_TYPE] = changes->response.content_type_null ? 'n' : ' ';
+			values[CHANGE_PARAM_RESPONSE_BYTES] = changes->response.bytes;
+			nulls[CHANGE_PARAM_RESPONSE_BYTES] = changes->response.bytes_null ? 'n' : ' ';
 			break;
 	}
 

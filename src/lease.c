@@ -78,6 +78,8 @@ enum
 	COL_RECOVERY_POINT,
 	COL_RECOVERY_STATE,
 	COL_FENCING_NUMBER,			/* 1.2; a 1.1 database's result type ends before it */
+	COL_RESPONSE_CONTENT_TYPE,	/* 1.3, a replay's content type and body as bytes; a 1.2 one's ends before */
+	COL_RESPONSE_BYTES,
 	LEASE_RESULT_COLUMNS
 };
 
@@ -154,8 +156,15 @@ lease_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome, const KeyRow *ro
 			set_column(values, nulls, COL_LEASE_UNTIL, TimestampTzGetDatum(row->lease_until),
 					   !(row->found && row->leased));
 			break;
+		case IDEM_OUTCOME_REPLAY:
+			/* As idem_claim_request replays: the bytes stored, or a jsonb body's text; not for a 1.2 type. */
+			if (desc->natts <= COL_RESPONSE_BYTES)
+				break;
+			set_column(values, nulls, COL_RESPONSE_CONTENT_TYPE, row->content_type, row->content_type_null);
+			values[COL_RESPONSE_BYTES] = claim_replay_bytes(row, &nulls[COL_RESPONSE_BYTES]);
+			break;
 		default:
-			/* replay and mismatch: idem_claim's columns only */
+			/* mismatch: idem_claim's columns only */
 			break;
 	}
 	Assert(desc->natts <= LEASE_RESULT_COLUMNS);

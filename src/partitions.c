@@ -41,6 +41,7 @@
 #include "key_store.h"
 #include "maintenance.h"
 #include "partitions.h"
+#include "subtransaction.h"
 #include "stats.h"
 
 Oid
@@ -130,38 +131,18 @@ bin_start(TimestampTz t, int64 width)
 	return t - offset;
 }
 
-/* Runs fn in a subtransaction; on an ERROR, logs it with what and returns the SQLSTATE (0 when it ran). */
-typedef void (*PartitionStep) (void *arg);
-
+/* Runs fn in a subtransaction; on an ERROR, returns its SQLSTATE and sets *message (0 when it ran). */
 static int
-run_partition_step(PartitionStep fn, void *arg, char **message)
+run_partition_step(SubtransactionStep fn, void *arg, char **message)
 {
-	MemoryContext context = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	int			sqlstate = 0;
+	ErrorData  *error = run_in_subtransaction(fn, arg);
+	int			sqlstate;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(context);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *error;
-
-		MemoryContextSwitchTo(context);
-		error = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		sqlstate = error->sqlerrcode;
-		*message = pstrdup(error->message);
-		FreeErrorData(error);
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(context);
-	CurrentResourceOwner = owner;
+	if (error == NULL)
+		return 0;
+	sqlstate = error->sqlerrcode;
+	*message = pstrdup(error->message);
+	FreeErrorData(error);
 	return sqlstate;
 }
 

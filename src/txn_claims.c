@@ -30,22 +30,49 @@ typedef struct ClaimEntry
 	char		key[IDEM_MAX_KEY_BYTES];
 } ClaimEntry;
 
-/* Lives in TopTransactionContext; forgotten when the transaction ends. */
+/*
+ * The table lives for the backend (making one costs more than a claim's own bookkeeping) and is emptied when
+ * a transaction ends; the versions live in TopTransactionContext and go with it. A table grown past
+ * CLAIMS_KEPT entries is destroyed then instead, so a transaction with many claims leaves no large table.
+ */
+#define CLAIMS_KEPT 64
 static HTAB *claims = NULL;
+static bool claims_used = false;	/* entries may exist: this transaction recorded a claim */
 
 static HTAB *
 claims_table(void)
 {
 	HASHCTL		ctl;
 
+	claims_used = true;
 	if (claims != NULL)
 		return claims;
 	ctl.keysize = IDEM_SHA256_BYTES;
 	ctl.entrysize = sizeof(ClaimEntry);
-	ctl.hcxt = TopTransactionContext;
-	claims = hash_create("idempotency claims of this transaction", 8, &ctl,
+	ctl.hcxt = TopMemoryContext;
+	claims = hash_create("idempotency claims of a transaction", 8, &ctl,
 						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	return claims;
+}
+
+static void
+empty_claims_table(void)
+{
+	HASH_SEQ_STATUS scan;
+	ClaimEntry *entry;
+
+	if (claims == NULL || !claims_used)
+		return;
+	claims_used = false;
+	if (hash_get_num_entries(claims) > CLAIMS_KEPT)
+	{
+		hash_destroy(claims);
+		claims = NULL;
+		return;
+	}
+	hash_seq_init(&scan, claims);
+	while ((entry = hash_seq_search(&scan)) != NULL)
+		(void) hash_search(claims, entry->identity, HASH_REMOVE, NULL);
 }
 
 const TxnClaim *
@@ -53,7 +80,7 @@ txn_claims_find(const uint8 identity[IDEM_SHA256_BYTES])
 {
 	ClaimEntry *entry;
 
-	if (claims == NULL)
+	if (claims == NULL || !claims_used)
 		return NULL;
 	entry = hash_search(claims, identity, HASH_FIND, NULL);
 	return entry != NULL && entry->current != NULL ? &entry->current->claim : NULL;
@@ -153,7 +180,7 @@ claims_at_subtransaction_end(SubXactEvent event, SubTransactionId mySubid,
 	HASH_SEQ_STATUS scan;
 	ClaimEntry *entry;
 
-	if (claims == NULL ||
+	if (claims == NULL || !claims_used ||
 		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
 		return;
 
@@ -194,8 +221,8 @@ claims_at_transaction_end(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
-			/* The memory goes with TopTransactionContext. */
-			claims = NULL;
+			/* The versions go with TopTransactionContext. */
+			empty_claims_table();
 			in_flight_clear();
 			break;
 		default:

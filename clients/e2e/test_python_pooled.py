@@ -8,7 +8,6 @@ that PgBouncer hands server connections transaction by transaction.
   the handler ran, the same request runs again unnamed (201, the handler once), and preparing is off after it.
 """
 
-import contextlib
 import os
 import sys
 import threading
@@ -48,22 +47,10 @@ def _app(pool, calls):
 
 
 def _pay(app, account, key):
-    from wsgi_client import environ_of
-    from idempotency_pg import run_wsgi
+    from wsgi_client import request
 
-    return run_wsgi(app, environ_of("POST", "/payments", {"amount_cents": 100, "currency": "EUR"},
-                                    {"Authorization": "Bearer " + account, "Idempotency-Key": key}))
-
-
-class OneConnection:
-    """A pool of one connection."""
-
-    def __init__(self, conn):
-        self.conn = conn
-
-    @contextlib.contextmanager
-    def connection(self):
-        yield self.conn
+    return request(app, "POST", "/payments", {"amount_cents": 100, "currency": "EUR"},
+                   {"Authorization": "Bearer " + account, "Idempotency-Key": key})
 
 
 def _account():
@@ -121,6 +108,7 @@ def test_another_server_connection_is_found_at_the_claim_before_the_handler(stac
     another client's open transaction, so the second request lands elsewhere: 26000 at the claim's Bind, the
     handler has not run, the request runs again unnamed and is executed once."""
     from idempotency_pg import connect_kwargs
+    from wsgi_client import OneConnection
 
     account, calls, pids = _account(), {"lock": threading.Lock()}, []
     holders = []

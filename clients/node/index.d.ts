@@ -9,15 +9,16 @@ export interface PoolLike {
 }
 export interface PoolClientLike {
   query(text: string, values?: unknown[]): Promise<any>;
+  /** The claim and the completion go as a query config: named prepared statements. */
+  query(config: { text: string; values?: unknown[]; name?: string }): Promise<any>;
   release(err?: Error | boolean): void;
   on(event: 'error', listener: (err: Error) => void): unknown;
   removeListener(event: 'error', listener: (err: Error) => void): unknown;
-  /** Set by node-postgres 8.23+ on clients of a pool made with `pipeline: true`. */
+  /** Set by node-postgres 8.23+ on clients of a pool made with `pipeline: true`: BEGIN then goes with the claim. */
   pipeline?: boolean;
 }
 
 export type IsolationLevel = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
-export type Batching = 'auto' | 'pipeline' | 'multi' | 'off';
 
 export interface Logger {
   error(...args: unknown[]): void;
@@ -43,12 +44,10 @@ export interface IdempotencyOptions<Req = any> {
   bodyLimit?: number;
   /** Methods protected by a middleware mounted with app.use() (default POST and PATCH). */
   methods?: string[];
-  /** How BEGIN travels with the claim and the completion with COMMIT (default 'auto'). */
-  batching?: Batching;
   /**
-   * Named prepared statements for the claim and the completion in 'pipeline' and 'off' batching ('multi' is simple
-   * query, never prepared). 'auto' (default): named, and unnamed for good after the first 26000/42P05 (a pooler that
-   * does not keep them: PgBouncer before 1.21 in transaction pooling); false: never named.
+   * Named prepared statements for the claim and the completion (names unique to each connection). 'auto'
+   * (default): named, and unnamed for good after the first 26000/42P05 at a claim (a pooler that does not keep
+   * them: PgBouncer before 1.21 in transaction pooling); true: always named; false: never named.
    */
   prepared?: boolean | 'auto';
   /** Base URI of the problem types (default https://idempotency.dev/problems/). */
@@ -123,7 +122,6 @@ export function isRetryable(err: unknown): boolean;
 export function problem(status: number, slug: string, title: string, detail?: string,
   headers?: Array<[string, string]>, base?: string): CapturedResponse;
 export function sendResponse(res: ServerResponse, answer: CapturedResponse): void;
-export function sqlLiteral(value: unknown): string;
 
 /** 1 MiB: the default request body limit. */
 export const DEFAULT_BODY_LIMIT: 1048576;

@@ -206,10 +206,12 @@ sub wait_until
 # removes them.
 sub insert_expired
 {
-	my ($self, $db, $prefix, $n) = @_;
+	my ($self, $db, $prefix, $n, $expires_in_s) = @_;
+	# $expires_in_s (optional): the keys expire that many seconds from now instead of an hour ago.
+	my $expires = defined $expires_in_s ? "now() + interval '$expires_in_s s'" : "now() - interval '1 hour'";
 	$self->safe_psql($db, qq{
 		INSERT INTO idempotency_keys
-		SELECT now() - interval '1 hour', now() - interval '2 hours', 200, '', '$prefix' || i,
+		SELECT $expires, now() - interval '2 hours', 200, '', '$prefix' || i,
 		       sha256(i::text::bytea), NULL, NULL
 		FROM generate_series(1, $n) i});
 }

@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(134);
+SELECT plan(138);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -238,6 +238,11 @@ SELECT is(
      WHERE a.attrelid = (SELECT typrelid FROM pg_type WHERE typname = 'idem_lease_result')
        AND a.attname = 'fencing_number'),
     'bigint', 'idem_lease returns a bigint fencing_number');
+SELECT is(
+    (SELECT array_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) FROM pg_attribute a
+     WHERE a.attrelid = (SELECT typrelid FROM pg_type WHERE typname = 'idem_lease_result') AND a.attnum > 9),
+    ARRAY['fencing_number bigint', 'response_content_type text', 'response_bytes bytea'],
+    'idem_lease_result ends with fencing_number (1.2), then the replay''s content type and bytes (1.3)');
 
 -- 1.3: the partitions' upkeep in C, with bounds read as values; the maintenance functions pin search_path too.
 SELECT function_lang_is('public', 'idem_partitions', ARRAY[]::text[], 'c');
@@ -298,7 +303,7 @@ SELECT is(
     ARRAY['idem_citus_stats', 'idem_keys_in_flight_rest'],
     'PL/pgSQL bodies name the extension''s objects in dynamic SQL only in what they send to other Citus nodes');
 
--- 1.3, the lean request (issue 30): three functions of one signature each (a prepared statement needs no
+-- 1.3, the lean request (issue 30): four functions of one signature each (a prepared statement needs no
 -- casts), the claim's row type, the bytes columns in both tables.
 SELECT has_function('public', 'idem_fingerprint', ARRAY['text', 'text', 'text', 'text', 'bytea']);
 SELECT function_returns('public', 'idem_fingerprint', ARRAY['text', 'text', 'text', 'text', 'bytea'], 'text');
@@ -313,9 +318,17 @@ SELECT volatility_is('public', 'idem_claim_request',
 SELECT has_function('public', 'idem_complete_request', ARRAY['text', 'text', 'integer', 'text', 'jsonb', 'bytea']);
 SELECT function_returns('public', 'idem_complete_request', ARRAY['text', 'text', 'integer', 'text', 'jsonb', 'bytea'],
                         'boolean');
+SELECT has_function('public', 'idem_lease_complete_request',
+                    ARRAY['text', 'text', 'uuid', 'integer', 'text', 'jsonb', 'bytea']);
+SELECT function_returns('public', 'idem_lease_complete_request',
+                        ARRAY['text', 'text', 'uuid', 'integer', 'text', 'jsonb', 'bytea'], 'boolean');
+SELECT volatility_is('public', 'idem_lease_complete_request',
+                     ARRAY['text', 'text', 'uuid', 'integer', 'text', 'jsonb', 'bytea'], 'volatile');
 SELECT is((SELECT array_agg(proname::text || '/' || pronargs || '/' || pronargdefaults ORDER BY proname) FROM pg_proc
-           WHERE proname IN ('idem_fingerprint', 'idem_claim_request', 'idem_complete_request')),
-          ARRAY['idem_claim_request/8/1', 'idem_complete_request/6/0', 'idem_fingerprint/5/0'],
+           WHERE proname IN ('idem_fingerprint', 'idem_claim_request', 'idem_complete_request',
+                             'idem_lease_complete_request')),
+          ARRAY['idem_claim_request/8/1', 'idem_complete_request/6/0', 'idem_fingerprint/5/0',
+                'idem_lease_complete_request/7/0'],
           'one signature each; only the claim''s ttl has a default');
 SELECT is(
     (SELECT array_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum)

@@ -34,10 +34,15 @@ for my $mode ('SHARE', 'ACCESS EXCLUSIVE')
 	my $log_from = -s $node->logfile;
 	# (Read through jsonb, so that the test runs on 1.2 too, where the column does not exist.)
 	my $blocked_before = $node->safe_psql('free', q{SELECT coalesce((to_jsonb(s) ->> 'sweeps_blocked')::bigint, 0) FROM idem_stats s});
-	$node->insert_expired('stuck', 'held', 30);
+	# stuck's keys expire only after the lock is taken (a sweep between the insert and the LOCK would take them
+	# otherwise): 10 s is the margin for connecting and locking with both cores busy.
+	$node->insert_expired('stuck', 'held', 30, 10);
 	my $app = idem_connect($node->dsn(dbname => 'stuck', user => 'app'), AutoCommit => 0)
 	  or die 'no connection as app';
 	$app->do("LOCK TABLE idempotency_keys IN $mode MODE");
+	my ($unexpired) = $app->selectrow_array(
+		q{SELECT count(*) FROM idempotency_keys WHERE key LIKE 'held%' AND expires_at > clock_timestamp()});
+	is($unexpired, 30, "the $mode lock is held in stuck before its keys expire");
 	# The sweeps that started before the lock are over after two intervals.
 	sleep 3;
 	$node->insert_expired('free', "free_$mode", 30);
@@ -47,7 +52,9 @@ for my $mode ('SHARE', 'ACCESS EXCLUSIVE')
 	ok(defined $took, "with a $mode lock held in stuck, free is still swept within $BOUND_S s");
 	if ($mode eq 'SHARE')
 	{
-		# (Under ACCESS EXCLUSIVE nobody else can read the table to count.)
+		# (Under ACCESS EXCLUSIVE nobody else can read the table to count.) stuck's keys have expired, and two
+		# sweep intervals have passed since, before they are counted.
+		$node->wait_until('stuck', q{SELECT now() > max(expires_at) + interval '3 s' FROM idempotency_keys WHERE key LIKE 'held%'}, 30);
 		is($node->count_keys('stuck', 'held'), 30, "stuck's expired keys wait while the $mode lock is held");
 		cmp_ok($node->log_lines($log_from, qr/in database "stuck", table public\.idempotency_keys was locked by another session/),
 			'>=', 1, 'the log names the database and the table that blocked the sweep');

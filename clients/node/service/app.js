@@ -94,19 +94,19 @@ export function paymentHandler({ faults = false } = {}) {
 }
 
 /**
- * The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header; `batching` and `prepared` are the
- * middleware's options of those names; `bench` adds POST /payments-autocommit (the handler's one INSERT in autocommit: the benchmark's
+ * The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header; `prepared` is the middleware's option
+ * of that name; `bench` adds POST /payments-autocommit (the handler's one INSERT in autocommit: the benchmark's
  * unprotected reference); `ridesLeaseSeconds` is the lease of POST /rides (lease mode).
  */
 export function createApp({
-  pool, faults = false, logger = console, batching = 'auto', prepared = 'auto', bench = false, ridesLeaseSeconds = 30,
+  pool, faults = false, logger = console, prepared = 'auto', bench = false, ridesLeaseSeconds = 30,
 } = {}) {
   const app = express();
   app.disable('x-powered-by');
   app.disable('etag');
 
   const idem = idempotency({
-    pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger, batching, prepared,
+    pool, scope: authenticate, replayHeaders: ['Content-Type', 'Location'], logger, prepared,
   });
   const tx = transactional({ pool, scope: authenticate, logger, prepared });
   const pay = paymentHandler({ faults });

@@ -20,10 +20,10 @@ if (!process.env.DATABASE_URL) {
   process.exit(2);
 }
 
-// PG_PIPELINE=1: pipelined clients (node-postgres 8.23+), so BEGIN + claim and complete + COMMIT are pipelined
-// statements; otherwise each pair is one multi-statement message. IDEM_BATCHING (auto, pipeline, multi, off) and
-// PAYMENTS_BENCH=1 (POST /payments-autocommit) are for bench/clients.
-const pipeline = process.env.PG_PIPELINE === '1';
+// Pipelined clients (node-postgres 8.23+): BEGIN goes with the claim and the completion with COMMIT, one round trip
+// each. PG_PIPELINE=0: a plain pool, each statement in a round trip of its own. PAYMENTS_BENCH=1
+// (POST /payments-autocommit) is for bench/clients.
+const pipeline = process.env.PG_PIPELINE !== '0';
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max, min, idleTimeoutMillis, pipeline });
 pool.on('error', (err) => console.error('payments: idle database connection failed:', err.message));
 
@@ -34,13 +34,11 @@ if (!(ridesLeaseSeconds > 0)) {
   process.exit(2);
 }
 
-// PG_PREPARED=0: never name a statement (a pooler that cannot keep them, such as PgBouncer before 1.21 in
-// transaction pooling, behind a pipelined pool); by default the middleware names them on a pipelined pool and goes
-// on unnamed by itself at the first 26000/42P05.
+// PG_PREPARED=0: never name a statement; by default the middleware names them and goes on unnamed by itself at the
+// first 26000/42P05 at a claim (a pooler that cannot keep them, such as PgBouncer before 1.21 in transaction pooling).
 const prepared = process.env.PG_PREPARED === '0' ? false : 'auto';
 const app = createApp({
-  pool, faults, batching: process.env.IDEM_BATCHING || 'auto', prepared, bench: process.env.PAYMENTS_BENCH === '1',
-  ridesLeaseSeconds,
+  pool, faults, prepared, bench: process.env.PAYMENTS_BENCH === '1', ridesLeaseSeconds,
 });
 const server = app.listen(port, host, () => {
   console.log(`payments: listening on http://${host}:${port}${faults ? ' (X-Fault enabled)' : ''}`);

@@ -1,7 +1,7 @@
 // Holding back an Express (node:http) response: the handler writes to `res` as usual, and every byte and header it
 // produces is kept in memory until the middleware decides what to send (after COMMIT, or a rollback).
 
-import { CapturedResponse } from './responses.js';
+import { CapturedResponse, wireHeaders } from './responses.js';
 
 const METHODS = ['writeHead', 'write', 'end', 'flushHeaders'];
 
@@ -101,10 +101,6 @@ export function interceptResponse(res) {
 export function sendResponse(res, answer) {
   if (res.headersSent || res.writableEnded) return;
   res.statusCode = answer.status;
-  for (const [k, v] of answer.headers) {
-    const lk = k.toLowerCase();
-    if (lk === 'content-length' || lk === 'transfer-encoding') continue;
-    res.setHeader(k, v);
-  }
+  for (const [k, v] of wireHeaders(answer)) res.setHeader(k, v);
   res.end(answer.body);
 }

@@ -3,30 +3,33 @@
 // complete or roll back. An adapter only translates its framework's request into `execute()`'s input and the
 // CapturedResponse it resolves with into its framework's response.
 //
-// Round trips. A protected request costs what a bare transactional handler costs (BEGIN ..., the handler's
-// statements, ... COMMIT): BEGIN travels with the claim and idem_complete with COMMIT, either
-// - 'pipeline': when the pg client was made with `pipeline: true` (node-postgres 8.23+), both statements are
-//   queued without waiting, so they leave in one write and come back in one read; or
-// - 'multi': one simple-query message holding both statements, its values written as SQL literals (simple query
-//   has no parameters). Works with any node-postgres and through PgBouncer in transaction pooling mode.
-// 'auto' (the default) picks 'pipeline' on a pipelined client and 'multi' otherwise; 'off' sends each statement
-// on its own (five round trips), kept for the benchmark.
+// Round trips. BEGIN travels with the claim and the completion with COMMIT. On a client of a pool made with
+// `pipeline: true` (node-postgres 8.23+; the sample service's pool) each pair is queued without waiting, so it
+// leaves in one write and comes back in one read: the round trips of a bare transactional handler. On any other
+// client each statement waits for the one before: the same statements, two round trips more.
 //
 // Statements. On extension 1.3 the claim is idem_claim_request (the fingerprint computed inside it from the
 // request's parts, a replay's stored bytes in the same row) and the completion idem_complete_request (the response
 // as the bytes sent: no read-back); on 1.0-1.2 (the first claim answers 42883) idem_claim and idem_complete, with
-// the body stored as jsonb and sent as jsonb's text. In 'pipeline' and 'off' mode they are named prepared
-// statements (`name` in node-postgres' query config: parsed once per connection); through a pooler that cannot
-// keep them (PgBouncer before 1.21 in transaction pooling: SQLSTATE 26000 or 42P05), `prepared: 'auto'` goes on
-// unnamed for good, and `prepared: false` never names them. 'multi' is simple query: never prepared.
+// the body stored as jsonb and sent as jsonb's text. Both are named prepared statements (`name` in node-postgres'
+// query config: parsed once per client connection, then only bound and executed), their names unique to the
+// client connection (statementName), so behind a pooler two client connections never prepare one name on a server
+// connection. node-postgres parses a name once per client connection, and the claim is the first named statement of
+// every transaction: a claim that runs by name runs on the server connection that parsed it, the only one holding
+// the name, and so does the completion after it, which was parsed there too (in a transaction whose claim ran by
+// name). A pooler that moved the connection to a server connection without the name (PgBouncer before 1.21 in
+// transaction pooling: SQLSTATE 26000, or 42P05 for a name already there) is therefore met at the claim, before the
+// handler: the attempt is rolled back and run again unnamed, and `prepared: 'auto'` goes on unnamed for good;
+// `prepared: false` never names them.
 
+import { randomBytes } from 'node:crypto';
 import { KeyHeaderError, parseIdempotencyKey } from './header.js';
 import {
   CapturedResponse, HttpProblem, PROBLEM_BASE, claimResponse, parseJsonBody, parseRecord, problem, requestClaimResponse,
   storedBytes, storedForm,
 } from './responses.js';
 
-// 1.0-1.2. The statements hold no `$` but their parameters', so that 'multi' can write the values in as literals.
+// 1.0-1.2.
 export const CLAIM_SQL =
   'SELECT c.outcome, c.http_status, c.response_body::text AS response_body, ' +
   'c.response_headers::text AS response_headers ' +
@@ -49,10 +52,9 @@ export const RETRYABLE = new Set(['40001', '40P01']);
 /** SQLSTATEs of the claim statement that mean the request body is not JSON that PostgreSQL accepts. */
 const BAD_BODY = new Set(['22P02', '22P05', '22003', '22021']);
 const ISOLATION = new Set(['READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE']);
-const BATCHING = new Set(['auto', 'pipeline', 'multi', 'off']);
 
 class BadBody extends Error {}
-export class TransactionAborted extends Error {}
+class TransactionAborted extends Error {}
 /** Thrown by an adapter's handler run when the client went away before the response: nothing is sent. */
 export class ClientGone extends Error {}
 
@@ -71,39 +73,41 @@ export function errorStatus(err) {
 }
 
 /**
- * A SQL literal for a simple-query message: 'text' with quotes doubled, or E'...' when it holds a backslash (so it
- * means the same whatever standard_conforming_strings is). NUL cannot be sent in a query at all.
+ * Send `statements` ([[text, params, name], ...]; a statement with a `name` is a named prepared statement) in one
+ * round trip on a pipelined client, else one after the other. Resolves with one result per statement; rejects with
+ * the first error (the ones after it are not run, or fail in the aborted transaction).
  */
-export function sqlLiteral(value) {
-  if (value === null || value === undefined) return 'NULL';
-  const s = Buffer.isBuffer(value) ? `\\x${value.toString('hex')}` : String(value);
-  if (s.includes('\0')) throw new TypeError('a value sent to PostgreSQL cannot contain a NUL character');
-  const quoted = `'${s.replace(/'/g, "''")}'`;
-  return s.includes('\\') ? `E${quoted.replace(/\\/g, '\\\\')}` : quoted;
+export async function batch(client, statements) {
+  const send = ([text, values, name]) => client.query(name ? { name, text, values } : { text, values });
+  if (client.pipeline !== true) {
+    const results = [];
+    for (const statement of statements) results.push(await send(statement));
+    return results;
+  }
+  const results = await Promise.allSettled(statements.map(send));
+  const failed = results.find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
+  return results.map((r) => r.value);
 }
 
 /**
- * Send `statements` ([[text, params, name], ...]) the way `mode` says: 'pipeline' (one round trip, extended
- * protocol; a statement with a `name` is a named prepared statement), 'multi' (one simple-query message, the
- * parameters written in as literals: the texts hold no other `$`) or 'off' (one round trip each). Resolves with
- * one result per statement; rejects with the first error (the ones after it are not run, or fail in the aborted
- * transaction).
+ * batch() of `statements` and COMMIT. COMMIT of a transaction that an earlier (swallowed) error aborted answers
+ * ROLLBACK: that rejects with TransactionAborted.
  */
-export async function batch(client, statements, mode = client.pipeline === true ? 'pipeline' : 'multi') {
-  const config = ([text, values, name]) => (name ? { name, text, values } : { text, values });
-  if (statements.length === 1 || mode === 'off') {
-    const results = [];
-    for (const statement of statements) results.push(await client.query(config(statement)));
-    return results;
-  }
-  if (mode === 'pipeline') {
-    const results = await Promise.allSettled(statements.map((st) => client.query(config(st))));
-    const failed = results.find((r) => r.status === 'rejected');
-    if (failed) throw failed.reason;
-    return results.map((r) => r.value);
-  }
-  const inline = ([text, params]) => (params ? text.replace(/\$(\d+)/g, (_, i) => sqlLiteral(params[i - 1])) : text);
-  return client.query(statements.map(inline).join('; '));
+export async function batchCommit(client, statements) {
+  const results = await batch(client, [...statements, ['COMMIT']]);
+  if (results.at(-1).command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
+  return results;
+}
+
+/** Each client connection's part of its statement names (a client is one connection for its whole life). */
+const CONNECTION_IDS = new WeakMap();
+
+/** The name of `statement` on `client`: unique to the client connection, so no other one prepares it. */
+export function statementName(client, statement) {
+  let id = CONNECTION_IDS.get(client);
+  if (!id) CONNECTION_IDS.set(client, (id = randomBytes(6).toString('hex')));
+  return `${statement}_${id}`;
 }
 
 /** The query string of a request target (what follows `?`), or null. */
@@ -115,21 +119,20 @@ export function queryOf(url) {
 /** The options of every adapter, checked once. */
 export function options(opts) {
   const {
-    pool, ttl = null, maxRetries = 3, replayHeaders = null, isolationLevel = null, batching = 'auto',
-    scope = () => '', problemBase = PROBLEM_BASE, bodyLimit = DEFAULT_BODY_LIMIT, logger = console,
-    requestPath = null, methods = null, prepared = 'auto',
+    pool, ttl = null, maxRetries = 3, replayHeaders = null, isolationLevel = null, scope = () => '',
+    problemBase = PROBLEM_BASE, bodyLimit = DEFAULT_BODY_LIMIT, logger = console, requestPath = null, methods = null,
+    prepared = 'auto',
   } = opts || {};
   if (![true, false, 'auto'].includes(prepared)) throw new TypeError("idempotency: prepared must be true, false or 'auto'");
   if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotency: options.pool (a pg.Pool) is required');
   if (isolationLevel !== null && !ISOLATION.has(String(isolationLevel).toUpperCase())) {
     throw new TypeError(`idempotency: unknown isolationLevel ${isolationLevel}`);
   }
-  if (!BATCHING.has(batching)) throw new TypeError(`idempotency: batching must be one of ${[...BATCHING].join(', ')}`);
   if (!Number.isInteger(maxRetries) || maxRetries < 0) throw new TypeError('idempotency: maxRetries must be an integer >= 0');
   if (typeof scope !== 'function') throw new TypeError('idempotency: options.scope must be a function');
   if (!Number.isInteger(bodyLimit) || bodyLimit < 0) throw new TypeError('idempotency: bodyLimit must be a byte count');
   return {
-    pool, ttl, maxRetries, replayHeaders, batching, scope, problemBase, bodyLimit, logger, requestPath,
+    pool, ttl, maxRetries, replayHeaders, scope, problemBase, bodyLimit, logger, requestPath,
     methods: methods && new Set(methods.map((m) => String(m).toUpperCase())),
     // what the database and the pooler allow, learnt from the first answers: the 1.3 statements, named statements
     state: { lean: true, named: prepared !== false, prepared },
@@ -239,10 +242,9 @@ export function sentForm(captured, stored, row) {
   return captured;
 }
 
-/** The effective batching of `client`, and the statement name to use in it (none in a simple-query message). */
-function modeOf(cfg, client) {
-  const mode = cfg.batching !== 'auto' ? cfg.batching : client.pipeline === true ? 'pipeline' : 'multi';
-  return { mode, name: (n) => (cfg.state.named && mode !== 'multi' ? n : undefined) };
+/** `statement`'s name on `client` when the request's statements are named, else undefined (unnamed). */
+function nameFor(request, client, statement) {
+  return request.named ? statementName(client, statement) : undefined;
 }
 
 /**
@@ -255,17 +257,17 @@ async function begin(cfg, client, request) {
     await client.query(cfg.beginSql);
     return null;
   }
-  const { mode, name } = modeOf(cfg, client);
+  // as sent: the completion of this transaction is named only if its claim was
   request.lean = cfg.state.lean;
-  request.named = Boolean(name('named'));
+  request.named = cfg.state.named;
   const claim = request.lean
     ? [CLAIM_REQUEST_SQL, [request.key, request.scope, request.method, request.path, request.query, null, request.raw,
-      cfg.ttl], name('idem_claim_request_1')]
+      cfg.ttl], nameFor(request, client, 'idem_claim_request')]
     : [CLAIM_SQL, [request.key, request.method, request.path, request.bodyText, cfg.ttl, request.scope],
-      name('idem_claim_1')];
+      nameFor(request, client, 'idem_claim')];
   let row;
   try {
-    [, { rows: [row] }] = await batch(client, [[cfg.beginSql], claim], mode);
+    [, { rows: [row] }] = await batch(client, [[cfg.beginSql], claim]);
   } catch (e) {
     throw BAD_BODY.has(sqlstate(e)) ? new BadBody(e.message) : e;
   }
@@ -274,22 +276,19 @@ async function begin(cfg, client, request) {
 
 /** The completion (with a key) and COMMIT in one round trip; resolves with the response to send. */
 async function commit(cfg, client, request, captured) {
-  const { mode, name } = modeOf(cfg, client);
   let stored = null;
-  const statements = [['COMMIT']];
+  const statements = [];
   if (request.key !== null && request.lean) {
     // the bytes sent, stored as they are: the first answer needs no read-back
     const b = storedBytes(captured, cfg.replayHeaders);
-    statements.unshift([COMPLETE_REQUEST_SQL, [request.key, request.scope, captured.status, b.contentType, b.headers,
-      captured.body], name('idem_complete_request_1')]);
+    statements.push([COMPLETE_REQUEST_SQL, [request.key, request.scope, captured.status, b.contentType, b.headers,
+      captured.body], nameFor(request, client, 'idem_complete_request')]);
   } else if (request.key !== null) {
     stored = storedForm(captured, cfg.replayHeaders);
-    statements.unshift([COMPLETE_SQL, [request.key, captured.status, stored.body, stored.headers, request.scope],
-      name('idem_complete_1')]);
+    statements.push([COMPLETE_SQL, [request.key, captured.status, stored.body, stored.headers, request.scope],
+      nameFor(request, client, 'idem_complete')]);
   }
-  const results = await batch(client, statements, mode);
-  // COMMIT of a transaction that an earlier (swallowed) error aborted answers ROLLBACK.
-  if (results.at(-1).command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
+  const results = await batchCommit(client, statements);
   return stored ? sentForm(captured, stored, results[0].rows[0]) : captured;
 }
 
@@ -314,7 +313,7 @@ function learn(cfg, err, request) {
 }
 
 /** ROLLBACK; false when the connection is broken (then it is released with an error: the pool drops it). */
-async function rollback(client) {
+export async function rollback(client) {
   try {
     await client.query('ROLLBACK');
     return true;

@@ -15,7 +15,7 @@
 // step. The same semantics as the Go lease.Runner and Python's idempotency_pg.lease.run.
 
 import { PROBLEM_BASE, claimResponse, problem, storedForm } from './responses.js';
-import { TransactionAborted, batch, sentForm, sqlstate } from './engine.js';
+import { batch, batchCommit, rollback, sentForm, sqlstate } from './engine.js';
 
 /** SQLSTATE object_not_in_prerequisite_state: the token is not the key's current one any more. */
 export const LEASE_LOST = '55000';
@@ -141,10 +141,6 @@ class Heartbeat {
     this.timer = null;
   }
 
-  start() {
-    this.schedule();
-  }
-
   schedule() {
     if (this.stopped || this.lost) return;
     this.timer = setTimeout(() => {
@@ -230,12 +226,13 @@ class LeaseContext {
 }
 
 /**
- * A holder's transaction in as few round trips as a bare transaction takes: BEGIN with idem_lease_extend (first:
- * 55000 before any write of a stale holder, and the key's row stays locked by this transaction until it ends, so
- * no takeover slips in before the checkpoint or the completion), then fn(client), then fn's `last` statement (the
- * checkpoint or the completion) with COMMIT. fn resolves with {result, last: [text, params]}; the transaction
- * resolves with {result, row: last's first row}. With `alone` (a step without writes: no fn) the four statements
- * go in one round trip. Rolls back and rethrows (55000 as LeaseLostError) on any failure.
+ * A holder's transaction in as few round trips as a bare transaction takes (on a pipelined client, see batch()):
+ * BEGIN with idem_lease_extend (first: 55000 before any write of a stale holder, and the key's row stays locked by
+ * this transaction until it ends, so no takeover slips in before the checkpoint or the completion), then
+ * fn(client), then fn's `last` statement (the checkpoint or the completion) with COMMIT. fn resolves with {result,
+ * last: [text, params]}; the transaction resolves with {result, row: last's first row}. With `alone` (a step
+ * without writes: no fn) the four statements go in one round trip. Rolls back and rethrows (55000 as
+ * LeaseLostError) on any failure.
  */
 async function holderTransaction(cfg, ctx, fn, alone = null) {
   const run = ctx._run;
@@ -244,25 +241,12 @@ async function holderTransaction(cfg, ctx, fn, alone = null) {
   const extend = [EXTEND_SQL, [ctx.key, ctx.token, cfg.leaseSeconds, ctx.scope]];
   let broken;
   try {
-    let result;
-    let results;
-    if (alone) {
-      results = (await batch(client, [['BEGIN'], extend, alone, ['COMMIT']])).slice(2);
-    } else {
-      await batch(client, [['BEGIN'], extend]);
-      let last;
-      ({ result, last } = await fn(client));
-      results = await batch(client, [last, ['COMMIT']]);
-    }
-    // COMMIT of a transaction that an earlier (swallowed) error aborted answers ROLLBACK
-    if (results[1].command !== 'COMMIT') throw new TransactionAborted('the transaction was aborted by an earlier error');
-    return { result, row: results[0].rows[0] };
+    if (alone) return { row: (await batchCommit(client, [['BEGIN'], extend, alone]))[2].rows[0] };
+    await batch(client, [['BEGIN'], extend]);
+    const { result, last } = await fn(client);
+    return { result, row: (await batchCommit(client, [last]))[0].rows[0] };
   } catch (e) {
-    try {
-      await client.query('ROLLBACK');
-    } catch (re) {
-      broken = re; // the pool drops the connection
-    }
+    if (!(await rollback(client))) broken = e; // the pool drops the connection
     throw asLost(e, ctx.key);
   } finally {
     client.release(broken);
@@ -272,11 +256,6 @@ async function holderTransaction(cfg, ctx, fn, alone = null) {
 /** idem_checkpoint of `step` with ctx.state as it is now. */
 function checkpointOf(ctx, step) {
   return [CHECKPOINT_SQL, [ctx.key, ctx.token, step, JSON.stringify(ctx.state), ctx.scope]];
-}
-
-function lostResponse(cfg) {
-  return problem(409, 'idempotency-key-in-progress', 'Request in progress',
-    "this request's lease was taken over by another attempt; retry later", [['Retry-After', '1']], cfg.problemBase);
 }
 
 async function release(cfg, ctx) {
@@ -354,7 +333,7 @@ export async function runLease(pool, key, options) {
     }
   }
   run.heartbeat = new Heartbeat(cfg, ctx, (err) => run.abort.abort(err));
-  run.heartbeat.start();
+  run.heartbeat.schedule();
   try {
     for (const step of cfg.steps.slice(start)) {
       ctx.step = step.name;
@@ -374,7 +353,8 @@ export async function runLease(pool, key, options) {
     const err = asLost(e, key);
     if (err instanceof LeaseLostError) {
       cfg.logger.info?.(`idempotency: lease of ${JSON.stringify(key)} lost at step ${ctx.step ?? '(finish)'}, stopping`);
-      return lostResponse(cfg);
+      return problem(409, 'idempotency-key-in-progress', 'Request in progress',
+        "this request's lease was taken over by another attempt; retry later", [['Retry-After', '1']], cfg.problemBase);
     }
     await release(cfg, ctx);
     throw e;

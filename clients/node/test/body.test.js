@@ -1,22 +1,12 @@
-// Every adapter (Express as a route and as app.use(), a plain node:http server, Koa, Fastify) runs a request only
+// Every adapter (Express as a route and as app.use(), node:http, NestJS, Koa, Fastify) runs a request only
 // from a body that arrived whole, and refuses a body over the limit before reading it. Raw sockets to a real
 // listening server: a client that sends 37 of its 600 announced bytes and hangs up must leave nothing claimed and
 // nothing written, so that its proper retry is claimed and executed; headers announcing more than the limit, or a
 // chunked body passing it, get 413 problem+json at once, while the client is still sending.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import net from 'node:net';
-import { readFile } from 'node:fs/promises';
-import express from 'express';
-import Koa from 'koa';
-import Fastify from 'fastify';
-import 'reflect-metadata';
-import { NestFactory } from '@nestjs/core';
-import { Controller, Module, Post, Req, Res } from '@nestjs/common';
-import pg from 'pg';
-import { fastifyIdempotency, idempotency, koaIdempotency } from '../src/index.js';
-import { fakePool, listen, quietLogger } from './helpers.js';
+import { SERVERS, fakePool, testPool, unique } from './helpers.js';
 
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const LIMIT = 1024; // a small body limit, so the tests send little
@@ -27,84 +17,15 @@ const FULL = JSON37.padEnd(600, ' ');
 const BOUND_MS = 5000;
 
 /** The handler of every adapter: the ledger insert in the request's transaction. */
-async function pay(client, key, account, body) {
-  const { rows: [{ id }] } = await client.query(
+async function pay(h) {
+  const { rows: [{ id }] } = await h.db.query(
     'INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, $2, $3, $4) RETURNING id',
-    [account, -body.amount_cents, body.currency, key]);
-  return { id: Number(id) };
+    [h.idem.scope, -h.body.amount_cents, h.body.currency, h.idem.key]);
+  h.answer(201, { id: Number(id) });
 }
 
-const scope = (headers) => headers['x-account'] || '';
-
-const ADAPTERS = {
-  'express route': (pool) => {
-    const app = express();
-    const idem = idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT });
-    app.post('/p', idem(async (req, res) => {
-      res.status(201).json(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body));
-    }));
-    return listen(app);
-  },
-  'express app.use': (pool) => {
-    const app = express();
-    app.use(idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT })());
-    app.post('/p', async (req, res) => {
-      res.status(201).json(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body));
-    });
-    return listen(app);
-  },
-  'node:http': (pool) => {
-    const idem = idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT });
-    return listen(idem(async (req, res) => {
-      res.writeHead(201, { 'Content-Type': 'application/json' });
-      res.end(JSON.stringify(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body)));
-    }));
-  },
-  koa: (pool) => {
-    const app = new Koa();
-    app.silent = true;
-    app.use(koaIdempotency({ pool, scope: (ctx) => scope(ctx.headers), logger: quietLogger, bodyLimit: LIMIT }));
-    app.use(async (ctx) => {
-      ctx.body = await pay(ctx.idempotency.client, ctx.idempotency.key, ctx.idempotency.scope, ctx.request.body);
-      ctx.status = 201;
-    });
-    return listen(app.callback());
-  },
-  // NestJS on Express: the Express adapter as a Nest middleware (decorators applied by hand: plain JavaScript),
-  // Nest's own body parser off so that the middleware reads the body (its limit, its 413)
-  nestjs: async (pool) => {
-    class Payments {
-      async pay(req, res) {
-        res.status(201).json(await pay(req.db, req.idempotency.key, req.idempotency.scope, req.body));
-      }
-    }
-    Controller()(Payments);
-    Post('p')(Payments.prototype, 'pay', Object.getOwnPropertyDescriptor(Payments.prototype, 'pay'));
-    Req()(Payments.prototype, 'pay', 0);
-    Res()(Payments.prototype, 'pay', 1);
-    const idem = idempotency({ pool, scope: (req) => scope(req.headers), logger: quietLogger, bodyLimit: LIMIT });
-    class App {
-      configure(consumer) {
-        consumer.apply(idem()).forRoutes(Payments);
-      }
-    }
-    Module({ controllers: [Payments] })(App);
-    const app = await NestFactory.create(App, { logger: false, bodyParser: false });
-    await app.listen(0, '127.0.0.1');
-    const server = app.getHttpServer();
-    return { url: `http://127.0.0.1:${server.address().port}`, server, close: () => app.close() };
-  },
-  fastify: async (pool) => {
-    const app = Fastify({ bodyLimit: LIMIT });
-    await app.register(fastifyIdempotency, { pool, scope: (request) => scope(request.headers), logger: quietLogger });
-    app.post('/p', { config: { idempotency: true } }, async (request, reply) => {
-      const idem = request.idempotency;
-      return reply.code(201).send(await pay(idem.client, idem.key, idem.scope, request.body));
-    });
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    return { url: `http://127.0.0.1:${app.server.address().port}`, server: app.server, close: () => app.close() };
-  },
-};
+const ADAPTERS = Object.fromEntries(Object.entries(SERVERS).map(([name, make]) => [name,
+  (pool) => make(pool, pay, { bodyLimit: LIMIT })]));
 
 function head(port, headers) {
   const lines = [`POST /p HTTP/1.1`, `Host: 127.0.0.1:${port}`, 'Content-Type: application/json',
@@ -158,38 +79,25 @@ function sendUnfinished(url, first, rest = []) {
 }
 
 describe('413 before reading the body, in every adapter', () => {
+  const chunk = (n) => `${n.toString(16)}\r\n${' '.repeat(n)}\r\n`;
   for (const [name, make] of Object.entries(ADAPTERS)) {
-    const tooLarge = (r) => {
-      assert.equal(r.status, 413, `${r.text} ${JSON.stringify(r.headers)}`);
-      assert.equal(r.headers['content-type'], 'application/problem+json');
-      assert.match(JSON.parse(r.text).type, /\/request-too-large$/);
-    };
-
-    test(`${name}: a Content-Length over the limit is answered 413 from the headers alone`, async () => {
+    test(`${name}: a Content-Length over the limit is answered 413 from the headers alone; a chunked body is cut off as soon as it passes the limit`, async () => {
       const pool = fakePool();
       const srv = await make(pool);
+      const port = new URL(srv.url).port;
       try {
-        const r = await sendUnfinished(srv.url, head(new URL(srv.url).port, {
-          'Idempotency-Key': 'k1', 'Content-Length': String(LIMIT + 1),
-        }));
-        tooLarge(r);
-      } finally {
-        await srv.close();
-      }
-      assert.equal(pool.connects, 0, 'nothing claimed');
-    });
-
-    test(`${name}: a chunked body is cut off as soon as it passes the limit`, async () => {
-      const pool = fakePool();
-      const srv = await make(pool);
-      const chunk = (n) => `${n.toString(16)}\r\n${' '.repeat(n)}\r\n`;
-      try {
-        // 4 x 300 bytes pass the 1024-byte limit with the fourth; 40 more chunks would follow, and never the end
-        const r = await sendUnfinished(srv.url,
-          head(new URL(srv.url).port, { 'Idempotency-Key': 'k1', 'Transfer-Encoding': 'chunked' }) + chunk(300),
-          Array.from({ length: 43 }, () => chunk(300)));
-        tooLarge(r);
-        assert.ok(r.unsent > 0, 'answered while the client was still sending');
+        for (const [first, rest] of [
+          [head(port, { 'Idempotency-Key': 'k1', 'Content-Length': String(LIMIT + 1) }), []],
+          // 4 x 300 bytes pass the 1024-byte limit with the fourth; 40 more chunks would follow, and never the end
+          [head(port, { 'Idempotency-Key': 'k1', 'Transfer-Encoding': 'chunked' }) + chunk(300),
+            Array.from({ length: 43 }, () => chunk(300))],
+        ]) {
+          const r = await sendUnfinished(srv.url, first, rest);
+          assert.equal(r.status, 413, `${r.text} ${JSON.stringify(r.headers)}`);
+          assert.equal(r.headers['content-type'], 'application/problem+json');
+          assert.match(JSON.parse(r.text).type, /\/request-too-large$/);
+          if (first.includes('chunked')) assert.ok(r.unsent > 0, 'answered while the client was still sending');
+        }
       } finally {
         await srv.close();
       }
@@ -198,14 +106,12 @@ describe('413 before reading the body, in every adapter', () => {
   }
 });
 
+
 describe('a body cut short is never run, in every adapter', { skip: DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set' }, () => {
-  const run = `b${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  const run = unique('b');
   let pool;
   before(async () => {
-    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });
-    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
-    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
-    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    pool = await testPool({ max: 4 });
   });
   after(() => pool?.end());
 

@@ -1,19 +1,24 @@
-// Test helpers: an HTTP server on an ephemeral loopback port, and a fake pg.Pool that records statements.
+// Test helpers: an HTTP server on an ephemeral loopback port, every adapter's app around one handler, and a fake
+// pg.Pool that records statements.
 
 import http from 'node:http';
+import { readFile } from 'node:fs/promises';
+import pg from 'pg';
+import express from 'express';
+import Koa from 'koa';
+import Fastify from 'fastify';
+import 'reflect-metadata';
+import { NestFactory } from '@nestjs/core';
+import { Controller, Module, Post, Req, Res } from '@nestjs/common';
+import { fastifyIdempotency, idempotency, koaIdempotency } from '../src/index.js';
 
 export async function listen(app) {
   const server = http.createServer(app);
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${server.address().port}`;
-  return {
-    url,
-    server,
-    async close() {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+  return served(server, async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
 }
 
 export async function post(url, body, headers = {}) {
@@ -32,25 +37,38 @@ export async function post(url, body, headers = {}) {
   return { status: res.status, headers: res.headers, text, json };
 }
 
+/** A pg.Pool on IDEM_TEST_DATABASE_URL with the extension and the tables of clients/schema.sql (made if missing). */
+export async function testPool(options) {
+  const pool = new pg.Pool({ connectionString: process.env.IDEM_TEST_DATABASE_URL, ...options });
+  await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
+  const { rows: [{ t }] } = await pool.query("SELECT to_regclass('rides') IS NOT NULL AS t");
+  if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+  return pool;
+}
+
+/** A name that no other run uses: `prefix`, the time and a random part. */
+export const unique = (prefix) => `${prefix}${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+
 export function pgError(code, message = `error ${code}`) {
   return Object.assign(new Error(message), { code });
 }
 
 /**
  * A fake pg.Pool. `script.claim(params)` gives the claim row (default claimed); `script.query(sql, params)` may
- * answer other statements (return undefined for the default). Every statement is recorded in `log`. Its clients
- * are pipelined (`pipeline: true`, so the middleware sends BEGIN and the claim as two statements) unless
- * `script.pipeline` is false: then the middleware sends one multi-statement message, answered with an array.
+ * answer other statements (return undefined for the default). Every statement is recorded in `log` (with its
+ * `name` when it has one). It has one client, pipelined (`pipeline: true`) unless `script.pipeline` is false.
  */
 export function fakePool(script = {}) {
   const log = [];
+  let client;
   const pool = {
     log,
     connects: 0,
+    inflight: 0,
     released: [],
     async connect() {
       pool.connects++;
-      const client = {
+      client ??= {
         pipeline: script.pipeline !== false,
         on() {},
         removeListener() {},
@@ -60,45 +78,38 @@ export function fakePool(script = {}) {
         async query(sql, params) {
           let name;
           if (typeof sql === 'object') ({ text: sql, values: params, name } = sql);
-          log.push(name ? { sql, params, name } : { sql, params });
-          if (!params && /^(BEGIN[^;]*; SELECT (c\.outcome|idem_claim_request)|SELECT idem_complete.*; COMMIT$)/s.test(sql)) {
-            // one simple-query message of two statements (the values are literals in the text)
-            const [first, second] = sql.startsWith('BEGIN') ? [sql.split('; ')[0], 'claim'] : ['complete', 'COMMIT'];
-            const r1 = first === 'complete' ? await client.query(sql.slice(0, sql.lastIndexOf('; COMMIT')))
-              : await client.query(first);
-            const r2 = second === 'claim' ? await client.query(sql.slice(sql.indexOf('; ') + 2)) : await client.query('COMMIT');
-            log.splice(log.length - 3, 3, { sql, params, multi: true });
-            return [r1, r2];
+          // `queued`: sent before the statement ahead of it was answered (the same round trip)
+          log.push({ sql, params, ...(name && { name }), ...(pool.inflight > 0 && { queued: true }) });
+          pool.inflight++;
+          try {
+            return await answer(sql, params);
+          } finally {
+            pool.inflight--;
           }
-          if (script.query) {
-            const r = await script.query(sql, params, log);
-            if (r !== undefined) return r;
-          }
-          if (/^BEGIN/.test(sql) || sql === 'ROLLBACK') return { command: sql.split(' ')[0], rows: [] };
-          if (sql === 'COMMIT') return { command: 'COMMIT', rows: [] };
-          if (sql.includes('idem_claim_request')) {
-            // 1.3: one column, the idem_request_claim value in its text form
-            const row = (script.claim ? await script.claim(params, log) : undefined) || { outcome: 'claimed' };
-            return { command: 'SELECT', rows: [{ c: recordText(row) }] };
-          }
-          if (sql.includes('idem_complete_request')) return { command: 'SELECT', rows: [{ stored: true }] };
-          if (sql.includes('idem_claim')) {
-            const row = script.claim ? await script.claim(params, log) : undefined;
-            return { command: 'SELECT', rows: [row || { outcome: 'claimed', http_status: null, response_body: null, response_headers: null }] };
-          }
-          if (sql.includes('idem_complete')) {
-            // the stored body back as jsonb text: the fake normalises like jsonb for plain objects (", " and ": ")
-            const body = params ? params[2] : (/FROM \(SELECT (E?'.*')::jsonb AS body\)/s.exec(sql) || [])[1];
-            const text = body === null || body === undefined || body === 'NULL' ? null
-              : jsonbText(params ? body : body.replace(/^E?'|'$/g, '').replace(/''/g, "'"));
-            return { command: 'SELECT', rows: [{ stored: true, body: text }] };
-          }
-          return { command: 'SELECT', rows: [] };
         },
       };
       return client;
     },
   };
+  async function answer(sql, params) {
+    if (script.query) {
+      const r = await script.query(sql, params, log);
+      if (r !== undefined) return r;
+    }
+    if (/^(BEGIN|ROLLBACK$|COMMIT$)/.test(sql)) return { command: sql.split(' ')[0], rows: [] };
+    if (sql.includes('idem_claim_request')) {
+      // 1.3: one column, the idem_request_claim value in its text form
+      const row = (script.claim ? await script.claim(params, log) : undefined) || { outcome: 'claimed' };
+      return { command: 'SELECT', rows: [{ c: recordText(row) }] };
+    }
+    if (sql.includes('idem_complete_request')) return { command: 'SELECT', rows: [{ stored: true }] };
+    if (sql.includes('idem_claim')) {
+      const row = script.claim ? await script.claim(params, log) : undefined;
+      return { command: 'SELECT', rows: [row || { outcome: 'claimed', http_status: null, response_body: null, response_headers: null }] };
+    }
+    if (sql.includes('idem_complete')) return { command: 'SELECT', rows: [{ stored: true, body: params[2] }] };
+    return { command: 'SELECT', rows: [] };
+  }
   return pool;
 }
 
@@ -109,20 +120,9 @@ function recordText({ outcome, http_status: status, response_body: body, respons
   return `(${outcome},${status ?? ''},,${headers == null ? '' : quote(headers)},${bytes})`;
 }
 
-/** A stand-in for jsonb's text output of `json` (spaces after ':' and ','; keys as given). */
-export function jsonbText(json) {
-  const out = (v) => {
-    if (Array.isArray(v)) return `[${v.map(out).join(', ')}]`;
-    if (v && typeof v === 'object') return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${out(x)}`).join(', ')}}`;
-    return JSON.stringify(v);
-  };
-  return out(JSON.parse(json));
-}
-
 /** The statements of `log` reduced to a word each: BEGIN, claim, complete, COMMIT, ROLLBACK or the SQL. */
 export function steps(log) {
-  return log.map(({ sql, multi }) => {
-    if (multi) return sql.startsWith('BEGIN') ? 'BEGIN+claim' : 'complete+COMMIT';
+  return log.map(({ sql }) => {
     if (sql.includes('idem_claim')) return 'claim';
     if (sql.includes('idem_complete')) return 'complete';
     return sql;
@@ -130,3 +130,114 @@ export function steps(log) {
 }
 
 export const quietLogger = { error() {}, info() {}, warn() {}, log() {} };
+
+/**
+ * An app of each adapter with `handler(view)` protected on POST /p: view = {db, idem (the handle), body (parsed),
+ * status(code), answer(status, body as JSON, headers)}. Options are the adapter's (pool, logger and a scope from
+ * X-Account by default); Fastify's `bodyLimit` goes to Fastify itself, which the plugin then follows. Express apps
+ * answer an error with a status as {error: message}.
+ */
+export const SERVERS = {
+  'express route': (pool, handler, options) => {
+    const app = express();
+    app.post('/p', idempotency(defaults(pool, options))((req, res) => handler(nodeView(req, res))));
+    return listen(withErrors(app));
+  },
+  'express app.use': (pool, handler, options) => {
+    const app = express();
+    app.use(idempotency(defaults(pool, options))());
+    app.post('/p', (req, res) => handler(nodeView(req, res)));
+    return listen(withErrors(app));
+  },
+  'node:http': (pool, handler, options) =>
+    listen(idempotency(defaults(pool, options))((req, res) => handler(nodeView(req, res)))),
+  koa: (pool, handler, options) => {
+    const app = new Koa();
+    app.silent = true;
+    app.use(koaIdempotency(defaults(pool, options)));
+    app.use((ctx) => handler({
+      db: ctx.idempotency.client, idem: ctx.idempotency, body: ctx.request.body,
+      status: (code) => (ctx.status = code),
+      answer(status, body, headers = {}) {
+        ctx.status = status;
+        ctx.set(headers);
+        ctx.body = body;
+      },
+    }));
+    return listen(app.callback());
+  },
+  // NestJS on Express: the Express adapter as a Nest middleware (decorators applied by hand: plain JavaScript),
+  // Nest's own body parser off so that the middleware reads the body (its limit, its 413)
+  nestjs: async (pool, handler, options) => {
+    class Payments {
+      pay(req, res) {
+        return handler(nodeView(req, res));
+      }
+    }
+    Controller()(Payments);
+    Post('p')(Payments.prototype, 'pay', Object.getOwnPropertyDescriptor(Payments.prototype, 'pay'));
+    Req()(Payments.prototype, 'pay', 0);
+    Res()(Payments.prototype, 'pay', 1);
+    const idem = idempotency(defaults(pool, options));
+    class App {
+      configure(consumer) {
+        consumer.apply(idem()).forRoutes(Payments);
+      }
+    }
+    Module({ controllers: [Payments] })(App);
+    const app = await NestFactory.create(App, { logger: false, bodyParser: false });
+    await app.listen(0, '127.0.0.1');
+    return served(app.getHttpServer(), () => app.close());
+  },
+  fastify: async (pool, handler, { bodyLimit, ...options } = {}) => {
+    const app = Fastify(bodyLimit ? { bodyLimit } : {});
+    await app.register(fastifyIdempotency, defaults(pool, options));
+    app.post('/p', { config: { idempotency: true } }, async (request, reply) => {
+      await handler({
+        db: request.idempotency.client, idem: request.idempotency, body: request.body,
+        status: (code) => reply.code(code),
+        answer: (status, body, headers = {}) => reply.code(status).headers(headers).send(body),
+      });
+      return reply;
+    });
+    app.post('/open', async () => ({ open: true }));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    return served(app.server, () => app.close());
+  },
+};
+
+/** fn(url) with the app that SERVERS[name] makes, closed afterwards. */
+export async function withServer(name, pool, handler, fn, options) {
+  const srv = await SERVERS[name](pool, handler, options);
+  try {
+    return await fn(`${srv.url}/p`);
+  } finally {
+    await srv.close();
+  }
+}
+
+function defaults(pool, options) {
+  return { pool, logger: quietLogger, scope: (req) => req.headers['x-account'] || '', ...options };
+}
+
+/** The view of a node:http request (Express, NestJS): JSON written with writeHead() and end(). */
+function nodeView(req, res) {
+  return {
+    db: req.db, idem: req.idempotency, body: req.body,
+    status: (code) => (res.statusCode = code),
+    answer(status, body, headers = {}) {
+      res.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8', ...headers });
+      res.end(JSON.stringify(body));
+    },
+  };
+}
+
+function withErrors(app) {
+  // eslint-disable-next-line no-unused-vars
+  app.use((err, req, res, next) => res.status(err.status || 500).json({ error: err.message }));
+  return app;
+}
+
+function served(server, close) {
+  return { url: `http://127.0.0.1:${server.address().port}`, server, close };
+}

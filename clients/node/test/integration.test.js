@@ -2,20 +2,19 @@
 // database gets CREATE EXTENSION idempotency and the ledger table of clients/schema.sql when they are missing.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
 import express from 'express';
 import pg from 'pg';
 import { CLAIM_SQL, COMPLETE_SQL, idempotency } from '../src/index.js';
 import { authenticate, createApp } from '../service/app.js';
-import { listen, post, quietLogger } from './helpers.js';
+import { listen, post, quietLogger, testPool, unique, withServer } from './helpers.js';
 
 const DATABASE_URL = process.env.IDEM_TEST_DATABASE_URL;
 const skip = DATABASE_URL ? false : 'IDEM_TEST_DATABASE_URL is not set';
 
-// Each case runs twice: on a plain pool (BEGIN + claim and complete + COMMIT as multi-statement messages) and on a
-// pool of pipelined clients (pg's `pipeline: true`: the pairs are pipelined extended-protocol statements).
-for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ? 'pipelined client' : 'multi-statement messages'})`, { skip }, () => {
-  const run = `t${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+// Each case runs twice: on a pool of pipelined clients (pg's `pipeline: true`: BEGIN + claim and complete + COMMIT
+// each in one round trip) and on a plain pool (one statement per round trip).
+for (const pipeline of [true, false]) describe(`against PostgreSQL (${pipeline ? 'pipelined client' : 'plain client'})`, { skip }, () => {
+  const run = unique('t');
   let pool;
   let srv;
   let n = 0;
@@ -28,10 +27,7 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
     (await pool.query('SELECT amount_cents, currency, idempotency_key FROM ledger WHERE account = $1 ORDER BY id', [acct])).rows;
 
   before(async () => {
-    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 8, pipeline });
-    await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
-    const { rows: [{ t }] } = await pool.query("SELECT to_regclass('ledger') IS NOT NULL AS t");
-    if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+    pool = await testPool({ max: 8, pipeline });
     srv = await listen(createApp({ pool, faults: true, logger: quietLogger }));
   });
 
@@ -56,128 +52,90 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
     assert.equal(again.headers.get('location'), `/payments/${id}`);
     assert.equal(again.headers.get('content-type'), 'application/json');
-    assert.deepEqual(again.json, first.json);
+    assert.equal(again.text, first.text, 'byte-identical');
     assert.deepEqual(await rows(acct), [{ amount_cents: '-1250', currency: 'EUR', idempotency_key: 'pay-1' }]);
   });
 
-  test('the quoted and the bare form are the same key; escapes are decoded', async () => {
+  test('the same key with another body: 422 idempotency-key-reused, nothing written; for another account (the scope) a payment of its own', async () => {
     const acct = account();
-    const a = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, '"same-key"'));
-    const b = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, 'same-key'));
-    assert.equal(a.status, 201);
-    assert.equal(b.headers.get('idempotent-replayed'), 'true');
-    const c = await post(`${srv.url}/payments`, { amount_cents: 1, currency: 'USD' }, auth(acct, '"q\\"uote\\\\d"'));
-    assert.equal(c.status, 201);
-    assert.deepEqual((await rows(acct)).map((r) => r.idempotency_key), ['same-key', 'q"uote\\d']);
-  });
-
-  test('the same key with another body: 422 idempotency-key-reused, nothing written', async () => {
-    const acct = account();
-    assert.equal((await post(`${srv.url}/payments`, { amount_cents: 10, currency: 'EUR' }, auth(acct, 'k'))).status, 201);
+    const other = account();
+    const first = await post(`${srv.url}/payments`, { amount_cents: 10, currency: 'EUR' }, auth(acct, 'k'));
+    assert.equal(first.status, 201);
     const r = await post(`${srv.url}/payments`, { amount_cents: 11, currency: 'EUR' }, auth(acct, 'k'));
     assert.equal(r.status, 422);
     assert.equal(r.headers.get('content-type'), 'application/problem+json');
     assert.match(r.json.type, /\/idempotency-key-reused$/);
     assert.equal(r.json.status, 422);
     assert.equal((await rows(acct)).length, 1);
+    const b = await post(`${srv.url}/payments`, { amount_cents: 10, currency: 'EUR' }, auth(other, 'k'));
+    assert.equal(b.status, 201);
+    assert.equal(b.headers.get('idempotent-replayed'), null);
+    assert.notEqual(b.json.payment_id, first.json.payment_id);
   });
 
-  test('the scope is the account: the same key for two accounts is two payments', async () => {
-    const a = account();
-    const b = account();
-    const ra = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'EUR' }, auth(a, 'shared'));
-    const rb = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'EUR' }, auth(b, 'shared'));
-    assert.equal(ra.status, 201);
-    assert.equal(rb.status, 201);
-    assert.equal(rb.headers.get('idempotent-replayed'), null);
-    assert.notEqual(ra.json.payment_id, rb.json.payment_id);
+  test('a 503 from the handler or a database error in it (500): rolled back, not cached; the retry is claimed again', async () => {
+    for (const [fault, status, detail] of [['503', 503, 'upstream unavailable'], ['db-error', 500, undefined]]) {
+      const acct = account();
+      const body = { amount_cents: 700, currency: 'GBP' };
+      const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'k5'), 'X-Fault': fault });
+      assert.equal(r.status, status);
+      assert.equal(r.headers.get('content-type'), 'application/problem+json');
+      assert.equal(r.json.status, status);
+      if (detail) assert.equal(r.json.detail, detail);
+      assert.deepEqual(await rows(acct), []);
+      const retry = await post(`${srv.url}/payments`, body, auth(acct, 'k5'));
+      assert.equal(retry.status, 201);
+      assert.equal(retry.headers.get('idempotent-replayed'), null);
+      assert.equal((await rows(acct)).length, 1);
+    }
   });
 
-  test('a 503 from the handler is rolled back and not cached; the retry is claimed again', async () => {
-    const acct = account();
-    const body = { amount_cents: 700, currency: 'GBP' };
-    const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'k503'), 'X-Fault': '503' });
-    assert.equal(r.status, 503);
-    assert.equal(r.headers.get('content-type'), 'application/problem+json');
-    assert.equal(r.json.detail, 'upstream unavailable');
-    assert.deepEqual(await rows(acct), []);
-    const retry = await post(`${srv.url}/payments`, body, auth(acct, 'k503'));
-    assert.equal(retry.status, 201);
-    assert.equal(retry.headers.get('idempotent-replayed'), null);
-    assert.equal((await rows(acct)).length, 1);
-  });
-
-  test('a database error in the handler: 500, rolled back, the retry is claimed again', async () => {
-    const acct = account();
-    const body = { amount_cents: 9, currency: 'EUR' };
-    const r = await post(`${srv.url}/payments`, body, { ...auth(acct, 'kdb'), 'X-Fault': 'db-error' });
-    assert.equal(r.status, 500);
-    assert.equal(r.headers.get('content-type'), 'application/problem+json');
-    assert.equal(r.json.status, 500);
-    assert.deepEqual(await rows(acct), []);
-    const retry = await post(`${srv.url}/payments`, body, auth(acct, 'kdb'));
-    assert.equal(retry.status, 201);
-    assert.equal(retry.headers.get('idempotent-replayed'), null);
-  });
+  // a route of its own around `handler`, on the service's scope
+  const insert = (h) => h.db.query(
+    "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -1, 'EUR', $2)",
+    [h.idem.scope, h.idem.key]);
+  const route = (handler, fn) => withServer('express route', pool, handler, fn, { scope: authenticate });
 
   test('a handler that throws after its insert: rolled back, nothing cached', async () => {
     let fail = true;
-    const app = express();
-    const idem = idempotency({ pool, scope: authenticate, logger: quietLogger });
-    app.post('/throws', idem(async (req, res) => {
-      await req.db.query(
-        "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -1, 'EUR', $2)",
-        [req.idempotency.scope, req.idempotency.key],
-      );
+    const acct = account();
+    await route(async (h) => {
+      await insert(h);
       if (fail) throw new Error('the handler failed');
-      res.status(201).json({ ok: true });
-    }));
-    const s = await listen(app);
-    try {
-      const acct = account();
-      const r = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      h.answer(201, { ok: true });
+    }, async (url) => {
+      const r = await post(url, {}, auth(acct, 'kt'));
       assert.equal(r.status, 500);
       assert.match(r.json.type, /internal-error$/);
       assert.deepEqual(await rows(acct), []);
       fail = false;
-      const retry = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      const retry = await post(url, {}, auth(acct, 'kt'));
       assert.equal(retry.status, 201);
       assert.equal(retry.headers.get('idempotent-replayed'), null);
       assert.equal((await rows(acct)).length, 1);
-      const replay = await post(`${s.url}/throws`, {}, auth(acct, 'kt'));
+      const replay = await post(url, {}, auth(acct, 'kt'));
       assert.equal(replay.headers.get('idempotent-replayed'), 'true');
       assert.equal((await rows(acct)).length, 1);
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   test('SQLSTATE 40001 in the handler: the whole transaction runs again, once in effect', async () => {
     const attempts = [];
-    const app = express();
-    const idem = idempotency({ pool, scope: authenticate, logger: quietLogger });
-    app.post('/retry', idem(async (req, res) => {
-      attempts.push(req.idempotency.attempt);
-      await req.db.query(
-        "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -1, 'EUR', $2)",
-        [req.idempotency.scope, req.idempotency.key],
-      );
-      if (req.idempotency.attempt < 2) {
-        await req.db.query("DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END $$");
+    const acct = account();
+    await route(async (h) => {
+      attempts.push(h.idem.attempt);
+      await insert(h);
+      if (h.idem.attempt < 2) {
+        await h.db.query("DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END $$");
       }
-      res.status(201).json({ attempt: req.idempotency.attempt });
-    }));
-    const s = await listen(app);
-    try {
-      const acct = account();
-      const r = await post(`${s.url}/retry`, {}, auth(acct, 'kr'));
+      h.answer(201, { attempt: h.idem.attempt });
+    }, async (url) => {
+      const r = await post(url, {}, auth(acct, 'kr'));
       assert.equal(r.status, 201);
       assert.deepEqual(r.json, { attempt: 2 });
       assert.deepEqual(attempts, [0, 1, 2]);
       assert.equal((await rows(acct)).length, 1);
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   test('a validation error (422) is answered not executed: not stored, the corrected retry is claimed', async () => {
@@ -251,17 +209,7 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
     assert.equal((await post(`${srv.url}/payments`, body, auth(acct, 'kg'))).status, 201);
   });
 
-  test('a replay is byte-identical to the first answer', async () => {
-    const acct = account();
-    const first = await post(`${srv.url}/payments`, '{"currency":"EUR","amount_cents":4321}', auth(acct, 'kb'));
-    assert.equal(first.status, 201);
-    const again = await post(`${srv.url}/payments`, '{"amount_cents": 4321, "currency": "EUR"}', auth(acct, 'kb'));
-    assert.equal(again.headers.get('idempotent-replayed'), 'true');
-    assert.equal(again.text, first.text);
-    assert.equal(again.headers.get('content-type'), first.headers.get('content-type'));
-  });
-
-  test('several keys in one header: 400, neither key consumed; a "," inside a quoted key is one key', async () => {
+  test('the quoted and the bare form are one key, escapes decoded; several keys in one header: 400, neither consumed; a "," inside a quoted key is one key', async () => {
     const acct = account();
     const body = { amount_cents: 5, currency: 'EUR' };
     for (const key of ['ka,kb', 'ka, kb', '"ka", "kb"']) {
@@ -270,27 +218,17 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
       assert.match(r.json.type, /idempotency-key-invalid$/);
       assert.match(r.json.detail, /several/);
     }
-    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, 'ka'))).status, 201);
+    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, '"ka"'))).status, 201);
+    const bare = await post(`${srv.url}/payments`, body, auth(acct, 'ka'));
+    assert.equal(bare.headers.get('idempotent-replayed'), 'true');
     const q = await post(`${srv.url}/payments`, body, auth(acct, '"ka,kb"'));
     assert.equal(q.status, 201);
     assert.equal(q.headers.get('idempotent-replayed'), null);
+    assert.equal((await post(`${srv.url}/payments`, body, auth(acct, '"q\\"uote\\\\d"'))).status, 201);
+    assert.deepEqual((await rows(acct)).map((r) => r.idempotency_key), ['ka', 'ka,kb', 'q"uote\\d']);
   });
 
-  test('a body over 1 MiB: 413 before the claim; exactly 1 MiB is accepted', async () => {
-    const acct = account();
-    const padded = (size) => {
-      const core = '{"amount_cents": 9, "currency": "EUR"';
-      return core + ' '.repeat(size - core.length - 1) + '}';
-    };
-    const big = await post(`${srv.url}/payments`, padded(1048577), auth(acct, 'kl'));
-    assert.equal(big.status, 413);
-    assert.match(big.json.type, /request-too-large$/);
-    assert.deepEqual(await stored(acct, 'kl'), []);
-    const ok = await post(`${srv.url}/payments`, padded(1048576), auth(acct, 'kl'));
-    assert.equal(ok.status, 201);
-  });
-
-  test('another method: 405 with Allow; an unknown path: 404', async () => {
+  test('another method: 405 with Allow; GET /healthz; an unknown path: 404', async () => {
     for (const [method, path, allow] of [['GET', '/payments', 'POST'], ['PUT', '/payments', 'POST'],
       ['DELETE', '/payments-unprotected', 'POST'], ['POST', '/healthz', 'GET, HEAD']]) {
       const r = await fetch(`${srv.url}${path}`, { method });
@@ -299,17 +237,26 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
       assert.equal(r.headers.get('content-type'), 'application/problem+json');
     }
     assert.equal((await fetch(`${srv.url}/healthz`, { method: 'HEAD' })).status, 200);
+    assert.deepEqual(await (await fetch(`${srv.url}/healthz`)).json(), { ok: true });
     assert.equal((await fetch(`${srv.url}/nowhere`)).status, 404);
   });
 
-  test('a body that is not JSON: 400 before the claim, the key is not consumed', async () => {
+  test('a body that is not JSON (400) or over 1 MiB (413): answered before the claim, the key not consumed; exactly 1 MiB is accepted', async () => {
     const acct = account();
-    const bad = await post(`${srv.url}/payments`, '{"amount_cents": 5,', auth(acct, 'kj'));
-    assert.equal(bad.status, 400);
-    assert.match(bad.json.type, /request-body-not-json$/);
-    const nul = await post(`${srv.url}/payments`, '{"amount_cents": 5, "currency": "\\u0000"}', auth(acct, 'kj'));
-    assert.equal(nul.status, 400); // JSON that jsonb refuses
-    const ok = await post(`${srv.url}/payments`, { amount_cents: 5, currency: 'EUR' }, auth(acct, 'kj'));
+    const padded = (size) => {
+      const core = '{"amount_cents": 9, "currency": "EUR"';
+      return core + ' '.repeat(size - core.length - 1) + '}';
+    };
+    // not JSON, JSON that jsonb refuses, one byte over the limit
+    for (const [body, status, type] of [['{"amount_cents": 5,', 400, 'request-body-not-json'],
+      ['{"amount_cents": 5, "currency": "\\u0000"}', 400, 'request-body-not-json'],
+      [padded(1048577), 413, 'request-too-large']]) {
+      const r = await post(`${srv.url}/payments`, body, auth(acct, 'kj'));
+      assert.equal(r.status, status);
+      assert.match(r.json.type, new RegExp(`/${type}$`));
+    }
+    assert.deepEqual(await stored(acct, 'kj'), []);
+    const ok = await post(`${srv.url}/payments`, padded(1048576), auth(acct, 'kj'));
     assert.equal(ok.status, 201);
     assert.equal(ok.headers.get('idempotent-replayed'), null);
   });
@@ -371,24 +318,64 @@ for (const pipeline of [false, true]) describe(`against PostgreSQL (${pipeline ?
     assert.equal(err.status, 500);
     assert.equal((await rows(acct)).length, 2);
   });
-
-  test('GET /healthz', async () => {
-    const r = await fetch(`${srv.url}/healthz`);
-    assert.equal(r.status, 200);
-    assert.deepEqual(await r.json(), { ok: true });
-  });
 });
 
 // Through PgBouncer in transaction pooling (E2E_PGBOUNCER_URL: clients/run-tests.sh exports it, the e2e stack's
-// bouncer; PgBouncer 1.18 keeps no named statement): a pipelined pool names the 1.3 statements, meets 26000 or
-// 42P05 on a server connection that does not hold them (or already does), and goes on unnamed by itself.
+// bouncer; PgBouncer 1.18 keeps no named statement): a pipelined pool names the 1.3 statements, meets 26000 on a
+// server connection that does not hold them, and goes on unnamed by itself.
 const BOUNCER = process.env.E2E_PGBOUNCER_URL;
 describe('through PgBouncer, a pipelined pool', { skip: BOUNCER ? false : 'E2E_PGBOUNCER_URL is not set' }, () => {
+  test('a server connection swapped under a client connection: met at the claim, never after the handler', async () => {
+    // PgBouncer hands out the server connection released last; a transaction held open by another client sends the
+    // next one elsewhere. Each request runs on the client connection the test picks; the handler, which cannot be
+    // run again (a middleware before the route), records the server's pid.
+    const connections = [];
+    for (let i = 0; i < 3; i++) {
+      const c = new pg.Client({ connectionString: BOUNCER, pipeline: true });
+      await c.connect();
+      connections.push(Object.assign(c, { release() {} }));
+    }
+    const [c1, c2, holder] = connections;
+    const run = unique('sw');
+    const logged = [];
+    let next;
+    const app = express();
+    const logger = { error() {}, info: (m) => logged.push(m) };
+    app.use(idempotency({ pool: { connect: async () => next }, logger })());
+    const servers = [];
+    app.post('/p', async (req, res) => {
+      servers.push((await req.db.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
+      res.status(req.body.status).json({});
+    });
+    const srv = await listen(app);
+    const send = (client, key, status) => ((next = client),
+      post(`${srv.url}/p`, { status }, { 'Idempotency-Key': `${run}-${key}` }).then((r) => r.status));
+    try {
+      assert.equal(await send(c1, 'a', 201), 201); // c1 prepares its claim and completion on server connection A
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1'); // A, held
+      assert.equal(await send(c2, 'b', 503), 503); // c2 prepares its claim on another one, B (rolled back)
+      await holder.query('COMMIT'); // A is the one released last again
+      // c2 on A, which holds c1's statements and not c2's: 26000 at the claim, run again unnamed. With one name for
+      // every connection, the claim ran there as c1's and the completion's Parse failed after the handler (42P05).
+      assert.equal(await send(c2, 'c', 201), 201);
+      assert.equal(servers.length, 3, 'each handler ran once');
+      assert.notEqual(servers[1], servers[0], 'b ran on another server connection than a');
+      assert.equal(servers[2], servers[0], 'c ran on the server connection of a');
+      assert.ok(logged.some((m) => /SQLSTATE 26000/.test(m)), logged.join('\n'));
+      assert.equal(await send(c1, 'd', 201), 201, 'unnamed from then on');
+    } finally {
+      await srv.close();
+      await Promise.all(connections.map((c) => c.end()));
+    }
+  });
+
+
   for (const prepared of ['auto', false]) {
     test(`prepared: ${prepared}: 30 keys at once, then again: 30 payments, then 30 replays`, async () => {
       const pool = new pg.Pool({ connectionString: BOUNCER, max: 6, pipeline: true });
       const srv = await listen(createApp({ pool, prepared, logger: quietLogger }));
-      const acct = `pb${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+      const acct = unique('pb');
       try {
         const round = () => Promise.all(Array.from({ length: 30 }, (_, i) => post(`${srv.url}/payments`,
           { amount_cents: 1 + i, currency: 'EUR' }, { Authorization: `Bearer ${acct}`, 'Idempotency-Key': `k${i}` })));

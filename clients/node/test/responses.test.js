@@ -12,59 +12,41 @@ import {
   problem,
   replayResponse,
   storedForm,
-} from '../src/index.js';
+} from '../src/responses.js';
 
 const json = (r) => JSON.parse(r.body.toString());
 
-test('claimed: run the handler', () => {
+test('claimed: null (run the handler); an unknown outcome is an error', () => {
   assert.equal(claimResponse({ outcome: 'claimed', http_status: null, response_body: null, response_headers: null }), null);
+  assert.throws(() => claimResponse({ outcome: 'weird' }), /unknown idem_claim outcome/);
 });
 
-test('replay: the stored status, headers and body, plus Idempotent-Replayed: true', () => {
-  const r = claimResponse({
-    outcome: 'replay',
-    http_status: 201,
-    response_body: '{"payment_id": 7}',
-    response_headers: '{"Content-Type": "application/json", "Location": "/payments/7"}',
-  });
-  assert.equal(r.status, 201);
-  assert.deepEqual(r.headers, [
-    ['Content-Type', 'application/json'],
-    ['Location', '/payments/7'],
-    ['Idempotent-Replayed', 'true'],
-  ]);
-  assert.equal(r.body.toString(), '{"payment_id": 7}');
+test('replay: the stored status, headers and body (none stored: none), plus Idempotent-Replayed: true', () => {
+  for (const [body, headers, status, expected] of [
+    ['{"payment_id": 7}', '{"Content-Type": "application/json", "Location": "/payments/7"}', 201,
+      [['Content-Type', 'application/json'], ['Location', '/payments/7']]],
+    [null, null, 204, []],
+  ]) {
+    const r = claimResponse({ outcome: 'replay', http_status: status, response_body: body, response_headers: headers });
+    assert.equal(r.status, status);
+    assert.deepEqual(r.headers, [...expected, ['Idempotent-Replayed', 'true']]);
+    assert.equal(r.body.toString(), body ?? '');
+  }
 });
 
-test('replay of a response stored without body or headers', () => {
-  const r = claimResponse({ outcome: 'replay', http_status: 204, response_body: null, response_headers: null });
-  assert.equal(r.status, 204);
-  assert.equal(r.body.length, 0);
-  assert.deepEqual(r.headers, [['Idempotent-Replayed', 'true']]);
-});
-
-test('mismatch: 422 problem+json idempotency-key-reused (or the configured status)', () => {
-  const r = claimResponse({ outcome: 'mismatch', http_status: 422 });
-  assert.equal(r.status, 422);
-  assert.equal(r.header('content-type'), 'application/problem+json');
-  assert.deepEqual(Object.keys(json(r)).sort(), ['detail', 'status', 'title', 'type']);
-  assert.equal(json(r).type, PROBLEM_BASE + 'idempotency-key-reused');
-  assert.equal(json(r).status, 422);
+test('mismatch: 422 problem+json idempotency-key-reused (or the configured status); in_progress: 409 with Retry-After: 1', () => {
+  for (const [outcome, status, type, retryAfter] of [['mismatch', 422, 'idempotency-key-reused', undefined],
+    ['in_progress', 409, 'idempotency-key-in-progress', '1']]) {
+    const r = claimResponse({ outcome, http_status: status });
+    assert.equal(r.status, status);
+    assert.equal(r.header('Content-Type'), 'application/problem+json');
+    assert.equal(r.header('Retry-After'), retryAfter);
+    assert.deepEqual(Object.keys(json(r)).sort(), ['detail', 'status', 'title', 'type']);
+    assert.equal(json(r).type, PROBLEM_BASE + type);
+    assert.equal(json(r).status, status);
+  }
   assert.equal(claimResponse({ outcome: 'mismatch', http_status: 400 }).status, 400);
   assert.equal(claimResponse({ outcome: 'mismatch', http_status: null }).status, 422);
-});
-
-test('in_progress: 409 with Retry-After: 1', () => {
-  const r = claimResponse({ outcome: 'in_progress', http_status: 409 });
-  assert.equal(r.status, 409);
-  assert.equal(r.header('Retry-After'), '1');
-  assert.equal(r.header('Content-Type'), 'application/problem+json');
-  assert.equal(json(r).status, 409);
-  assert.equal(json(r).type, PROBLEM_BASE + 'idempotency-key-in-progress');
-});
-
-test('an unknown outcome is an error', () => {
-  assert.throws(() => claimResponse({ outcome: 'weird' }), /unknown idem_claim outcome/);
 });
 
 test('problem(): RFC 9457 body', () => {

@@ -46,6 +46,17 @@ def db(database_url):
         yield conn
 
 
+@pytest.fixture(scope="session")
+def django_configured(database_url):
+    """Django's settings for the tests' database (the sample service's); its connections closed at the end."""
+    from payments_service.django_app import configure
+
+    configure(database_url, faults=True)
+    yield
+    from django.db import connections
+    connections.close_all()
+
+
 @pytest.fixture
 def account():
     """A fresh account (scope) per test, so tests never share keys."""

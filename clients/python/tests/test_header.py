@@ -50,7 +50,7 @@ def test_invalid(raw):
     assert e.value.slug == "idempotency-key-invalid"
 
 
-@pytest.mark.parametrize("raw", ["k1,k2", "k1, k2", "k1 ,k2", '"k1","k2"', '"k1" , "k2"', "a,b;c=d", ",k1", "k1,",
+@pytest.mark.parametrize("raw", ["k1,k2", "k1, k2", "k1 ,k2", '"k1","k2"', '"k1", "k2"', '"k1" , "k2"', "a,b;c=d", ",k1", "k1,",
                                  ["k1", "k2"], ["k1", "k1"]])
 def test_several_keys_are_invalid(raw):
     """HTTP joins two header lines with a comma: several keys are refused, even twice the same."""

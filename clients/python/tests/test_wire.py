@@ -1,9 +1,10 @@
 """Every sample service as a process on a real server (waitress: WSGI and Django; uvicorn: FastAPI on psycopg and on
-SQLAlchemy), over a real socket: a body that did not arrive whole is never executed, and a Content-Length over the
-limit is answered 413 before the body is sent."""
+SQLAlchemy), over a real socket: a body that did not arrive whole is never executed (its retry is, then replayed),
+a Content-Length over the limit is answered 413 before the body is sent, and parallel clicks get 409 at once."""
 
 import json
 import socket
+import threading
 import time
 import uuid
 
@@ -83,6 +84,8 @@ def test_a_truncated_body_is_not_executed_and_the_key_stays_free(service, db, ac
     assert status == 201, (status, answer)
     assert "idempotent-replayed" not in headers, "the retry got a replay of a request that never arrived whole"
     assert written(db, account, path) == 1
+    status, headers, again, _ = exchange(service, request_head(account, key, 600, path), body)
+    assert (status, again, headers.get("idempotent-replayed")) == (201, answer, "true")
 
 
 def test_a_content_length_over_the_limit_is_413_before_the_body(service, db, account):
@@ -117,3 +120,32 @@ def test_a_chunked_body_is_cut_off_at_the_limit(service, db, account):
             data += more
     assert data.startswith(b"HTTP/1.1 413"), data[:200]
     assert stored_outcome(db, account, key) == "claimed" and ledger(db, account) == []
+
+
+def test_five_parallel_clicks_get_409_at_once(service, account):
+    """The first click holds the key for 3 s (``X-Fault: sleep=3000``); five more meanwhile each get 409 at once: a
+    service waiting for the holder would take 2.7 s or more; 1 s leaves margin on loaded cores (a 409 took over
+    200 ms at load average 17)."""
+    head = request_head(account, "double-click", len(PAYMENT)) + "X-Fault: sleep=3000\r\n"
+    results = {}
+
+    def click(i):
+        results[i] = exchange(service, head, PAYMENT)
+
+    first = threading.Thread(target=click, args=(0,))
+    first.start()
+    time.sleep(0.3)  # the first request holds the key
+    others = [threading.Thread(target=click, args=(i,)) for i in range(1, 6)]
+    for t in others:
+        t.start()
+    for t in others:
+        t.join()
+    assert first.is_alive(), "the first request should still be in flight"
+    for i in range(1, 6):
+        status, headers, _, elapsed = results[i]
+        assert status == 409 and headers["retry-after"] == "1", results[i]
+        assert elapsed < 1.0, "click %d took %.0f ms" % (i, elapsed * 1000)
+    first.join()
+    assert results[0][0] == 201, results[0]
+    status, headers, answer, _ = exchange(service, request_head(account, "double-click", len(PAYMENT)), PAYMENT)
+    assert (status, answer, headers.get("idempotent-replayed")) == (201, results[0][2], "true")

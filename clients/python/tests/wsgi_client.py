@@ -1,4 +1,4 @@
-"""A minimal in-process WSGI client for the tests."""
+"""Helpers for the tests: a minimal in-process WSGI client, and a pool of one connection."""
 
 import io
 import json
@@ -26,3 +26,25 @@ def environ_of(method, path, body=b"", headers=None):
 
 def body_json(response):
     return json.loads(response.body)
+
+
+class OneConnection:
+    """A pool of one connection, sync or async (to trace it, or to check what is left open on it)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def connection(self):
+        return self
+
+    def __enter__(self):
+        return self.conn
+
+    def __exit__(self, *exc):
+        return None
+
+    async def __aenter__(self):
+        return self.conn
+
+    async def __aexit__(self, *exc):
+        return None

@@ -19,7 +19,7 @@ const options: IdempotencyOptions<{ headers: Record<string, string | undefined> 
   },
   ttl: '24 hours',
   isolationLevel: 'serializable',
-  batching: 'multi',
+  prepared: 'auto',
   replayHeaders: ['Content-Type', 'Location'],
 };
 const idem = idempotency(options);
@@ -43,8 +43,8 @@ void status;
 
 // @ts-expect-error the pool is required
 idempotency({});
-// @ts-expect-error batching is one of auto, pipeline, multi, off
-idempotency({ pool, batching: 'sometimes' });
+// @ts-expect-error prepared is true, false or 'auto'
+idempotency({ pool, prepared: 'sometimes' });
 
 // Lease mode: steps with a typed recovery state, finish in the completing transaction.
 declare const leasePool: LeasePoolLike;

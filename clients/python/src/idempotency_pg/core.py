@@ -25,7 +25,7 @@ import json
 import logging
 import secrets
 import weakref
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 
 import psycopg
@@ -64,6 +64,14 @@ class PreparedLost(Exception):
     in transaction mode.  Nothing has run; the attempt runs again unnamed."""
 
 
+class Rollback(Exception):
+    """Leaves a transaction block so that it rolls back, with the ``response`` to send (a 5xx: not stored)."""
+
+    def __init__(self, response):
+        super().__init__(response.status)
+        self.response = response
+
+
 #: What is answered before any claim (or after the claim refused the body): :meth:`Options.refused`.
 REFUSED = (HTTPProblem, KeyHeaderError, BodyTooLarge, BodyIncomplete, BadBody, NotExecuted)
 
@@ -80,6 +88,11 @@ def sqlstate(exc):
 async def aw(value):
     """``await value`` if it is awaitable (an async driver's call), else ``value`` (a sync one's)."""
     return (await value) if inspect.isawaitable(value) else value
+
+
+async def fetchone(conn, sql, params=None):
+    """The first row of ``sql`` on a sync or async connection (psycopg's, or one with its ``execute``)."""
+    return await aw((await aw(conn.execute(sql, params))).fetchone())
 
 
 @asynccontextmanager
@@ -101,6 +114,11 @@ def drive(coro):
         return done.value
     coro.close()
     raise RuntimeError("a sync flow awaited something: use the async adapter")
+
+
+def driven(fn):
+    """A coroutine function that never suspends (:func:`drive`), as a plain function."""
+    return lambda *args: drive(fn(*args))
 
 
 # --------------------------------------------------------------------------- the request body
@@ -424,14 +442,7 @@ class PgTx:
 
     async def _one_row(self, sql, params, before=None, after=None):
         conn = self.handle
-        if not self.pipeline:
-            if before:
-                await aw(conn.execute(before))
-            row = await aw((await aw(conn.execute(sql, params, prepare=False))).fetchone())
-            if after:
-                await aw(conn.execute(after))
-            return row
-        async with entered(conn.pipeline()):
+        async with entered(conn.pipeline() if self.pipeline else nullcontext()):  # one round trip, or one each
             if before:
                 await aw(conn.execute(before))
             cur = await aw(conn.execute(sql, params, prepare=False))

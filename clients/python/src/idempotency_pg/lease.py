@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from .core import PgTx, aw, drive, entered, sqlstate
+from .core import PgTx, Rollback, aw, drive, entered, fetchone, sqlstate
 from .responses import claim_response, problem, sent_form, stored_form_of
 
 log = logging.getLogger("idempotency_pg")
@@ -129,14 +129,14 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
         async with db.fenced_transaction(ctx) as tx:
             response = await db.call(finish, tx.handle, ctx)
             if 500 <= response.status <= 599:
-                raise _NotStored(response)  # finish's writes roll back: the retry runs finish again
+                raise Rollback(response)  # finish's writes roll back: the retry runs finish again
             stored = stored_form_of(response, replay_headers)
             out = await tx.commit_with(COMPLETE_SQL, {"key": key, "token": ctx.token, "status": response.status,
                                                       "body": stored.body, "headers": stored.headers,
                                                       "scope": scope})
         stored.read_back = out[1]
         return sent_form(response, stored)
-    except _NotStored as e:
+    except Rollback as e:
         await db.release(ctx)  # the lease given back at once, the recovery point kept
         return e.response
     except BaseException as e:
@@ -166,15 +166,7 @@ class _InAtomic:
         self.handle = conn
 
     async def commit_with(self, sql, params):
-        return await aw((await aw(self.handle.execute(sql, params))).fetchone())  # the block commits on exit
-
-
-class _NotStored(Exception):
-    """``finish`` answered a 5xx: not stored, its transaction rolled back."""
-
-    def __init__(self, response):
-        super().__init__(response.status)
-        self.response = response
+        return await fetchone(self.handle, sql, params)  # the block commits on exit
 
 
 def _lost():

@@ -3,7 +3,7 @@
 import logging
 
 from idempotency_pg import HTTPProblem, IdempotencyMiddleware, NotExecuted, Response, json_response
-from idempotency_pg.core import aw, drive
+from idempotency_pg.core import Rollback, drive, fetchone
 from idempotency_pg.middleware import CONTEXT, read_body
 
 from .payment import INSERT_SQL, account_from_authorization, after_write, created, not_allowed, not_found, \
@@ -22,7 +22,7 @@ async def process_payment(conn, account, key, raw_body, fault=None, thrown=throw
     """The handler, inside the caller's open transaction on ``conn`` (a psycopg connection, sync or async): returns
     a Response (raises :class:`NotExecuted` for an invalid body, ``thrown(status)`` for the ``throw-*`` faults)."""
     amount, currency = validate_payment(raw_body)
-    (payment_id,) = await aw((await aw(conn.execute(INSERT_SQL, (account, -amount, currency, key)))).fetchone())
+    (payment_id,) = await fetchone(conn, INSERT_SQL, (account, -amount, currency, key))
     return await after_write(fault, conn.execute, thrown) or created(payment_id, account, amount, currency)
 
 
@@ -61,9 +61,9 @@ class PaymentsApp:
                 with conn.transaction():
                     response = drive(process_payment(conn, params["scope"], "", params["raw"], self._fault(environ)))
                     if response.status >= 500:
-                        raise _RollbackWith(response)  # leaving the block by an exception rolls back
+                        raise Rollback(response)  # leaving the block by an exception rolls back
             return response
-        except (_RollbackWith, NotExecuted, HTTPProblem) as e:
+        except (Rollback, NotExecuted, HTTPProblem) as e:
             return e.response
         except Exception:
             log.exception("payments-unprotected failed")
@@ -86,9 +86,3 @@ class PaymentsApp:
         if path not in routes:
             return _send(start_response, not_found(path))
         return _send(start_response, routes[path](environ) if method == "POST" else not_allowed())
-
-
-class _RollbackWith(Exception):
-    def __init__(self, response):
-        super().__init__(response.status)
-        self.response = response

@@ -11,8 +11,13 @@ import threading
 import time
 from urllib.parse import unquote, urlsplit
 
+from idempotency_pg import NotExecuted, Response, json_response, problem
+from idempotency_pg.core import drive
+from idempotency_pg.django import idempotent, lease_pool, read_body, to_django
+
 from .payment import account_from_authorization, after_write, created, not_allowed, not_found as _not_found, serve, \
     validate_payment
+from .rides import handle_ride, ride_request
 
 
 def database_settings(url):
@@ -46,11 +51,6 @@ def configure(url, faults=False):
 
 # --------------------------------------------------------------------------- views
 
-def _django(response):
-    from idempotency_pg.django import to_django
-    return to_django(response)
-
-
 def account_scope(request):
     return account_from_authorization(request.META.get("HTTP_AUTHORIZATION", ""))
 
@@ -63,7 +63,6 @@ def _fault(request):
 def _pay(request, account, key, raw):
     """The handler: validation (not executed), the ORM insert, the faults; inside the caller's transaction."""
     from django.db import connection
-    from idempotency_pg.core import drive
 
     from .djangoledger.models import Ledger
 
@@ -71,53 +70,43 @@ def _pay(request, account, key, raw):
     row = Ledger.objects.create(account=account, amount_cents=-amount, currency=currency, idempotency_key=key)
     with connection.cursor() as cur:
         early = drive(after_write(_fault(request), cur.execute))
-    return _django(early or created(row.id, account, amount, currency))
+    return to_django(early or created(row.id, account, amount, currency))
 
 
 def _intake(request, path, need_key=True):
     """The request read as the decorator reads it (account, key, whole body, JSON), or the Response refusing it."""
-    from idempotency_pg.core import drive
-    from idempotency_pg.django import read_body
-
     return drive(_protected.options.intake(request, "POST", path, request.META.get("HTTP_IDEMPOTENCY_KEY"),
                                            lambda limit: read_body(request, limit), need_key=need_key))
 
 
 def payments(request):
     if request.method != "POST":
-        return _django(not_allowed())
+        return to_django(not_allowed())
     return _protected(request)
 
 
 def unprotected(request):
     from django.db import transaction
-    from idempotency_pg import NotExecuted, Response
 
     if request.method != "POST":
-        return _django(not_allowed())
+        return to_django(not_allowed())
     params = _intake(request, "/payments-unprotected", need_key=False)
     if isinstance(params, Response):
-        return _django(params)
+        return to_django(params)
     try:
         with transaction.atomic():
             return _pay(request, params["scope"], "", params["raw"])
     except NotExecuted as e:
-        return _django(e.response)
+        return to_django(e.response)
 
 
 def rides(request):
     """POST /rides: lease mode (payments_service.rides) on Django's own connection."""
-    from idempotency_pg import Response
-    from idempotency_pg.core import drive
-    from idempotency_pg.django import lease_pool, read_body
-
-    from .rides import handle_ride, ride_request
-
     if request.method != "POST":
-        return _django(not_allowed())
+        return to_django(not_allowed())
     ride = drive(ride_request(_protected.options, request, request.META.get("HTTP_IDEMPOTENCY_KEY"),
                               lambda limit: read_body(request, limit), _fault(request)))
-    return _django(ride if isinstance(ride, Response) else handle_ride(lease_pool(), ride))
+    return to_django(ride if isinstance(ride, Response) else handle_ride(lease_pool(), ride))
 
 
 _warm = threading.Event()
@@ -125,16 +114,14 @@ _warm = threading.Event()
 
 def healthz(request):
     if request.method not in ("GET", "HEAD"):
-        return _django(not_allowed("GET, HEAD"))
+        return to_django(not_allowed("GET, HEAD"))
     if request.META.get("HTTP_X_WARM_UP") == "1":  # see warm_up(): open this thread's connection
         from django.db import connection
         connection.ensure_connection()
         time.sleep(0.2)  # hold this thread so that the other warm-up requests land on other threads
     elif not _warm.is_set():
-        from idempotency_pg import problem
-        return _django(problem(503, "starting", "Service Unavailable", "opening database connections"))
-    from idempotency_pg import json_response
-    return _django(json_response(200, {"ok": True}))
+        return to_django(problem(503, "starting", "Service Unavailable", "opening database connections"))
+    return to_django(json_response(200, {"ok": True}))
 
 
 def warm_up(port, threads):
@@ -162,21 +149,15 @@ def warm_up(port, threads):
 
 
 def not_found(request, exception=None):
-    return _django(_not_found(request.path))
+    return to_django(_not_found(request.path))
 
 
 def server_error(request):
-    from idempotency_pg import problem
-    return _django(problem(500, "internal-error", "Internal Server Error", "the request failed and was rolled back"))
+    return to_django(problem(500, "internal-error", "Internal Server Error", "the request failed and was rolled back"))
 
 
-def _payments_protected():
-    from idempotency_pg.django import idempotent
-    return idempotent(scope=account_scope, methods=("POST",))(
-        lambda request: _pay(request, request.idempotency.scope, request.idempotency.key, request.body))
-
-
-_protected = _payments_protected()
+_protected = idempotent(scope=account_scope, methods=("POST",))(
+    lambda request: _pay(request, request.idempotency.scope, request.idempotency.key, request.body))
 
 
 def _urlpatterns():

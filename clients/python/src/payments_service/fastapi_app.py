@@ -72,6 +72,16 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
     async def close_pool():
         await pool.close()
 
+    @app.post("/payments-unprotected")
+    async def unprotected(request: Request):
+        params = await intake(request, "/payments-unprotected")
+        if isinstance(params, Response):
+            return to_fastapi(params)
+        try:
+            return to_fastapi(await pay_unprotected(params["scope"], params["raw"]))
+        except NotExecuted as e:
+            return to_fastapi(e.response)
+
     @app.post("/rides")
     async def rides(request: Request):
         ride = await ride_request(mw, request.scope, request.headers.getlist("idempotency-key") or None,
@@ -87,18 +97,10 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
             return to_fastapi(await process_payment(ctx.connection, ctx.scope, ctx.key, await request.body(),
                                                     fault_of(request), thrown))
 
-        @app.post("/payments-unprotected")
-        async def unprotected(request: Request):
-            params = await intake(request, "/payments-unprotected")
-            if isinstance(params, Response):
-                return to_fastapi(params)
-            try:
-                async with pool.connection() as conn:
-                    async with conn.transaction():
-                        r = await process_payment(conn, params["scope"], "", params["raw"])
-            except NotExecuted as e:
-                r = e.response
-            return to_fastapi(r)
+        async def pay_unprotected(account, raw):  # the same handler and insert, without any claim
+            async with pool.connection() as conn:
+                async with conn.transaction():
+                    return await process_payment(conn, account, "", raw)
 
     elif variant == "sqlalchemy":
         from sqlalchemy import create_engine
@@ -145,21 +147,13 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
             ctx = get_context(request)  # the body was read by the middleware: Starlette hands it over in the loop
             return to_fastapi(pay(ctx.session, ctx.scope, ctx.key, from_thread.run(request.body), fault_of(request)))
 
-        @app.post("/payments-unprotected")
-        async def unprotected(request: Request):
+        async def pay_unprotected(account, raw):
             from starlette.concurrency import run_in_threadpool
-
-            params = await intake(request, "/payments-unprotected")
-            if isinstance(params, Response):
-                return to_fastapi(params)
 
             def write():
                 with Session.begin() as s:
-                    return pay(s, params["scope"], "", params["raw"])
-            try:
-                return to_fastapi(await run_in_threadpool(write))
-            except NotExecuted as e:
-                return to_fastapi(e.response)
+                    return pay(s, account, "", raw)
+            return await run_in_threadpool(write)
     else:
         raise ValueError("variant must be psycopg or sqlalchemy, not %r" % (variant,))
 

@@ -4,8 +4,8 @@ Steps: ``charge_created`` (the simulated provider's charge, then the ride row an
 transaction) and ``receipt_sent`` (the simulated mailer); then the 201 is stored with ``idem_lease_complete``.
 :func:`handle_ride` runs them with :func:`idempotency_pg.lease.run` on a sync pool (the WSGI service's psycopg
 pool, or Django's own connection through ``idempotency_pg.django.lease_pool()``); :func:`handle_ride_async`
-with :func:`idempotency_pg.lease.run_async` on the FastAPI service's async pool.  What the two share (the
-request, the statements, the faults, the answers) is written here once; they differ only in ``await``.
+with :func:`idempotency_pg.lease.run_async` on the FastAPI service's async pool, both from the same steps
+(:func:`ride_steps`).
 """
 
 import asyncio
@@ -15,6 +15,7 @@ import re
 import time
 
 from idempotency_pg import NotExecuted, json_response, problem
+from idempotency_pg.core import aw, driven, entered, fetchone
 from idempotency_pg.lease import Step, run, run_async
 
 from .payment import validate_payment
@@ -96,64 +97,48 @@ class Ride:
                              [("Location", "/rides/%d" % ride_id)])
 
 
-def handle_ride(pool, ride):
-    """The ride on a sync pool: returns the Response to send."""
+def ride_steps(pool, ride, sleep, as_step):
+    """The ride's steps and finish on ``pool`` (sync or async), written once as coroutine functions: ``as_step``
+    makes each what the lease runner takes, ``sleep`` stalls."""
 
-    def charge(ctx):
+    async def charge(ctx):
         ride.before_charge()
-        with pool.connection() as conn:
-            (charge_id,) = conn.execute(CHARGE_SQL, ride.charge_args()).fetchone()
-        time.sleep(ride.after_charge(ctx))
+        async with entered(pool.connection()) as conn:
+            (charge_id,) = await fetchone(conn, CHARGE_SQL, ride.charge_args())
+        await aw(sleep(ride.after_charge(ctx)))
         return {"charge_id": charge_id}
 
-    def insert_ride(conn, ctx, state):
-        (ride_id,) = conn.execute(RIDE_SQL, ride.ride_args(ctx, state)).fetchone()
+    async def insert_ride(conn, ctx, state):
+        (ride_id,) = await fetchone(conn, RIDE_SQL, ride.ride_args(ctx, state))
         return dict(state, ride_id=ride_id)
 
-    def receipt(ctx):
+    async def receipt(ctx):
         ride.before_receipt()
-        with pool.connection() as conn:
-            conn.execute(RECEIPT_SQL, ride.receipt_args(ctx))
+        async with entered(pool.connection()) as conn:
+            await aw(conn.execute(RECEIPT_SQL, ride.receipt_args(ctx)))
         return ctx.state
 
-    def finish(conn, ctx):
-        conn.execute(RECEIPT_SENT_SQL, (ctx.state["ride_id"],))
+    async def finish(conn, ctx):
+        await aw(conn.execute(RECEIPT_SENT_SQL, (ctx.state["ride_id"],)))
         return ride.created(ctx.state)
 
-    steps = [Step("charge_created", action=charge, commit=insert_ride), Step("receipt_sent", action=receipt)]
+    steps = [Step("charge_created", action=as_step(charge), commit=as_step(insert_ride)),
+             Step("receipt_sent", action=as_step(receipt))]
+    return ride.run_args(steps, as_step(finish))
+
+
+def handle_ride(pool, ride):
+    """The ride on a sync pool: returns the Response to send."""
     try:
-        return run(pool, **ride.run_args(steps, finish))
+        return run(pool, **ride_steps(pool, ride, time.sleep, driven))
     except Exception as e:  # noqa: BLE001 - the answer to any failure of a step
         return failed(e)
 
 
 async def handle_ride_async(pool, ride):
     """The ride on a ``psycopg_pool.AsyncConnectionPool``: returns the Response to send."""
-
-    async def charge(ctx):
-        ride.before_charge()
-        async with pool.connection() as conn:
-            (charge_id,) = await (await conn.execute(CHARGE_SQL, ride.charge_args())).fetchone()
-        await asyncio.sleep(ride.after_charge(ctx))
-        return {"charge_id": charge_id}
-
-    async def insert_ride(conn, ctx, state):
-        (ride_id,) = await (await conn.execute(RIDE_SQL, ride.ride_args(ctx, state))).fetchone()
-        return dict(state, ride_id=ride_id)
-
-    async def receipt(ctx):
-        ride.before_receipt()
-        async with pool.connection() as conn:
-            await conn.execute(RECEIPT_SQL, ride.receipt_args(ctx))
-        return ctx.state
-
-    async def finish(conn, ctx):
-        await conn.execute(RECEIPT_SENT_SQL, (ctx.state["ride_id"],))
-        return ride.created(ctx.state)
-
-    steps = [Step("charge_created", action=charge, commit=insert_ride), Step("receipt_sent", action=receipt)]
     try:
-        return await run_async(pool, **ride.run_args(steps, finish))
+        return await run_async(pool, **ride_steps(pool, ride, asyncio.sleep, lambda fn: fn))
     except Exception as e:  # noqa: BLE001
         return failed(e)
 

@@ -1,0 +1,144 @@
+-- What a backend remembers between calls (issue 30: nothing looked up again per call that a backend or
+-- transaction cache can hold), and that it forgets what changed, all in one session: each step first fills the
+-- caches, then changes what they hold, then calls again. A stale entry shows as a wrong answer or an ERROR here.
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/sqlstate_of.sql
+-- A transactional request through the 1.3 functions (claim, complete as bytes, replay), in one answer.
+CREATE FUNCTION request(k text, schema_name text DEFAULT 'public') RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    first text;
+    replay record;
+BEGIN
+    EXECUTE format('SELECT (%I.idem_claim_request($1, '''', ''POST'', ''/p'', NULL, NULL, NULL)).outcome', schema_name)
+        INTO first USING k;
+    EXECUTE format('SELECT %I.idem_complete_request($1, '''', 201, ''text/plain'', NULL, convert_to($1, ''UTF8''))',
+                   schema_name) USING k;
+    EXECUTE format('SELECT (%I.idem_claim_request($1, '''', ''POST'', ''/p'', NULL, NULL, NULL)).*', schema_name)
+        INTO replay USING k;
+    RETURN first || ' then ' || replay.outcome || ' ' || replay.http_status || ' ' ||
+           coalesce(replay.content_type, '-') || ' ' || coalesce(convert_from(replay.body, 'UTF8'), '-');
+END $$;
+-- A lease taken and completed (the statements' path and the fencing number), in one answer.
+CREATE FUNCTION leased(k text, schema_name text DEFAULT 'public') RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    lease record;
+    done boolean;
+BEGIN
+    EXECUTE format('SELECT * FROM %I.idem_lease($1, %I.idem_hash($1), ''1 min'')', schema_name, schema_name)
+        INTO lease USING k;
+    IF lease.outcome <> 'claimed' THEN
+        RETURN lease.outcome;
+    END IF;
+    EXECUTE format('SELECT %I.idem_lease_complete($1, $2, 201, ''{"ok": true}'')', schema_name)
+        INTO done USING k, lease.lease_token;
+    RETURN lease.outcome || ' fencing ' || coalesce(to_jsonb(lease)->>'fencing_number', 'none') || ' completed ' || done;
+END $$;
+SELECT request('first'), leased('lease-first');
+
+-- The schema of the calling function: a member function moved to another schema looks for the key table there,
+-- and finds none (42P01), though this backend met the function before.
+CREATE SCHEMA idem_elsewhere;
+ALTER FUNCTION idem_claim_request(text, text, text, text, text, text, bytea, interval) SET SCHEMA idem_elsewhere;
+SELECT sqlstate_of($$SELECT idem_elsewhere.idem_claim_request('moved', '', 'POST', '/p', NULL, NULL, NULL)$$);
+ALTER FUNCTION idem_elsewhere.idem_claim_request(text, text, text, text, text, text, bytea, interval) SET SCHEMA public;
+SELECT request('moved back');
+
+-- search_path plays no part: a decoy idempotency_keys first on the path is never read or written.
+CREATE TABLE idem_elsewhere.idempotency_keys (LIKE public.idempotency_keys INCLUDING ALL);
+SET search_path = idem_elsewhere, public;
+SELECT public.request('decoy');
+RESET search_path;
+SELECT (SELECT count(*) FROM idem_elsewhere.idempotency_keys) AS decoy_rows,
+       (SELECT count(*) FROM public.idempotency_keys WHERE key = 'decoy') AS real_rows;
+DROP TABLE idem_elsewhere.idempotency_keys;
+
+-- The primary key made again with its columns the other way round, and a second unique index: the remembered
+-- index, its column order and whether it is the only one are forgotten (the new index must refuse a duplicate).
+BEGIN;
+ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey;
+ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, key);
+SELECT request('scope first');
+SELECT request('dup');
+CREATE UNIQUE INDEX idempotency_keys_key_alone ON idempotency_keys (key);
+SELECT sqlstate_of($$SELECT idem_claim_request('dup', 'other', 'POST', '/p', NULL, NULL, NULL),
+                            idem_complete_request('dup', 'other', 201, NULL, NULL, 'x')$$);
+ROLLBACK;
+SELECT request('after the index changes');
+
+-- A transaction with many claims (past the 64 the claims table keeps), rolled back: the next transaction
+-- starts with none of them, and a completion without its claim is refused.
+BEGIN;
+SELECT count(*) FROM generate_series(1, 100) AS i,
+     LATERAL (SELECT idem_claim_request('many-' || i, '', 'POST', '/p', NULL, NULL, NULL) AS c) s
+WHERE (c).outcome = 'claimed';
+ROLLBACK;
+SELECT sqlstate_of($$SELECT idem_claim_request('many-x', '', 'POST', '/p', NULL, NULL, NULL),
+                            idem_complete_request('many-1', '', 201, NULL, NULL, 'x')$$);
+SELECT count(*) AS in_flight FROM idem_keys_in_flight();
+SELECT request('many-2');
+-- The same with one claim, committed: the table is emptied, not remade.
+BEGIN;
+SELECT (idem_claim_request('few-1', '', 'POST', '/p', NULL, NULL, NULL)).outcome;
+COMMIT;
+SELECT sqlstate_of($$SELECT idem_claim_request('few-x', '', 'POST', '/p', NULL, NULL, NULL),
+                            idem_complete_request('few-1', '', 201, NULL, NULL, 'x')$$);
+
+-- Row level security turned on after this backend took the direct path: the next call sees it (a policy hides
+-- scope 'hidden' from the application's role, so its stored key is absent to that role: claimed, not replay).
+CREATE ROLE idem_caches_app;
+GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO idem_caches_app;
+SET ROLE idem_caches_app;
+BEGIN;
+SELECT (idem_claim_request('rls', 'hidden', 'POST', '/p', NULL, NULL, NULL)).outcome;
+SELECT idem_complete_request('rls', 'hidden', 201, NULL, NULL, 'x');
+COMMIT;
+SELECT (idem_claim_request('rls', 'hidden', 'POST', '/p', NULL, NULL, NULL)).outcome AS before_rls;
+RESET ROLE;
+ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_caches_visible ON idempotency_keys USING (scope <> 'hidden');
+SET ROLE idem_caches_app;
+BEGIN;
+SELECT (idem_claim_request('rls', 'hidden', 'POST', '/p', NULL, NULL, NULL)).outcome AS with_rls;
+ROLLBACK;
+RESET ROLE;
+DROP POLICY idem_caches_visible ON idempotency_keys;
+ALTER TABLE idempotency_keys DISABLE ROW LEVEL SECURITY;
+REVOKE ALL ON idempotency_keys FROM idem_caches_app;
+DROP ROLE idem_caches_app;
+
+-- The extension's schema renamed: the statements (lease mode) name the new name.
+DROP EXTENSION idempotency;
+CREATE SCHEMA idem_s;
+CREATE EXTENSION idempotency SCHEMA idem_s;
+SELECT request('in s', 'idem_s'), leased('lease in s', 'idem_s');
+ALTER SCHEMA idem_s RENAME TO idem_r;
+SELECT request('renamed', 'idem_r'), leased('lease renamed', 'idem_r');
+
+-- DROP and CREATE EXTENSION in the same session: new functions, table, index and sequence; the fencing numbers
+-- start again from the new sequence.
+DROP EXTENSION idempotency;
+DROP SCHEMA idem_r;
+CREATE EXTENSION idempotency;
+SELECT request('made again'), leased('lease made again');
+
+-- ALTER EXTENSION UPDATE in the same session: a 1.1 database has no fencing sequence and no bytes columns; after
+-- the update to 1.3 the fencing numbers start and a response is stored and replayed as bytes.
+DROP EXTENSION idempotency;
+CREATE EXTENSION idempotency VERSION '1.1';
+SELECT leased('lease at 1.1');
+SELECT to_jsonb(l) - 'expires_at' AS replay_at_1_1 FROM idem_lease('lease at 1.1', idem_hash('lease at 1.1'), '1 min') AS l;
+SELECT outcome, http_status FROM idem_claim('claim at 1.1', idem_hash('a'));
+ALTER EXTENSION idempotency UPDATE TO '1.3';
+SELECT to_jsonb(l) - 'expires_at' AS replay_at_1_3 FROM idem_lease('lease at 1.1', idem_hash('lease at 1.1'), '1 min') AS l;
+SELECT leased('lease at 1.3');
+SELECT request('request at 1.3');
+SELECT key, http_status, response_body, response_content_type, convert_from(response_bytes, 'UTF8') AS bytes
+FROM idempotency_keys WHERE key IN ('lease at 1.3', 'request at 1.3') ORDER BY key;
+
+-- As the other files expect it.
+DROP EXTENSION idempotency;
+CREATE EXTENSION idempotency;
+DROP SCHEMA idem_elsewhere;
+DROP FUNCTION request(text, text);
+DROP FUNCTION leased(text, text);
+DROP FUNCTION sqlstate_of(text);
