@@ -1,7 +1,9 @@
-"""A tiny HTTP client over http.client for the payment services (loopback only)."""
+"""A tiny HTTP client over http.client for the payment services (loopback only), and threads that start at once."""
 
 import http.client
 import json
+import socket
+import threading
 import time
 import uuid
 from urllib.parse import urlsplit
@@ -30,8 +32,7 @@ class Response:
         return (self.header("Idempotent-Replayed") or "").strip().lower() == "true"
 
     def __repr__(self):
-        hdrs = {k: v for k, v in self.headers.items()}
-        return f"<{self.status} {hdrs} {self.body[:300]!r} in {self.elapsed * 1000:.0f} ms>"
+        return f"<{self.status} {dict(self.headers.items())} {self.body[:300]!r} in {self.elapsed * 1000:.0f} ms>"
 
 
 def new_key(prefix="k"):
@@ -53,9 +54,7 @@ class Client:
         self._conn = None
 
     def request(self, method, path, body=None, headers=None, keepalive=False):
-        hdrs = dict(headers or {})
-        if body is not None and "Content-Type" not in hdrs:
-            hdrs["Content-Type"] = "application/json"
+        hdrs = {"Content-Type": "application/json" if body is not None else None, **(headers or {})}
         hdrs = {k: v for k, v in hdrs.items() if v is not None}  # None: no such header
         conn = self._conn if keepalive else None
         for attempt in (0, 1):
@@ -81,17 +80,10 @@ class Client:
 
     def pay(self, key=None, amount=100, currency="EUR", fault=None, account=None, body=None, headers=None,
             path="/payments", keepalive=False, auth=True):
-        hdrs = {}
         acct = account or self.account
-        if auth and acct is not None:
-            hdrs["Authorization"] = f"Bearer {acct}"
-        if key is not None:
-            hdrs["Idempotency-Key"] = key
-        if fault is not None:
-            hdrs["X-Fault"] = fault
-        hdrs.update(headers or {})
-        if body is None:
-            body = body_of(amount, currency)
+        hdrs = {"Authorization": f"Bearer {acct}" if auth and acct is not None else None, "Idempotency-Key": key,
+                "X-Fault": fault, **(headers or {})}  # None: no such header
+        body = body_of(amount, currency) if body is None else body
         return self.request("POST", path, body=body, headers=hdrs, keepalive=keepalive)
 
     def close(self):
@@ -105,9 +97,6 @@ def raw_exchange(port, head, body=b"", timeout=20.0, hang_up=False):
     body from a thread of its own, and read the answer meanwhile: a server may answer (e.g. 413) and close before
     the whole body is sent. ``hang_up`` ends the sending side after the body (a client gone mid-body); the server
     may then close, or keep silent until the timeout, without an answer (None). Returns (Response or None, whether the whole body was sent)."""
-    import socket
-    import threading
-
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     sent = {"all": False}
 
@@ -140,3 +129,24 @@ def raw_exchange(port, head, body=b"", timeout=20.0, hang_up=False):
         return Response(r.status, r.headers, data, elapsed), sent["all"]
     finally:
         s.close()
+
+
+def parallel(n, fn):
+    """Runs fn(0) .. fn(n - 1), each in a thread of its own, all released at once (a barrier), and waits for them.
+    Returns the exceptions they raised, as repr strings."""
+    errors = []
+    start = threading.Barrier(n)
+
+    def run(i):
+        try:
+            start.wait(timeout=30)
+            fn(i)
+        except Exception as e:  # noqa: BLE001 - returned
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

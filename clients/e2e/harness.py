@@ -16,11 +16,14 @@ command line:
     python3 harness.py stack-down DIR    stop every process recorded in DIR (services too) and remove DIR
 """
 
+import contextlib
+import glob
 import hashlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -48,8 +51,17 @@ RIDES_LEASE_SECONDS = 2  # POST /rides' lease in the e2e suite (CONTRACT.md "lea
 #   prepare  commands run once per harness run before the first start; {bin} is a scratch folder of the stack
 #   prepare_env  environment added for the prepare commands
 #   argv     the service's command line; env: added to PORT, DATABASE_URL, PAYMENTS_FAULTS=1
+# prepare_if_missing, prepare, prepare_env and env may be left out.
 # A name is a language, its reference service, or "<language>-<framework>", the small app of one framework
 # adapter; every check of test_e2e.py runs against every one. Its ports follow from its place in the table.
+
+
+def _python(ready, argv, **env):
+    """A service of clients/python run from the sources: `python3 -m ARGV` once src/payments_service/READY exists."""
+    return {"dir": "python", "ready": "src/payments_service/" + ready, "argv": ["/usr/bin/python3", "-m"] + argv,
+            "env": dict(PYTHONPATH="src", **env)}
+
+
 SERVICES = {
     "go": {
         "dir": "go",
@@ -59,64 +71,29 @@ SERVICES = {
         "prepare": [["sh", "debian-vendor.sh"], ["go", "build", "-o", "{bin}/payments-go", "./cmd/payments"]],
         "prepare_env": {"GOFLAGS": "-mod=vendor", "GOPROXY": "off", "GOTOOLCHAIN": "local", "GO111MODULE": "on"},
         "argv": ["{bin}/payments-go"],
-        "env": {},
     },
     "node": {
         "dir": "node",
         "ready": "service/server.js",
         "prepare_if_missing": ("node_modules", [["npm", "ci", "--no-audit", "--no-fund"]]),
         "argv": ["node", "service/server.js"],
-        "env": {},
     },
-    "python": {
-        "dir": "python",
-        "ready": "src/payments_service/__main__.py",
-        "prepare": [],
-        "argv": ["/usr/bin/python3", "-m", "payments_service"],
-        "env": {"PYTHONPATH": "src"},
-    },
+    "python": _python("__main__.py", ["payments_service"]),
     # FastAPI (Starlette, ASGI) under uvicorn, psycopg 3's async connection (idempotency_pg.asgi.PsycopgBackend)
-    "python-fastapi": {
-        "dir": "python",
-        "ready": "src/payments_service/asgi_main.py",
-        "prepare": [],
-        "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "psycopg"],
-        "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
-    },
+    "python-fastapi": _python("asgi_main.py", ["payments_service.asgi_main", "psycopg"], POOL_SIZE="10"),
     # FastAPI with a SQLAlchemy 1.4 Session on psycopg2, ORM writes (idempotency_pg.asgi.SQLAlchemyBackend)
-    "python-sqlalchemy": {
-        "dir": "python",
-        "ready": "src/payments_service/asgi_main.py",
-        "prepare": [],
-        "argv": ["/usr/bin/python3", "-m", "payments_service.asgi_main", "sqlalchemy"],
-        "env": {"PYTHONPATH": "src", "POOL_SIZE": "10"},
-    },
+    "python-sqlalchemy": _python("asgi_main.py", ["payments_service.asgi_main", "sqlalchemy"], POOL_SIZE="10"),
     # Django 3.2 under waitress, the claim inside transaction.atomic() (idempotency_pg.django.idempotent)
-    "python-django": {
-        "dir": "python",
-        "ready": "src/payments_service/django_app.py",
-        "prepare": [],
-        "argv": ["/usr/bin/python3", "-m", "payments_service.django_app"],
-        "env": {"PYTHONPATH": "src", "THREADS": "10"},
-    },
+    "python-django": _python("django_app.py", ["payments_service.django_app"], THREADS="10"),
 }
 
 # The sample services run from the clients' packages as users install them (clients/package.sh install): the wheel
 # in a fresh virtualenv, the npm tarball in a fresh Node.js project, the Go module vendored into a fresh module. A
 # file a package leaves out fails these services while the ones above, run from the sources, pass. One build and
 # install for the three (the same prepare command).
-_ARTIFACTS = [["bash", "package.sh", "install", "{bin}/artifacts"]]
-
-
-def _from_artifact(base, argv):
-    spec = {k: v for k, v in SERVICES[base].items() if k not in ("prepare_if_missing", "prepare_env")}
-    spec.update(dir=".", ready="package.sh", prepare=_ARTIFACTS, argv=argv, env={})
-    return spec
-
-
-SERVICES["python-wheel"] = _from_artifact("python", ["{bin}/artifacts/python/serve"])
-SERVICES["node-tarball"] = _from_artifact("node", ["{bin}/artifacts/node/serve"])
-SERVICES["go-module"] = _from_artifact("go", ["{bin}/artifacts/go/payments"])
+for _name, _serve in (("python-wheel", "python/serve"), ("node-tarball", "node/serve"), ("go-module", "go/payments")):
+    SERVICES[_name] = {"dir": ".", "ready": "package.sh", "argv": ["{bin}/artifacts/" + _serve],
+                       "prepare": [["bash", "package.sh", "install", "{bin}/artifacts"]]}
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http): the same binary, built
 # once (prepare_service runs a list of commands once per stack, whichever service asks first).
 for _fw in ("chi", "echo", "gin"):
@@ -153,7 +130,6 @@ def service_present(lang):
 
 
 def port_open(port, host="127.0.0.1"):
-    import socket
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
@@ -162,37 +138,33 @@ def port_open(port, host="127.0.0.1"):
 def port_bindable(port, host="127.0.0.1"):
     """A server that does not set SO_REUSEADDR can listen here: nothing listens, and no socket of an outgoing
     connection (the ephemeral range covers these ports) holds the port, not even in TIME_WAIT."""
-    import socket
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
+    with socket.socket() as s, contextlib.suppress(OSError):
+        s.bind((host, port))
+        return True
+    return False
 
 
-SPARE_PORTS = range(FIRST_SERVICE_PORT, LAST_SERVICE_PORT + 1)
 _ports_in_use = set()  # ports of the services this process runs
 
 
 def pick_port(preferred):
-    for p in [preferred] + [p for p in SPARE_PORTS if p != preferred]:
+    for p in [preferred, *range(FIRST_SERVICE_PORT, LAST_SERVICE_PORT + 1)]:
         if p not in _ports_in_use and port_bindable(p):
             return p
     raise HarnessError(f"no free port in {FIRST_SERVICE_PORT}-{LAST_SERVICE_PORT} (in use here: {sorted(_ports_in_use)})")
 
 
-def run(cmd, **kw):
-    return subprocess.run(cmd, check=True, **kw)
+def wait_for(condition, timeout, step=0.05):
+    """Polls condition() until it is true (returns True) or timeout seconds have passed (returns False)."""
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() >= deadline:
+            return False
+        time.sleep(step)
+    return True
 
 
 # --------------------------------------------------------------------------- the stack
-
-def _pids_dir(stack):
-    d = os.path.join(stack, "pids")
-    os.makedirs(d, exist_ok=True)
-    return d
-
 
 def stack_up(stack):
     """Start PostgreSQL and PgBouncer in the folder `stack` (created; must not hold a running stack)."""
@@ -208,12 +180,7 @@ def stack_up(stack):
                         "shared_preload_libraries = 'idempotency'"], cwd=stack,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
-        logf = os.path.join(pg, "server.log")
-        tail = open(logf).read()[-2000:] if os.path.exists(logf) else ""
-        raise HarnessError(f"start_cluster failed: {r.stdout}\n{tail}")
-    with open(os.path.join(stack, "cluster"), "w") as f:
-        f.write(pg + "\n")
-
+        raise HarnessError(f"start_cluster failed: {r.stdout}\n{_tail(os.path.join(pg, 'server.log'), 2000)}")
     create_database(DB)
 
     bdir = os.path.join(stack, "pgbouncer")
@@ -240,22 +207,15 @@ ignore_startup_parameters = extra_float_digits,search_path,options
 logfile = {bdir}/pgbouncer.log
 pidfile = {bdir}/pgbouncer.pid
 """)
-    shutil.chown(bdir, "postgres")
-    for name in os.listdir(bdir):
-        shutil.chown(os.path.join(bdir, name), "postgres")
+    subprocess.run(["chown", "-R", "postgres", bdir], check=True)
     # pgbouncer refuses to run as root: run it as postgres, daemonized, with its pid file in bdir.
-    run(["runuser", "-u", "postgres", "--", "pgbouncer", "-d", "-q", ini], cwd=bdir)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        if port_open(BOUNCER_PORT):
-            break
-        time.sleep(0.05)
-    else:
+    subprocess.run(["runuser", "-u", "postgres", "--", "pgbouncer", "-d", "-q", ini], cwd=bdir, check=True)
+    if not wait_for(lambda: port_open(BOUNCER_PORT), 10):
         raise HarnessError("pgbouncer did not start: " + _tail(os.path.join(bdir, "pgbouncer.log")))
     with psycopg.connect(BOUNCER_URL, autocommit=True, prepare_threshold=None) as c:
         c.execute("SELECT 1")
-    os.makedirs(os.path.join(stack, "bin"), exist_ok=True)
-    os.makedirs(os.path.join(stack, "logs"), exist_ok=True)
+    for d in ("bin", "logs"):
+        os.makedirs(os.path.join(stack, d), exist_ok=True)
     log(f"stack up in {stack}: postgres {DIRECT_URL}, pgbouncer {BOUNCER_URL}")
 
 
@@ -273,13 +233,8 @@ def create_database(name):
 
 
 def _kill_group(pid, sig):
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
 
 
 def _alive(pid):
@@ -292,39 +247,20 @@ def _alive(pid):
         return True
 
 
-def stop_pid_group(pid, grace=5.0):
-    """SIGTERM the process group led by pid (a service started with start_new_session), then SIGKILL."""
-    if not _kill_group(pid, signal.SIGTERM):
-        return
-    deadline = time.time() + grace
-    while time.time() < deadline and _alive(pid):
-        time.sleep(0.05)
-    _kill_group(pid, signal.SIGKILL)
-
-
 def stack_down(stack):
     """Stop every service recorded in the stack, PgBouncer and PostgreSQL, then remove the folder."""
     if not os.path.isdir(stack):
         return
-    pids = os.path.join(stack, "pids")
-    if os.path.isdir(pids):
-        for name in os.listdir(pids):
-            try:
-                pid = int(open(os.path.join(pids, name)).read().strip())
-            except (ValueError, OSError):
-                continue
-            stop_pid_group(pid)
-    pidfile = os.path.join(stack, "pgbouncer", "pgbouncer.pid")
-    if os.path.exists(pidfile):
+    # SIGTERM, then SIGKILL after 5 s: each service's process group (started with start_new_session), and
+    # PgBouncer (SIGTERM is its immediate shutdown)
+    for pidfile, kill in [(f, os.killpg) for f in glob.glob(os.path.join(stack, "pids", "*"))] + [
+            (os.path.join(stack, "pgbouncer", "pgbouncer.pid"), os.kill)]:
         try:
             pid = int(open(pidfile).read().strip())
-            os.kill(pid, signal.SIGTERM)  # immediate shutdown
-            deadline = time.time() + 5
-            while time.time() < deadline and _alive(pid):
-                time.sleep(0.05)
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        except (ValueError, OSError):
+            kill(pid, signal.SIGTERM)
+            wait_for(lambda: not _alive(pid), 5)
+            kill(pid, signal.SIGKILL)
+        except (ValueError, OSError):  # no such file, or the process is gone
             pass
     pg = os.path.join(stack, "pg")
     if os.path.isdir(pg):
@@ -352,10 +288,7 @@ def prepare_service(stack, lang):
     """Build or install what the service needs, once per stack. Raises HarnessError with the output on failure."""
     spec = SERVICES[lang]
     cwd = service_dir(lang)
-    if not os.path.isdir(cwd):
-        raise HarnessError(f"{lang}: folder clients/{spec['dir']} is missing")
-    ready = os.path.join(cwd, spec["ready"])
-    if not os.path.exists(ready):
+    if not os.path.exists(os.path.join(cwd, spec["ready"])):
         raise HarnessError(f"{lang}: clients/{spec['dir']}/{spec['ready']} does not exist (the harness's start "
                            f"table in clients/e2e/harness.py expects it)")
     cmds = []
@@ -368,8 +301,7 @@ def prepare_service(stack, lang):
     marker = os.path.join(stack, "bin", hashlib.sha1(repr((spec["dir"], cmds)).encode()).hexdigest() + ".prepared")
     if os.path.exists(marker):
         return
-    env = dict(os.environ)
-    env.update(spec.get("prepare_env", {}))
+    env = dict(os.environ, **spec.get("prepare_env", {}))
     for cmd in cmds:
         cmd = _fmt(cmd, stack)
         r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -384,16 +316,13 @@ def database_url(mode):
 
 class Service:
     def __init__(self, stack, lang, mode, port=None, extra_env=None):
-        self.stack, self.lang, self.mode = stack, lang, mode
+        self.stack, self.lang, self.mode, self.name = stack, lang, mode, f"{lang}-{mode}"
         self.port = port or SERVICE_PORTS[(lang, mode)]
         self.base = f"http://127.0.0.1:{self.port}"
-        self.logfile = os.path.join(stack, "logs", f"{lang}-{mode}.log")
+        self.logfile = os.path.join(stack, "logs", f"{self.name}.log")
+        self.pidfile = os.path.join(stack, "pids", f"{self.name}.pid")  # for stack_down
         self.proc = None
         self.extra_env = extra_env or {}
-
-    @property
-    def name(self):
-        return f"{self.lang}-{self.mode}"
 
     def start(self, timeout=30.0):
         prepare_service(self.stack, self.lang)
@@ -409,17 +338,14 @@ class Service:
 
     def _start(self, timeout):
         spec = SERVICES[self.lang]
-        env = dict(os.environ)
-        env.update(spec.get("env", {}))
-        env.update({"PORT": str(self.port), "DATABASE_URL": database_url(self.mode), "PAYMENTS_FAULTS": "1",
-                    "RIDES_LEASE_SECONDS": str(RIDES_LEASE_SECONDS)})
-        env.update(self.extra_env)
+        env = {**os.environ, **spec.get("env", {}), "PORT": str(self.port), "DATABASE_URL": database_url(self.mode),
+               "PAYMENTS_FAULTS": "1", "RIDES_LEASE_SECONDS": str(RIDES_LEASE_SECONDS), **self.extra_env}
         argv = _fmt(spec["argv"], self.stack)
-        logf = open(self.logfile, "ab")
-        self.proc = subprocess.Popen(argv, cwd=service_dir(self.lang), env=env, stdin=subprocess.DEVNULL,
-                                     stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-        logf.close()
-        with open(os.path.join(_pids_dir(self.stack), f"{self.name}.pid"), "w") as f:
+        with open(self.logfile, "ab") as logf:
+            self.proc = subprocess.Popen(argv, cwd=service_dir(self.lang), env=env, stdin=subprocess.DEVNULL,
+                                         stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        os.makedirs(os.path.dirname(self.pidfile), exist_ok=True)
+        with open(self.pidfile, "w") as f:
             f.write(str(self.proc.pid))
         _ports_in_use.add(self.port)
         deadline = time.time() + timeout
@@ -445,52 +371,39 @@ class Service:
     def stop(self, grace=5.0):
         if self.proc is None:
             return
-        # Waited for with wait(), not stop_pid_group's polling: the service is this process's child, and until it
+        # Waited for with wait(), not stack_down's polling: the service is this process's child, and until it
         # is reaped its pid answers signal 0, so the poll took the whole grace for every service (90 s at the end
-        # of an e2e session).
-        _kill_group(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(self.proc.pid, signal.SIGKILL)  # the group's other processes, and a leader that did not stop
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        # of an e2e session). SIGKILL then: the group's other processes, and a leader that did not stop.
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
+            _kill_group(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=wait)
         _ports_in_use.discard(self.port)
-        try:
-            os.unlink(os.path.join(_pids_dir(self.stack), f"{self.name}.pid"))
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            os.unlink(self.pidfile)
         self.proc = None
-
-    def log_tail(self, n=3000):
-        return _tail(self.logfile, n)
 
 
 # --------------------------------------------------------------------------- command line
 
 def main(argv):
-    if len(argv) >= 2 and argv[0] == "stack-up":
+    if len(argv) != 2 or argv[0] not in ("stack-up", "createdb", "stack-down"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, arg = argv
+    if command == "createdb":
+        print(create_database(arg))
+    elif command == "stack-down":
+        stack_down(arg)
+    else:
         try:
-            stack_up(argv[1])
-        except Exception as e:
-            stack_down(argv[1])
+            stack_up(arg)
+        except Exception as e:  # noqa: BLE001 - reported, and what did start is stopped
+            stack_down(arg)
             print(f"stack-up failed: {e}", file=sys.stderr)
             return 1
-        print(f"E2E_STACK_DIR={argv[1]}")
-        print(f"E2E_DIRECT_URL={DIRECT_URL}")
-        print(f"E2E_PGBOUNCER_URL={BOUNCER_URL}")
-        return 0
-    if len(argv) >= 2 and argv[0] == "createdb":
-        print(create_database(argv[1]))
-        return 0
-    if len(argv) >= 2 and argv[0] == "stack-down":
-        stack_down(argv[1])
-        return 0
-    print(__doc__, file=sys.stderr)
-    return 2
+        print(f"E2E_STACK_DIR={arg}\nE2E_DIRECT_URL={DIRECT_URL}\nE2E_PGBOUNCER_URL={BOUNCER_URL}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The article's payment story over real HTTP on loopback, for every service (go, node, python) both straight
 to PostgreSQL and through PgBouncer in transaction pooling mode (clients/CONTRACT.md)."""
 
-import json
+import http.client
 import os
 import socket
 import threading
@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 import harness
-from client import Client, body_of, new_key, raw_exchange
+from client import Client, body_of, new_key, parallel, raw_exchange
 from conftest import get_service, selected_langs
 
 PARAMS = [(l, m) for l in selected_langs() for m in harness.MODES]
@@ -19,8 +19,7 @@ PARAMS = [(l, m) for l in selected_langs() for m in harness.MODES]
 
 @pytest.fixture(scope="session", params=PARAMS, ids=[f"{l}-{m}" for l, m in PARAMS])
 def service(request, stack, _service_registry):
-    lang, mode = request.param
-    return get_service(_service_registry, stack, lang, mode)
+    return get_service(_service_registry, stack, *request.param)
 
 
 _accounts = {}
@@ -36,12 +35,15 @@ def account(service):
 
 @pytest.fixture
 def client(service, account):
-    c = Client(service.base, account)
-    yield c
-    c.close()
+    return Client(service.base, account)  # a connection per request (no keepalive): nothing to close
 
 
 rule = pytest.mark.rule  # the CONTRACT.md rule a check checks (harness.NOT_APPLICABLE names exceptions)
+
+
+def cases(table, rules=None):
+    """The names of a table of cases as pytest parameters, each marked with its rule where `rules` names one."""
+    return [pytest.param(name, marks=[rule(rules[name])] if name in (rules or {}) else []) for name in table]
 
 
 def debits(db, account, key):
@@ -49,9 +51,14 @@ def debits(db, account, key):
                       "ORDER BY id", (account, key)).fetchall()
 
 
-def stored(db, account, key):
-    return db.execute("SELECT http_status FROM idempotency_keys WHERE scope = %s AND key = %s "
-                      "UNION ALL SELECT http_status FROM idempotency_keys_partitioned WHERE scope = %s AND key = %s",
+def ledger_rows(db, account):
+    return db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
+
+
+def stored(db, account, key, column="http_status"):
+    """The key's row (in whichever of the two tables of keys holds it): its column, or an expression of its row."""
+    return db.execute(f"SELECT {column} FROM idempotency_keys WHERE scope = %s AND key = %s "
+                      f"UNION ALL SELECT {column} FROM idempotency_keys_partitioned WHERE scope = %s AND key = %s",
                       (account, key, account, key)).fetchall()
 
 
@@ -87,90 +94,82 @@ def test_healthz(service):
 
 # --------------------------------------------------------------------------- the story
 
-def test_retry_replays_same_response(client, db, account):
-    key = new_key()
-    first = client.pay(key)
+def sf_string(raw):
+    """The key as a quoted sf-string, its quotes and backslashes escaped."""
+    return '"' + raw.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# name: (the key, made from a fresh one; its header on the first request; on the retries; the first request's body;
+# the retries' body; None: body_of()). The key is stored as its sf-string value, whatever form its header took.
+SAME_KEY = {
+    "bare": (str, str, str, None, None),
+    "quoted-then-bare": (str, sf_string, str, None, None),
+    "bare-then-quoted": (str, str, sf_string, None, None),
+    "quoted-with-escapes": (lambda k: k + '"q\\z', sf_string, sf_string, None, None),  # a quote, a backslash
+    "255-bytes": (lambda k: k + "x" * (255 - len(k)), str, str, None, None),  # the longest valid key
+    "comma-inside-quotes": (lambda k: k + ",x", sf_string, sf_string, None, None),  # one key, not two
+    # key order and white space change neither the fingerprint nor the bytes replayed
+    "key-order-and-white-space": (str, str, str, None, b'{ "currency" : "EUR",\n  "amount_cents" : 100 }'),
+    "byte-identical": (str, str, str, b'{"currency":"EUR","amount_cents":100}', None),
+}
+
+
+@pytest.mark.parametrize("case", cases(SAME_KEY, {"comma-inside-quotes": "several-keys",
+                                                  "byte-identical": "byte-identical-replay"}))
+def test_retry_replays_same_response(client, db, account, case):
+    """Each retry with the key, in whichever form, gets the first response again, byte for byte; one debit."""
+    make, first_header, retry_header, first_body, retry_body = SAME_KEY[case]
+    key = make(new_key())
+    first = client.pay(first_header(key), body=first_body)
     b1 = assert_created(first, account)
-    second = client.pay(key)
-    b2 = assert_created(second, account, replayed=True)
-    assert second.body and b2 == b1, (first, second)
-    assert second.header("Location") == first.header("Location")
     assert first.header("Idempotent-Replayed") is None, first
-    assert [row[0] for row in debits(db, account, key)] == [b1["payment_id"]]
-    assert debits(db, account, key)[0][1:] == (-100, "EUR")
+    for _ in range(2):
+        again = client.pay(retry_header(key), body=retry_body)
+        assert assert_created(again, account, replayed=True) == b1, (first, again)
+        assert again.body == first.body, f"replay not byte-identical:\n{first.body!r}\n{again.body!r}"
+        assert again.header("Content-Type") == first.header("Content-Type"), (first, again)
+    assert debits(db, account, key) == [(b1["payment_id"], -100, "EUR")], "not one debit, under the key's value"
 
 
 def test_lost_response_retry_replays(service, client, db, account):
     """The server commits the debit, the response never reaches the client, the client retries."""
     key = new_key()
     body = body_of(100)
-    req = (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1:{service.port}\r\nAuthorization: Bearer {account}\r\n"
-           f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-           f"Connection: close\r\n\r\n").encode() + body
-    s = socket.create_connection(("127.0.0.1", service.port), timeout=10)
-    try:
-        s.sendall(req)
-        deadline = time.time() + 10
-        while time.time() < deadline and not debits(db, account, key):
-            time.sleep(0.01)
-    finally:
-        s.close()  # the response is lost: never read
+    with socket.create_connection(("127.0.0.1", service.port), timeout=10) as s:  # the response is never read
+        s.sendall((_head(account, key, f"Content-Length: {len(body)}") + "\r\n").encode() + body)
+        harness.wait_for(lambda: debits(db, account, key), 10, 0.01)
     rows = debits(db, account, key)
     assert len(rows) == 1, f"the first request never committed its debit: {rows}"
-    r = client.pay(key)
-    b = assert_created(r, account, replayed=True)
-    assert b["payment_id"] == rows[0][0]
-    assert len(debits(db, account, key)) == 1
-
-
-def _is_sleeping(db):
-    return db.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
-                      "pid <> pg_backend_pid() AND state = 'active' AND query ILIKE '%pg_sleep%'").fetchone()[0] > 0
+    assert assert_created(client.pay(key), account, replayed=True)["payment_id"] == rows[0][0]
+    assert debits(db, account, key) == rows
 
 
 def test_parallel_clicks(service, client, db, account):
-    """Five clicks with one key: the first (held 2 s in its handler) gets 201, the four others 409 at once.
+    """Five clicks with one key: the first (held 4 s in its handler) gets 201, the four others 409 at once.
 
-    "At once" is judged against the hold, with a margin for a machine whose cores are busy: a 409 that waited for
-    the holder would take 2 s; each must come back within 1 s (a quiet machine answers in milliseconds)."""
-    parallel_clicks(service, client, db, account)
-
-
-def parallel_clicks(service, client, db, account):
+    "At once" is judged against the hold, with a margin for a machine whose cores are busy: a service that waited
+    for the holder's lock would answer after 3.5 s or more; each 409 must come within 2 s, a 2x margin over the
+    slowest seen on a loaded machine (1.1 s at load average 17; a quiet machine answers in milliseconds)."""
     key = new_key()
     results = {}
 
     def click(i, fault=None):
-        c = Client(service.base, account)
-        results[i] = c.pay(key, fault=fault)
+        results[i] = Client(service.base, account).pay(key, fault=fault)
 
-    # The holder sleeps 4 s and a 409 must come within 2 s: a service that waited for the holder's lock would
-    # answer after 3.5 s or more, and a 409 answered at once keeps a 2x margin over the slowest seen on a loaded
-    # machine (1.1 s at load average 17).
     first = threading.Thread(target=click, args=(0, "sleep=4000"))
     first.start()
-    deadline = time.time() + 3.0  # until its handler sleeps, with the key claimed
-    while time.time() < deadline and not _is_sleeping(db):
-        time.sleep(0.005)
-    barrier = threading.Barrier(4)
-
-    def other(i):
-        barrier.wait()
-        click(i)
-
-    others = [threading.Thread(target=other, args=(i,)) for i in range(1, 5)]
-    for t in others:
-        t.start()
-    for t in others + [first]:
-        t.join(timeout=15)
-    assert len(results) == 5, results
+    harness.wait_for(lambda: db.execute(  # until its handler sleeps, with the key claimed
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND state = 'active' AND query ILIKE '%pg_sleep%'").fetchone()[0] > 0, 3.0, 0.005)
+    errors = parallel(4, lambda i: click(i + 1))
+    first.join(timeout=15)
+    assert not errors and len(results) == 5, (errors, results)
     assert_created(results[0], account)
     for i in range(1, 5):
         r = results[i]
         assert_problem(r, 409)
         assert r.header("Retry-After") == "1", r
         assert r.elapsed < 2.0, f"409 took {r.elapsed * 1000:.0f} ms, the holder holds 4000 ms: {r}"
-    assert sum(1 for r in results.values() if r.status == 201) == 1
     assert len(debits(db, account, key)) == 1
     again = client.pay(key)
     assert assert_created(again, account, replayed=True) == results[0].json
@@ -184,54 +183,40 @@ def test_tampered_amount_is_422(client, db, account):
     assert [row[1] for row in debits(db, account, key)] == [-100]
 
 
-def test_db_error_then_retry_succeeds(client, db, account):
-    key = new_key()
-    r = client.pay(key, fault="db-error")
-    assert_problem(r, 500)
-    assert debits(db, account, key) == [], "the debit of the failed transaction was not rolled back"
-    assert stored(db, account, key) == []
-    r = client.pay(key)
-    assert_created(r, account, replayed=False)
-    assert len(debits(db, account, key)) == 1
+# name: (X-Fault, body (None: a valid one), the answer's status and problem type): answered so each time, never
+# replayed; nothing debited, nothing stored, and the retry with the key and a valid body claimed afresh
+NOT_STORED = {
+    "db-error": ("db-error", None, 500, None),  # the handler's statement fails: its debit is rolled back
+    "503": ("503", None, 503, None),  # a 5xx is not cached
+    "throw-502": ("throw-502", None, 502, None),  # the framework's 502 raised after the insert
+    "not-json": (None, b"amount=100", 400, "request-body-not-json"),  # before the claim: the key is not consumed
+    # validation before any write, answered not executed (the answer to every kind of invalid body: CORPUS below)
+    "invalid-zero": (None, b'{"amount_cents": 0, "currency": "EUR"}', 422, "invalid-payment"),
+    "invalid-lowercase-currency": (None, b'{"amount_cents": 100, "currency": "eur"}', 422, "invalid-payment"),
+}
+NOT_STORED_RULES = {"throw-502": "framework-errors", "invalid-zero": "not-executed",
+                    "invalid-lowercase-currency": "not-executed"}
 
 
-def test_503_is_not_cached(client, db, account):
+@pytest.mark.parametrize("case", cases(NOT_STORED, NOT_STORED_RULES))
+def test_failure_is_not_stored_and_the_retry_runs(client, db, account, case):
+    fault, body, status, type_suffix = NOT_STORED[case]
     key = new_key()
-    r = client.pay(key, fault="503")
-    assert_problem(r, 503)
-    assert debits(db, account, key) == []
-    assert stored(db, account, key) == []
-    r = client.pay(key)
-    assert_created(r, account, replayed=False)
+    for _ in range(2):
+        r = client.pay(key, fault=fault, body=body)
+        assert_problem(r, status, type_suffix)
+        assert not r.replayed, f"a failed request's answer was replayed: {r}"
+    assert debits(db, account, key) == [], "the debit of a failed request was committed"
+    assert stored(db, account, key) == [], "a failed request's answer was stored"
+    assert_created(client.pay(key), account, replayed=False)
     assert len(debits(db, account, key)) == 1
     assert stored(db, account, key) == [(201,)]
 
 
-@pytest.mark.parametrize("first,then", [('"{}"', "{}"), ("{}", '"{}"')], ids=["quoted-then-bare", "bare-then-quoted"])
-def test_quoted_and_bare_key_are_the_same(client, db, account, first, then):
-    key = new_key()
-    b1 = assert_created(client.pay(first.format(key)), account)
-    assert assert_created(client.pay(then.format(key)), account, replayed=True) == b1
-    assert len(debits(db, account, key)) == 1
-
-
-def test_quoted_key_with_escapes(client, db, account):
-    raw = new_key() + '"q\\z'  # the key itself holds a quote and a backslash
-    header = '"' + raw.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    b1 = assert_created(client.pay(header), account)
-    assert assert_created(client.pay(header), account, replayed=True) == b1
-    assert len(debits(db, account, raw)) == 1, "the key was not unescaped to its sf-string value"
-
-
-def test_missing_key_is_400(client, db, account):
-    before = db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
-    r = client.pay(None)
-    assert_problem(r, 400, "idempotency-key-missing")
-    after = db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
-    assert after == before
-
-
+# name: the Idempotency-Key header, {a} and {b} standing for two fresh keys (None: no such header). Answered 400
+# before any claim: nothing debited, and neither key consumed.
 BAD_KEYS = {
+    "missing": None,
     "empty": "",
     "empty-quoted": '""',
     "unterminated": '"abc',
@@ -240,24 +225,24 @@ BAD_KEYS = {
     "inner-space": "ab cd",
     "control-char": '"a\tb"',  # a tab: legal in an HTTP field, a control character in the key
     "too-long": "k" * 256,
+    # several keys (CONTRACT.md several-keys): HTTP joins two header lines of one field with a comma
+    "comma": "{a},{b}",
+    "comma-space": "{a}, {b}",
+    "quoted": '"{a}", "{b}"',
+    "two-lines": "{a}\r\nIdempotency-Key: {b}",
 }
+SEVERAL = ("comma", "comma-space", "quoted", "two-lines")
 
 
-@pytest.mark.parametrize("bad", list(BAD_KEYS.values()), ids=list(BAD_KEYS))
-def test_bad_key_is_400(client, db, account, bad):
-    before = db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
-    r = client.pay(bad)
-    assert_problem(r, 400, "idempotency-key-invalid")
-    after = db.execute("SELECT count(*) FROM ledger WHERE account = %s", (account,)).fetchone()[0]
-    assert after == before
-
-
-def test_key_of_255_bytes_is_valid(client, db, account):
-    key = "k" + uuid.uuid4().hex + "x" * (255 - 33)
-    assert len(key.encode()) == 255
-    assert_created(client.pay(key), account)
-    assert_created(client.pay(key), account, replayed=True)
-    assert len(debits(db, account, key)) == 1
+@pytest.mark.parametrize("case", cases(BAD_KEYS, dict.fromkeys(SEVERAL, "several-keys")))
+def test_missing_or_bad_key_is_400(service, client, db, account, case):
+    a, b = new_key("a"), new_key("b")
+    header = BAD_KEYS[case] and BAD_KEYS[case].format(a=a, b=b)
+    before = ledger_rows(db, account)
+    r = _post_raw(service, account, header, body_of()) if case == "two-lines" else client.pay(header)
+    assert_problem(r, 400, "idempotency-key-missing" if header is None else "idempotency-key-invalid")
+    assert ledger_rows(db, account) == before
+    assert_created(client.pay(a), account, replayed=False)  # neither key was consumed
 
 
 # --------------------------------------------------------------------------- the rest of the contract
@@ -279,31 +264,9 @@ def test_scope_is_the_account(client, db, account):
     assert len(debits(db, account, key)) == 1 and len(debits(db, other, key)) == 1
 
 
-def test_not_json_is_400_and_key_not_consumed(client, db, account):
-    key = new_key()
-    r = client.pay(key, body=b"amount=100")
-    assert r.status == 400 and r.content_type == "application/problem+json", r
-    assert debits(db, account, key) == [] and stored(db, account, key) == []
-    assert_created(client.pay(key), account, replayed=False)
-
-
-# (the answer to every kind of invalid body: CORPUS below)
-INVALID_BODIES = {"zero": {"amount_cents": 0, "currency": "EUR"}, "lowercase-currency": {"amount_cents": 100, "currency": "eur"}}
-
-
-def test_key_order_and_whitespace_do_not_change_the_fingerprint(client, db, account):
-    key = new_key()
-    b1 = assert_created(client.pay(key, body=b'{"amount_cents":100,"currency":"EUR"}'), account)
-    r = client.pay(key, body=b'{ "currency" : "EUR",\n  "amount_cents" : 100 }')
-    assert assert_created(r, account, replayed=True) == b1
-
-
 def test_unprotected_endpoint(client, db, account):
     acct = account + "_u"  # its own account: the ledger rows it writes carry no idempotency key of ours
-    r = client.pay(None, path="/payments-unprotected", account=acct)
-    assert r.status == 201, r
-    b = r.json
-    assert b["account"] == acct and b["amount_cents"] == 100
+    b = assert_created(client.pay(None, path="/payments-unprotected", account=acct), acct)
     row = db.execute("SELECT account, amount_cents FROM ledger WHERE id = %s", (b["payment_id"],)).fetchone()
     assert row == (acct, -100)
 
@@ -321,44 +284,14 @@ def test_framework_error_after_write_422_is_stored_as_sent(service, client, db, 
     assert again.status == 422 and again.replayed and again.body == r.body, (r, again)
 
 
-@rule("framework-errors")
-def test_framework_error_after_write_502_rolls_back(service, client, db, account):
-    key = new_key()
-    r = client.pay(key, fault="throw-502")
-    assert_problem(r, 502)  # the handler raised its framework's 502 after the insert
-    assert debits(db, account, key) == [], "the debit of a 5xx answer was committed"
-    assert stored(db, account, key) == []
-    assert_created(client.pay(key), account, replayed=False)
-
-
-SEVERAL_KEYS = {"comma": "{a},{b}", "comma-space": "{a}, {b}", "quoted": '"{a}", "{b}"', "two-lines": None}
-
-
-@rule("several-keys")
-@pytest.mark.parametrize("form", list(SEVERAL_KEYS), ids=list(SEVERAL_KEYS))
-def test_several_keys_are_400(service, client, db, account, form):
-    a, b = new_key("a"), new_key("b")
-    if SEVERAL_KEYS[form] is None:  # two header lines, which HTTP joins with a comma
-        head = (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {account}\r\n"
-                f"Idempotency-Key: {a}\r\nIdempotency-Key: {b}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body_of())}\r\nConnection: close\r\n")
-        r, _ = raw_exchange(service.port, head, body_of())
-    else:
-        r = client.pay(SEVERAL_KEYS[form].format(a=a, b=b))
-    assert_problem(r, 400, "idempotency-key-invalid")
-    assert debits(db, account, a) == [] and debits(db, account, b) == []
-    assert_created(client.pay(a), account, replayed=False)  # neither key was consumed
-
-
-@rule("several-keys")
-def test_comma_inside_a_quoted_key_is_one_key(service, client, db, account):
-    raw = new_key() + ",x"
-    b1 = assert_created(client.pay(f'"{raw}"'), account)
-    assert assert_created(client.pay(f'"{raw}"'), account, replayed=True) == b1
-    assert len(debits(db, account, raw)) == 1
-
-
 LIMIT = 1048576
+ANSWER_WITHIN = 10.0  # an early answer takes milliseconds; a service reading a body never sent waits forever
+
+
+def _head(account, key, length_line, close=True):
+    return (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {account}\r\n"
+            f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\n{length_line}\r\n"
+            + ("Connection: close\r\n" if close else ""))
 
 
 def _post_raw(service, account, key, body):
@@ -371,103 +304,50 @@ def _padded(size):
     return core[:-1] + b" " * (size - len(core)) + b"}"
 
 
-ANSWER_WITHIN = 10.0  # an early answer takes milliseconds; a service reading a body never sent waits forever
+# name: (the header line of the body's length, the bytes sent, the answer's status or None for a client that hangs
+# up after them, the retry's body (None: body_of())). None is executed; the retry with the key is, once.
+BODIES = {
+    # 413 for a Content-Length over the limit without waiting for the body: 10 MiB announced, no byte of it sent
+    "content-length-over-limit": ("Content-Length: 10485760", b"", 413, None),
+    # and for a chunked body as soon as it passes the limit: one byte over, and no end of the body
+    "chunked-over-limit": ("Transfer-Encoding: chunked", f"{LIMIT + 1:x}\r\n".encode() + b" " * (LIMIT + 1) + b"\r\n",
+                           413, None),
+    # one byte over the limit sent whole, and the retry of exactly 1 MiB accepted
+    "1-mib-and-1-byte": (f"Content-Length: {LIMIT + 1}", _padded(LIMIT + 1), 413, _padded(LIMIT)),
+    # the client hangs up after 37 of the 600 bytes announced, 37 bytes that are a whole payment; then the whole body
+    "truncated": ("Content-Length: 600", b'{"amount_cents":100,"currency":"EUR"}', None, _padded(600)),
+}
 
 
-def _head(account, key, length_line, close=True):
-    return (f"POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {account}\r\n"
-            f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\n{length_line}\r\n"
-            + ("Connection: close\r\n" if close else ""))
-
-
-BEFORE_READING = {"content-length": ("Content-Length: 10485760", b""),  # 10 MiB announced, no byte of it sent
-                  "chunked": ("Transfer-Encoding: chunked",  # one byte over the limit, and no end of the body
-                              f"{LIMIT + 1:x}\r\n".encode() + b" " * (LIMIT + 1) + b"\r\n")}
-
-
-@rule("body-limit")
-@pytest.mark.parametrize("form", list(BEFORE_READING))
-def test_413_before_reading_and_key_not_consumed(service, client, db, account, form):
-    """413 for a Content-Length over the limit without waiting for the body, and for a chunked body as soon as it
-    passes the limit: the rest of the body is never sent, so a service that reads on before answering times out.
-    The connection is a keep-alive one: the service must close it itself rather than read the rest first."""
+@pytest.mark.parametrize("case", cases(BODIES, dict(dict.fromkeys(BODIES, "body-limit"), truncated="whole-body")))
+def test_body_not_whole_or_over_the_limit_is_not_executed(service, client, db, account, case):
+    """Over the limit: 413 before any claim. A body that did not arrive whole: whatever the answer, if any. Either
+    way nothing is debited or stored and the key is free. The rest of a body over the limit is never sent, so a
+    service that reads on before answering times out; the connection is a keep-alive one: the service must close
+    it itself rather than read the rest first."""
+    length, sent, status, retry_body = BODIES[case]
     key = new_key()
-    length, body = BEFORE_READING[form]
-    r, _ = raw_exchange(service.port, _head(account, key, length, close=False), body, timeout=ANSWER_WITHIN)
-    assert_problem(r, 413, "request-too-large")
+    r, _ = raw_exchange(service.port, _head(account, key, length, close=False), sent, timeout=ANSWER_WITHIN,
+                        hang_up=status is None)
+    if status:
+        assert_problem(r, status, "request-too-large")
     assert debits(db, account, key) == [] and stored(db, account, key) == []
-    assert_created(client.pay(key), account, replayed=False)
-
-
-@rule("whole-body")
-def test_truncated_body_is_not_executed(service, client, db, account):
-    """The client hangs up after 37 of the 600 bytes its Content-Length announced; the 37 bytes are a whole
-    payment. Not executed: no debit, nothing stored, and the proper retry with the key is claimed afresh."""
-    key = new_key()
-    whole = _padded(600)
-    raw_exchange(service.port, _head(account, key, "Content-Length: 600"), b'{"amount_cents":100,"currency":"EUR"}',
-                 timeout=ANSWER_WITHIN, hang_up=True)  # whatever the answer, if any
-    assert debits(db, account, key) == [] and stored(db, account, key) == []
-    assert_created(client.pay(key, body=whole), account, replayed=False)
+    assert_created(client.pay(key, body=retry_body), account, replayed=False)
     assert len(debits(db, account, key)) == 1
-
-
-@rule("body-limit")
-def test_body_limit_is_1_mib_exactly(service, client, db, account):
-    key = new_key()
-    assert_problem(_post_raw(service, account, key, _padded(LIMIT + 1)), 413, "request-too-large")
-    assert debits(db, account, key) == []
-    assert_created(_post_raw(service, account, key, _padded(LIMIT)), account)
-    assert len(debits(db, account, key)) == 1
-
-
-@rule("not-executed")
-@pytest.mark.parametrize("body", list(INVALID_BODIES.values()), ids=list(INVALID_BODIES))
-def test_invalid_body_is_not_executed(service, client, db, account, body):
-    """Validation before any write: answered 422, not stored, the key released for the corrected retry."""
-    key = new_key()
-    raw = json.dumps(body).encode()
-    r = client.pay(key, body=raw)
-    assert_problem(r, 422, "invalid-payment")
-    assert not r.replayed
-    assert stored(db, account, key) == [], "a not-executed answer was stored"
-    again = client.pay(key, body=raw)
-    assert_problem(again, 422, "invalid-payment")
-    assert not again.replayed, f"a not-executed answer was replayed: {again}"
-    fixed = client.pay(key, body=body_of(100, "EUR"))
-    assert_created(fixed, account, replayed=False)
-    assert len(debits(db, account, key)) == 1
-    assert stored(db, account, key) == [(201,)]
-
-
-@rule("byte-identical-replay")
-def test_replay_is_byte_identical(service, client, db, account):
-    key = new_key()
-    first = client.pay(key, body=b'{"currency":"EUR","amount_cents":4321}')
-    assert first.status == 201, first
-    for _ in range(2):
-        again = client.pay(key, body=b'{"amount_cents": 4321, "currency": "EUR"}')
-        assert again.status == 201 and again.replayed, again
-        assert again.body == first.body, f"replay not byte-identical:\n{first.body!r}\n{again.body!r}"
-        for h in ("Content-Type", "Location"):
-            assert again.header(h) == first.header(h), (h, first, again)
 
 
 @pytest.mark.parametrize("method,path,allow", [("GET", "/payments", "POST"), ("PUT", "/payments", "POST"),
                                                ("DELETE", "/payments", "POST"),
                                                ("GET", "/payments-unprotected", "POST"),
-                                               ("POST", "/healthz", "GET, HEAD")])
+                                               ("POST", "/healthz", "GET, HEAD"),
+                                               ("GET", "/no-such-path", None)])  # 404, not 405
 @rule("method-not-allowed")
 def test_wrong_method_is_405_with_allow(service, method, path, allow, account):
     r = Client(service.base, account).request(method, path, headers={"Authorization": f"Bearer {account}"})
-    assert_problem(r, 405)
-    got = {m.strip().upper() for m in (r.header("Allow") or "").split(",") if m.strip()}
-    assert got == {m.strip() for m in allow.split(",")}, r
-
-
-@rule("method-not-allowed")
-def test_unknown_path_is_404(service, account):
-    assert_problem(Client(service.base, account).request("GET", "/no-such-path"), 404)
+    assert_problem(r, 404 if allow is None else 405)
+    if allow:
+        got = {m.strip().upper() for m in (r.header("Allow") or "").split(",") if m.strip()}
+        assert got == {m.strip() for m in allow.split(",")}, r
 
 
 IDLE_SECONDS = float(os.environ.get("E2E_IDLE_SECONDS", "12"))
@@ -483,7 +363,7 @@ def idle_spell():
 
 @rule("idle-409")
 def test_409_at_once_after_an_idle_spell(service, idle_spell, client, db, account):
-    parallel_clicks(service, client, db, account)
+    test_parallel_clicks(service, client, db, account)
 
 
 # --------------------------------------------------------------------------- lease mode: POST /rides
@@ -524,68 +404,55 @@ def test_ride_runs_through_and_replays_byte_identical(service, client, db, accou
     assert charges_of(db, account, key) == [(b["charge_id"],)]
 
 
+# name: (amount, X-Fault, the answer's status and problem type): nothing charged, no ride, nothing stored, and the
+# next try runs through
+RIDE_REFUSED = {"invalid-body": (0, None, 422, "invalid-payment"), "provider-503": (2000, "provider-503", 503, None)}
+
+
 @rule("lease-rides")
-def test_ride_invalid_body_is_not_executed(service, client, db, account):
+@pytest.mark.parametrize("case", list(RIDE_REFUSED))
+def test_ride_refused_is_not_stored(service, db, account, case):
+    amount, fault, status, type_suffix = RIDE_REFUSED[case]
     key = new_key()
-    assert_problem(ride(service, account, key, amount=0), 422, "invalid-payment")
-    assert charges_of(db, account, key) == []
+    assert_problem(ride(service, account, key, fault=fault, amount=amount), status, type_suffix)
+    assert charges_of(db, account, key) == [] and rides_of(db, account, key) == []
+    assert all(s is None for (s,) in stored(db, account, key)), "a refused ride was stored"
     assert_ride(ride(service, account, key), account)
-
-
-def _crash_and_resume(service, client, db, account, fault):
-    key = new_key()
-    try:
-        r = ride(service, account, key, fault=fault, timeout=10)
-        raise AssertionError(f"the service answered instead of crashing: {r}")
-    except (ConnectionError, OSError, http_client_errors()):
-        pass
-    deadline = time.time() + 10
-    while service.proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert service.proc.poll() is not None, "the service did not exit on " + fault
-    service.stop()
-    service.start()
-    wait_lease_lapsed(db, account, key)  # the dead holder's lease runs out
-    return key
 
 
 def wait_lease_lapsed(db, account, key):
     """Polls until the lease on the key has run out by the database's clock (the clock the extension judges a
     lease by), instead of sleeping a lease and a margin; fails if it has not after twice the lease."""
-    deadline = time.time() + 2 * harness.RIDES_LEASE_SECONDS + 5
-    while True:
-        live = db.execute("SELECT count(*) FROM (SELECT lease_until FROM idempotency_keys WHERE scope = %s AND key = %s "
-                          "UNION ALL SELECT lease_until FROM idempotency_keys_partitioned WHERE scope = %s AND key = %s"
-                          ") k WHERE lease_until >= clock_timestamp()", (account, key, account, key)).fetchone()[0]
-        if live == 0:
-            return
-        assert time.time() < deadline, f"the lease on {key} did not run out within {2 * harness.RIDES_LEASE_SECONDS} s"
-        time.sleep(0.05)
-
-
-def http_client_errors():
-    import http.client
-    return http.client.HTTPException
+    lease = harness.RIDES_LEASE_SECONDS
+    live = "lease_until >= clock_timestamp()"
+    lapsed = harness.wait_for(lambda: not any(v for (v,) in stored(db, account, key, live)), 2 * lease + 5)
+    assert lapsed, f"the lease on {key} did not run out within {2 * lease} s"
 
 
 @rule("lease-rides")
-def test_ride_crash_after_charge_resumes_with_the_same_charge(service, client, db, account):
-    key = _crash_and_resume(service, client, db, account, "crash-after-charge")
+@pytest.mark.parametrize("fault", ["crash-after-charge", "crash-after-checkpoint"])
+def test_ride_crash_resumes_at_the_recovery_point(service, db, account, fault):
+    """The service exits after the provider's charge (no ride yet) or after the checkpoint (the ride written, no
+    receipt); restarted, the retry resumes there: the provider's first charge, the checkpoint's ride."""
+    key = new_key()
+    try:
+        r = ride(service, account, key, fault=fault, timeout=10)
+        raise AssertionError(f"the service answered instead of crashing: {r}")
+    except (OSError, http.client.HTTPException):
+        pass
+    assert harness.wait_for(lambda: service.proc.poll() is not None, 10), "the service did not exit on " + fault
+    service.stop()
+    service.start()
+    wait_lease_lapsed(db, account, key)  # the dead holder's lease runs out
     (charge,) = charges_of(db, account, key)
-    assert rides_of(db, account, key) == []
+    before = rides_of(db, account, key)
+    assert [r[1:] for r in before] == ([(charge[0], False)] if fault == "crash-after-checkpoint" else []), before
     b = assert_ride(ride(service, account, key), account)
     assert b["charge_id"] == charge[0], "the retry charged again instead of getting the provider's first charge"
-    assert charges_of(db, account, key) == [charge] and len(rides_of(db, account, key)) == 1
-
-
-@rule("lease-rides")
-def test_ride_crash_after_checkpoint_resumes_at_the_receipt(service, client, db, account):
-    key = _crash_and_resume(service, client, db, account, "crash-after-checkpoint")
-    [(ride_id, charge_id, sent)] = rides_of(db, account, key)
-    assert not sent
-    b = assert_ride(ride(service, account, key), account)
-    assert (b["ride_id"], b["charge_id"]) == (ride_id, charge_id), "the retry did not resume after the checkpoint"
-    assert rides_of(db, account, key) == [(ride_id, charge_id, True)] and len(charges_of(db, account, key)) == 1
+    if before:
+        assert before[0][0] == b["ride_id"], "the retry did not resume after the checkpoint"
+    assert charges_of(db, account, key) == [charge]
+    assert rides_of(db, account, key) == [(b["ride_id"], b["charge_id"], True)]
 
 
 @rule("lease-rides")
@@ -598,29 +465,15 @@ def test_ride_stalled_holder_is_fenced_off(service, client, db, account):
     t = threading.Thread(target=lambda: out.setdefault("r", ride(service, account, key, fault=f"stall={stall_ms}",
                                                                   timeout=stall_ms / 1000 + 15)))
     t.start()
-    deadline = time.time() + 10
-    while not charges_of(db, account, key) and time.time() < deadline:
-        time.sleep(0.05)
-    assert charges_of(db, account, key), "the stalled holder never reached its provider call"
-    early = ride(service, account, key)
-    assert_problem(early, 409)  # the lease is live: in progress
+    assert harness.wait_for(lambda: charges_of(db, account, key), 10), "the stalled holder never reached the provider"
+    assert_problem(ride(service, account, key), 409)  # the lease is live: in progress
     wait_lease_lapsed(db, account, key)
-    took_over = ride(service, account, key)
-    b = assert_ride(took_over, account)
+    b = assert_ride(ride(service, account, key), account)  # took over
     t.join(timeout=stall_ms / 1000 + 20)
     assert_problem(out["r"], 409)
     assert rides_of(db, account, key) == [(b["ride_id"], b["charge_id"], True)]
     assert len(charges_of(db, account, key)) == 1
     assert_ride(ride(service, account, key), account, replayed=True)
-
-
-@rule("lease-rides")
-def test_ride_provider_503_is_not_stored(service, client, db, account):
-    key = new_key()
-    assert_problem(ride(service, account, key, fault="provider-503"), 503)
-    assert rides_of(db, account, key) == []
-    assert all(status is None for (status,) in stored(db, account, key)), "a 503 was stored"
-    assert_ride(ride(service, account, key), account)
 
 
 # --------------------------------------------------------------------------- one request, one answer

@@ -16,8 +16,7 @@ import uuid
 
 import pytest
 
-import harness
-from client import Client, new_key
+from client import Client, new_key, parallel
 from conftest import get_service, selected_langs
 
 SECONDS = float(os.environ.get("E2E_LOAD_SECONDS", "6"))
@@ -33,23 +32,6 @@ LANGS = selected_langs()
 @pytest.fixture(scope="session", params=LANGS, ids=[f"{l}-pgbouncer" for l in LANGS])
 def bounced(request, stack, _service_registry):
     return get_service(_service_registry, stack, request.param, "pgbouncer")
-
-
-def _parallel(n, fn):
-    errors = []
-
-    def wrap(i):
-        try:
-            fn(i)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
-
-    ts = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return errors
 
 
 @pytest.mark.load
@@ -87,7 +69,7 @@ def test_load_through_pgbouncer(bounced, db, capsys):
             c.close()
 
     t0 = time.monotonic()
-    errs = _parallel(THREADS, worker)
+    errs = parallel(THREADS, worker)
     took = time.monotonic() - t0
     total = sum(counts.values())
     line = (f"[load] {svc.name}: {total} requests in {took:.1f} s ({total / took:.0f}/s) with {THREADS} clients, "
@@ -132,7 +114,7 @@ def test_load_through_pgbouncer(bounced, db, capsys):
         finally:
             c.close()
 
-    errs = _parallel(THREADS, check)
+    errs = parallel(THREADS, check)
     assert not errs, errs[:5]
     stuck = [b for b in retry_bad if " <409 " in b]
     assert not stuck, f"{len(stuck)} keys stuck at 409 after the load: {stuck[:5]}"

@@ -14,6 +14,10 @@
 //	  mismatch    -> ROLLBACK; 422 problem+json (idempotency-key-reused)
 //	  in_progress -> ROLLBACK; 409 problem+json, Retry-After: 1
 //
+// Pipelined over prepared statements (the default with a *pgxpool.Pool or a *pgx.Conn), the claim goes first and
+// BEGIN follows it for a claimed key only, taking the claim into the transaction; any other outcome ends the
+// claim's own transaction, in which it wrote nothing, with no BEGIN nor ROLLBACK.
+//
 // A 5xx from the handler, a returned error, a panic or a failed statement roll everything back: nothing is
 // stored, the handler's writes are undone, the key is free for a retry. SQLSTATE 40001 or 40P01 anywhere runs the
 // whole transaction again (Options.MaxRetries times at most).
@@ -149,29 +153,22 @@ func Tx(ctx context.Context) pgx.Tx {
 	return tx
 }
 
-// Key is the parsed Idempotency-Key of a guarded request.
-func Key(ctx context.Context) string {
+// stateOf is the state of the guarded request of ctx, a zero state outside one.
+func stateOf(ctx context.Context) *requestState {
 	if s, ok := ctx.Value(stateKey).(*requestState); ok {
-		return s.key
+		return s
 	}
-	return ""
+	return &requestState{}
 }
+
+// Key is the parsed Idempotency-Key of a guarded request.
+func Key(ctx context.Context) string { return stateOf(ctx).key }
 
 // Scope is the scope the key was claimed in.
-func Scope(ctx context.Context) string {
-	if s, ok := ctx.Value(stateKey).(*requestState); ok {
-		return s.scope
-	}
-	return ""
-}
+func Scope(ctx context.Context) string { return stateOf(ctx).scope }
 
 // Attempt is 0 on the first run of the transaction, 1.. on runs after 40001/40P01.
-func Attempt(ctx context.Context) int {
-	if s, ok := ctx.Value(stateKey).(*requestState); ok {
-		return s.attempt
-	}
-	return 0
-}
+func Attempt(ctx context.Context) int { return stateOf(ctx).attempt }
 
 // Fail marks the guarded request failed with err, as if a TxHandlerFunc had returned it: whatever the handler
 // writes is dropped, the transaction rolls back, and the client gets 500 (or the transaction runs again, for
@@ -245,9 +242,7 @@ const (
 
 // Guards reports whether requests with this method go through the protocol (Options.Methods); framework
 // adapters pass the others straight to the handler.
-func (g *Guard) Guards(method string) bool { return g.guarded(method) }
-
-func (g *Guard) guarded(method string) bool {
+func (g *Guard) Guards(method string) bool {
 	for _, m := range g.opts.Methods {
 		if strings.EqualFold(m, method) {
 			return true
@@ -262,7 +257,7 @@ func (g *Guard) problem(status int, slug, title, detail string) *Response {
 
 func (g *Guard) handle(passthrough http.Handler, h TxHandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !g.guarded(r.Method) {
+		if !g.Guards(r.Method) {
 			passthrough.ServeHTTP(w, r)
 			return
 		}
@@ -347,7 +342,9 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 			resp.Write(w)
 			return
 		}
+		detail := "the request failed and was rolled back"
 		var pe *PanicError
+		var pg *pgconn.PgError
 		switch {
 		case IsRetryable(err) && attempt < g.opts.MaxRetries:
 			g.opts.Logger.Printf("idempotency: %v on attempt %d, running the transaction again", err, attempt+1)
@@ -357,28 +354,25 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 				"the request kept conflicting with concurrent requests; retry it")
 			p.Header.Set("Retry-After", "1")
 			p.Write(w)
+			return
 		case errors.Is(err, errBadBody):
 			g.badBody().Write(w)
+			return
 		case errors.Is(err, errNoResponse):
 			g.opts.Logger.Printf("%v", err)
-			g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
-				"the handler sent no response; the request was rolled back").Write(w)
+			detail = "the handler sent no response; the request was rolled back"
 		case errors.As(err, &pe):
 			if pe.Value == http.ErrAbortHandler {
 				panic(pe.Value) // the handler asked net/http to abort the connection
 			}
 			g.opts.Logger.Printf("idempotency: %v (rolled back)\n%s", err, pe.Stack)
-			g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
-				"the request failed and was rolled back").Write(w)
 		default:
 			g.opts.Logger.Printf("idempotency: %v (rolled back)", err)
-			detail := "the request failed and was rolled back"
-			var pg *pgconn.PgError
 			if errors.As(err, &pg) {
 				detail = fmt.Sprintf("database error (SQLSTATE %s); the request was rolled back", pg.Code)
 			}
-			g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error", detail).Write(w)
 		}
+		g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error", detail).Write(w)
 		return
 	}
 }
@@ -432,10 +426,10 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		return early, err // replay, mismatch, in_progress: close rolls the transaction back
 	}
 
-	tx := s.tx()
+	tx, q := s.handlerTx()
 	state := &requestState{key: in.key, scope: in.scope, attempt: attempt}
 	hctx := context.WithValue(context.WithValue(ctx, txKey, tx), stateKey, state)
-	if q := s.querier(); q != nil {
+	if q != nil {
 		hctx = context.WithValue(hctx, sqlKey, q)
 	}
 	hr := r.Clone(hctx)
@@ -470,7 +464,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		return resp, nil
 	}
 	// The bytes sent are the bytes stored: every replay is the first answer, byte for byte.
-	contentType, headers := storedHeaders(resp.Header, g.opts.ReplayHeaders)
+	contentType, headers := StoredHeaders(resp.Header, g.opts.ReplayHeaders)
 	if err := s.finish(ctx, []any{in.key, in.scope, resp.Status, contentType, headers, resp.Body}); err != nil {
 		return nil, err
 	}

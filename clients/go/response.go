@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
 	"sort"
 	"strconv"
@@ -17,23 +16,18 @@ import (
 // DefaultProblemBase prefixes the problem types this package answers with (RFC 9457 "type").
 const DefaultProblemBase = "https://idempotency.dev/problems/"
 
-// BodyEncodingHeader is kept with a stored response whose body is not stored as JSON ("text" or "base64"), so the
-// replay can decode it; it is never sent to the client.
+// BodyEncodingHeader, among the headers of a response stored by a 1.0-1.2 client through a jsonb completion, says
+// how its body, not JSON, was put in a JSON string ("text" or "base64"), so the replay can decode it; it is never
+// sent to the client.
 const BodyEncodingHeader = "Idempotency-Body-Encoding"
 
 // ReplayedHeader is added to every replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
 
-// notReplayed are headers never stored for a replay: they describe one connection or one response.
-var notReplayed = map[string]bool{}
-
-func init() {
-	for _, h := range []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Date", "Server",
-		"Set-Cookie", "Upgrade", "Te", "Trailer", "Proxy-Authenticate", "Proxy-Connection", ReplayedHeader,
-		BodyEncodingHeader} {
-		notReplayed[http.CanonicalHeaderKey(h)] = true
-	}
-}
+// notReplayed are headers never stored for a replay (canonical keys): they describe one connection or one response.
+var notReplayed = map[string]bool{"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true,
+	"Content-Length": true, "Date": true, "Server": true, "Set-Cookie": true, "Upgrade": true, "Te": true,
+	"Trailer": true, "Proxy-Authenticate": true, "Proxy-Connection": true, ReplayedHeader: true, BodyEncodingHeader: true}
 
 // Response is a complete, buffered HTTP response.
 type Response struct {
@@ -76,16 +70,18 @@ const (
 	OutcomeInProgress = "in_progress"
 )
 
-// ClaimRow is one row of idem_claim, with the jsonb columns as their text (nil for SQL NULL).
+// ClaimRow is one row of idem_claim, with the jsonb columns as their text (nil for SQL NULL); on 1.3, ResponseBody
+// is the stored bytes and ContentType their content type when the response was stored as bytes.
 type ClaimRow struct {
 	Outcome         string
 	HTTPStatus      *int32
 	ResponseBody    *string
 	ResponseHeaders *string
+	ContentType     *string
 }
 
-// ClaimResponse maps a claim to the HTTP answer: nil for "claimed" (run the handler), the stored response plus
-// Idempotent-Replayed for "replay", 422 (or the status the extension gives) for "mismatch", 409 with
+// ClaimResponse maps a claim to the HTTP answer: nil for "claimed" (run the handler), the stored response (with
+// ContentType when there is one) plus Idempotent-Replayed for "replay", 422 (or the status the extension gives) for "mismatch", 409 with
 // Retry-After: 1 for "in_progress".
 func ClaimResponse(base string, c ClaimRow) (*Response, error) {
 	switch c.Outcome {
@@ -95,7 +91,11 @@ func ClaimResponse(base string, c ClaimRow) (*Response, error) {
 		if c.HTTPStatus == nil {
 			return nil, fmt.Errorf("idempotency: replay without a stored status")
 		}
-		return replayResponse(int(*c.HTTPStatus), c.ResponseBody, c.ResponseHeaders)
+		r, err := replayResponse(int(*c.HTTPStatus), c.ResponseBody, c.ResponseHeaders)
+		if err == nil && c.ContentType != nil {
+			r.Header.Set("Content-Type", *c.ContentType)
+		}
+		return r, err
 	case OutcomeMismatch:
 		status := http.StatusUnprocessableEntity
 		if c.HTTPStatus != nil {
@@ -122,11 +122,8 @@ func replayResponse(status int, bodyText, headersText *string) (*Response, error
 	h := http.Header{}
 	encoding := ""
 	for k, v := range stored {
-		var s string
-		switch v := v.(type) {
-		case string:
-			s = v
-		default:
+		s, ok := v.(string)
+		if !ok { // a value stored as another JSON type: its JSON text
 			b, _ := json.Marshal(v)
 			s = string(b)
 		}
@@ -163,17 +160,10 @@ func replayResponse(status int, bodyText, headersText *string) (*Response, error
 	return &Response{Status: status, Header: h, Body: body}, nil
 }
 
-func isJSONType(contentType string) bool {
-	media, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false
-	}
-	return media == "application/json" || strings.HasSuffix(media, "+json")
-}
-
-// replayHeaders are the headers of h to store for a replay: allow, when not nil, is the allow-list (case-insensitive);
-// otherwise every header but the per-connection ones. Repeated headers are joined with ", ".
-func replayHeaders(h http.Header, allow []string) map[string]string {
+// StoredHeaders are the Content-Type (nil when none is stored) and the other headers, as a JSON object, that
+// idem_complete_request and idem_lease_complete_request store for a replay: allow, when not nil, is the allow-list
+// (case-insensitive); otherwise every header but the per-connection ones. Repeated headers are joined with ", ".
+func StoredHeaders(h http.Header, allow []string) (contentType any, headers string) {
 	var allowed map[string]bool
 	if allow != nil {
 		allowed = map[string]bool{}
@@ -198,44 +188,12 @@ func replayHeaders(h http.Header, allow []string) map[string]string {
 		}
 		out[ck] = v
 	}
-	return out
-}
-
-// storedHeaders are the Content-Type (nil when none is stored) and the other headers, as a JSON object, that
-// idem_complete_request stores for a replay (replayHeaders).
-func storedHeaders(h http.Header, allow []string) (contentType any, headers string) {
-	out := replayHeaders(h, allow)
 	if ct, ok := out["Content-Type"]; ok {
 		contentType = ct
 		delete(out, "Content-Type")
 	}
 	b, _ := json.Marshal(out)
 	return contentType, string(b)
-}
-
-// StoredForm is what the jsonb completions (idem_complete, idem_lease_complete) store for r: the body as JSON text
-// (nil for an empty body) and the headers (replayHeaders) as a JSON object. A JSON body (by its Content-Type) is
-// stored as JSON; any other body as a JSON string, its encoding kept in BodyEncodingHeader, which the replay
-// removes.
-func StoredForm(r *Response, allow []string) (body *string, headers string) {
-	out := replayHeaders(r.Header, allow)
-	if len(r.Body) > 0 {
-		var s string
-		if utf8.Valid(r.Body) && isJSONType(r.Header.Get("Content-Type")) && validJSON(r.Body) {
-			s = string(r.Body)
-		} else if utf8.Valid(r.Body) && !bytes.ContainsRune(r.Body, 0) {
-			out[BodyEncodingHeader] = "text"
-			b, _ := json.Marshal(string(r.Body))
-			s = string(b)
-		} else {
-			out[BodyEncodingHeader] = "base64"
-			b, _ := json.Marshal(base64.StdEncoding.EncodeToString(r.Body))
-			s = string(b)
-		}
-		body = &s
-	}
-	hb, _ := json.Marshal(out)
-	return body, string(hb)
 }
 
 // claimResponse maps the value of idem_claim_request, in its text form, to the answer: nil for claimed (run the
@@ -246,7 +204,7 @@ func claimResponse(base, value string) (*Response, error) {
 	if err != nil || len(f) != 5 || f[0] == nil {
 		return nil, fmt.Errorf("idempotency: idem_claim_request answered %q", value)
 	}
-	c := ClaimRow{Outcome: *f[0], ResponseHeaders: f[3]}
+	c := ClaimRow{Outcome: *f[0], ContentType: f[2], ResponseHeaders: f[3]}
 	if f[1] != nil {
 		n, err := strconv.ParseInt(*f[1], 10, 32)
 		if err != nil {
@@ -263,11 +221,7 @@ func claimResponse(base, value string) (*Response, error) {
 		body := string(b)
 		c.ResponseBody = &body
 	}
-	resp, err := ClaimResponse(base, c)
-	if resp != nil && c.Outcome == OutcomeReplay && f[2] != nil {
-		resp.Header.Set("Content-Type", *f[2])
-	}
-	return resp, err
+	return ClaimResponse(base, c)
 }
 
 // parseRecord splits the text form of a record, (a,,"b c","d""e"), into its fields: nil for NULL (an empty
@@ -308,41 +262,19 @@ func parseRecord(s string) ([]*string, error) {
 }
 
 // validJSON is json.Valid plus what PostgreSQL's jsonb refuses and Go accepts: the \u0000 escape. (Invalid
-// UTF-8, which jsonb refuses too, is checked by the callers.)
+// UTF-8, which jsonb refuses too, is checked by the callers.) In valid JSON a backslash occurs only inside a string,
+// where it starts an escape, so the escapes are found by skipping each escaped character.
 func validJSON(b []byte) bool {
 	if !json.Valid(b) {
 		return false
 	}
-	if !bytes.Contains(b, []byte(`u0000`)) {
-		return true
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var v any
-	if d.Decode(&v) != nil {
-		return false
-	}
-	return !hasNUL(v)
-}
-
-func hasNUL(v any) bool {
-	switch v := v.(type) {
-	case string:
-		return strings.ContainsRune(v, 0)
-	case []any:
-		for _, e := range v {
-			if hasNUL(e) {
-				return true
-			}
+	for i := bytes.IndexByte(b, '\\'); i >= 0; i = bytes.IndexByte(b, '\\') {
+		if bytes.HasPrefix(b[i+1:], []byte("u0000")) {
+			return false
 		}
-	case map[string]any:
-		for k, e := range v {
-			if strings.ContainsRune(k, 0) || hasNUL(e) {
-				return true
-			}
-		}
+		b = b[i+2:]
 	}
-	return false
+	return true
 }
 
 // ValidRequestBody reports whether a request body is JSON PostgreSQL's jsonb accepts (UTF-8, no \u0000).

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgconn"
+	"github.com/jackc/pgproto3/v2"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
@@ -17,8 +19,7 @@ import (
 // handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
 type session interface {
 	claim(ctx context.Context, args []any) (string, error) // idem_claim_request's value in its text form
-	tx() pgx.Tx                                            // the pgx transaction, nil for database/sql
-	querier() Querier                                      // the database/sql transaction, nil for pgx
+	handlerTx() (pgx.Tx, Querier)                          // the handler's transaction: pgx's, or database/sql's
 	finish(ctx context.Context, args []any) error
 	close()
 }
@@ -78,8 +79,7 @@ func (s *txSession) claim(ctx context.Context, args []any) (c string, err error)
 	return c, err
 }
 
-func (s *txSession) tx() pgx.Tx       { return s.t }
-func (s *txSession) querier() Querier { return nil }
+func (s *txSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil }
 
 func (s *txSession) finish(ctx context.Context, args []any) error {
 	if err := s.t.QueryRow(ctx, completeSQL, args...).Scan(new(bool)); err != nil {
@@ -94,45 +94,129 @@ func (s *txSession) close() {
 	}
 }
 
-// pipeSession holds one connection for the request and sends BEGIN + claim, and complete + COMMIT, as one batch
-// each. With the simple protocol (ParsePoolConfig) pgx sends a batch as one Query message of several statements;
-// with the extended protocol, as one pipeline ending in a single Sync. Either way a failing statement stops the
-// rest of the batch, so a COMMIT never follows a failed completion.
+// pipeSession holds one connection for the request and sends the claim with BEGIN (claim), and complete + COMMIT
+// as one batch. With the simple protocol (ParsePoolConfig) pgx sends a batch as one Query message of several
+// statements; with the extended protocol, as one pipeline ending in a single Sync. Either way a failing statement
+// stops the rest of the batch, so a COMMIT never follows a failed completion.
 type pipeSession struct {
-	conn    *pgx.Conn
-	release func()
-	begin   string
-	t       *connTx
+	conn       *pgx.Conn
+	release    func()
+	begin      string
+	beginFirst bool // BEGIN with the claim, answered before the handler runs (database/sql)
+	t          *connTx
 }
 
 func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
-	b := &pgx.Batch{}
-	b.Queue(s.begin)
-	b.Queue(claimSQL, args...)
-	br := s.conn.SendBatch(ctx, b)
-	_, err := br.Exec()
-	var c string
+	// BEGIN first, with the claim in one pgx batch: under the simple protocol (one Query message of both
+	// statements); for a BEGIN with options (an isolation level is set before any statement of the transaction);
+	// for database/sql (its statements bypass connTx, so BEGIN is answered before the handler runs).
+	if s.beginFirst || s.conn.Config().PreferSimpleProtocol || s.begin != "BEGIN" {
+		b := &pgx.Batch{}
+		b.Queue(s.begin)
+		b.Queue(claimSQL, args...)
+		br := s.conn.SendBatch(ctx, b)
+		_, err := br.Exec()
+		var c string
+		if err == nil {
+			s.t = &connTx{conn: s.conn}
+			err = br.QueryRow().Scan(&c)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return c, err
+	}
+	// Prepared once per connection, each named by its text, so that pgx's Exec of ROLLBACK (close, connTx.Rollback)
+	// runs the prepared statement too.
+	for _, sql := range []string{s.begin, claimSQL, "ROLLBACK"} {
+		if _, err := s.conn.Prepare(ctx, sql, sql); err != nil {
+			return "", err
+		}
+	}
+	values, formats := make([][]byte, len(args)), make([]int16, len(args))
+	for i, a := range args {
+		switch a := a.(type) {
+		case string:
+			values[i] = append([]byte{}, a...) // text, never NULL
+		case []byte:
+			values[i], formats[i] = a, 1 // bytea, binary
+		}
+	}
+	// The claim goes first, alone, then Flush: it runs in the transaction the extended protocol opens for it, which
+	// the next Sync would end. A claimed key: BEGIN and Sync follow, and BEGIN makes that transaction the request's,
+	// the claim in it; its answers are read before the handler's first statement (connTx.ready), so waiting for
+	// them adds no round trip. Any other outcome (replay, mismatch, in progress): Sync alone ends the transaction,
+	// in which the claim wrote nothing, with no BEGIN nor ROLLBACK to run.
+	pc := s.conn.PgConn()
+	claim := (&pgproto3.Bind{PreparedStatement: claimSQL, ParameterFormatCodes: formats, Parameters: values}).Encode(nil)
+	value, err := "", pc.SendBytes(ctx, (&pgproto3.Flush{}).Encode((&pgproto3.Execute{}).Encode(claim)))
 	if err == nil {
-		s.t = &connTx{conn: s.conn}
-		err = br.QueryRow().Scan(&c)
+		value, err = receive(ctx, pc, false)
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	if pgErr := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pgErr) {
+		return "", err // nothing sent, or the connection closed
 	}
-	return c, err
+	end := (&pgproto3.Sync{}).Encode(nil)
+	claimed := err == nil && strings.HasPrefix(value, "("+OutcomeClaimed+",") // record_out's text, as claimResponse reads it
+	if claimed {
+		end = (&pgproto3.Sync{}).Encode((&pgproto3.Execute{}).Encode((&pgproto3.Bind{PreparedStatement: s.begin}).Encode(nil)))
+	}
+	if serr := pc.SendBytes(ctx, end); serr != nil {
+		return "", broken(pc, serr) // the claim's transaction would wait for a Sync that does not come
+	}
+	if claimed {
+		s.t = &connTx{conn: s.conn, beginSent: true}
+		return value, nil
+	}
+	if _, serr := receive(ctx, pc, true); err == nil {
+		err = serr
+	}
+	return value, err
 }
 
-func (s *pipeSession) tx() pgx.Tx {
-	if s.t == nil {
-		return nil
-	}
-	return s.t
+// broken closes a connection whose exchange stopped midway (an answer half read, a Sync not sent): it cannot be used
+// again, and the pool drops a closed connection when it is released.
+func broken(pc *pgconn.PgConn, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = pc.Close(ctx)
+	cancel()
+	return err
 }
-func (s *pipeSession) querier() Querier { return nil }
+
+// receive reads answers up to the first CommandComplete or ErrorResponse (toSync false: what was sent ends in
+// Flush) or to ReadyForQuery (toSync true: it ends in Sync). It returns the first column of the last data row and
+// the first error; a connection it could not read to the end is closed.
+func receive(ctx context.Context, pc *pgconn.PgConn, toSync bool) (value string, err error) {
+	for {
+		msg, rerr := pc.ReceiveMessage(ctx)
+		if rerr != nil {
+			return "", broken(pc, rerr)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			if len(m.Values) == 1 {
+				value = string(m.Values[0])
+			}
+		case *pgproto3.ErrorResponse:
+			if err == nil {
+				err = pgconn.ErrorResponseToPgError(m)
+			}
+		case *pgproto3.ReadyForQuery:
+			return value, err
+		}
+		if _, complete := msg.(*pgproto3.CommandComplete); !toSync && (complete || err != nil) {
+			return value, err
+		}
+	}
+}
+
+func (s *pipeSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil } // s.t: set once claim began the transaction
 
 func (s *pipeSession) finish(ctx context.Context, args []any) error {
-	if s.t.closed {
-		return fmt.Errorf("idempotency: the handler ended the request's transaction: %w", pgx.ErrTxClosed)
+	if err := s.t.ready(ctx); errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("idempotency: the handler ended the request's transaction: %w", err)
+	} else if err != nil {
+		return err
 	}
 	b := &pgx.Batch{}
 	b.Queue(completeSQL, args...)
@@ -156,13 +240,14 @@ func (s *pipeSession) finish(ctx context.Context, args []any) error {
 }
 
 func (s *pipeSession) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	if s.t != nil {
+		_ = s.t.ready(ctx) // BEGIN's answers, when the handler sent no statement
 		s.t.closed = true
 	}
 	if s.conn.PgConn().TxStatus() != 'I' && !s.conn.IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := s.conn.Exec(ctx, "ROLLBACK")
-		cancel()
 		if err != nil {
 			// The pool destroys a connection released in a transaction; closing it says so plainly.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -185,14 +270,31 @@ var errHandlerCommit = errors.New("idempotency: the request's transaction is com
 type connTx struct {
 	conn       *pgx.Conn
 	closed     bool
+	beginSent  bool // the answers to the claim's BEGIN are still to be read (pipeSession.claim)
 	savepoints int
+}
+
+// ready reads the answers to the claim's BEGIN once (they came while the handler started) and reports whether the
+// transaction is still usable.
+func (t *connTx) ready(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	if t.beginSent {
+		t.beginSent = false
+		if _, err := receive(ctx, t.conn.PgConn(), true); err != nil {
+			t.closed = true
+			return err
+		}
+	}
+	return nil
 }
 
 var _ pgx.Tx = (*connTx)(nil)
 
 func (t *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	t.savepoints++
 	name := fmt.Sprintf("idem_sp_%d", t.savepoints)
@@ -219,15 +321,15 @@ func beginFunc(ctx context.Context, parent pgx.Tx, f func(pgx.Tx) error) error {
 }
 
 func (t *connTx) Commit(ctx context.Context) error {
-	if t.closed {
-		return pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return err
 	}
 	return errHandlerCommit
 }
 
 func (t *connTx) Rollback(ctx context.Context) error {
-	if t.closed {
-		return pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return err
 	}
 	t.closed = true
 	_, err := t.conn.Exec(ctx, "ROLLBACK")
@@ -235,15 +337,15 @@ func (t *connTx) Rollback(ctx context.Context) error {
 }
 
 func (t *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if t.closed {
-		return 0, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return 0, err
 	}
 	return t.conn.CopyFrom(ctx, table, cols, src)
 }
 
 func (t *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.closed {
-		return errBatch{pgx.ErrTxClosed}
+	if err := t.ready(ctx); err != nil {
+		return errBatch{err}
 	}
 	return t.conn.SendBatch(ctx, b)
 }
@@ -253,41 +355,44 @@ func (t *connTx) LargeObjects() pgx.LargeObjects {
 }
 
 func (t *connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.Prepare(ctx, name, sql)
 }
 
 func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.Exec(ctx, sql, args...)
 }
 
 func (t *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.Query(ctx, sql, args...)
 }
 
 func (t *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.closed {
-		return errRow{pgx.ErrTxClosed}
+	if err := t.ready(ctx); err != nil {
+		return errRow{err}
 	}
 	return t.conn.QueryRow(ctx, sql, args...)
 }
 
 func (t *connTx) QueryFunc(ctx context.Context, sql string, args []any, scans []any, f func(pgx.QueryFuncRow) error) (pgconn.CommandTag, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.QueryFunc(ctx, sql, args, scans, f)
 }
 
-func (t *connTx) Conn() *pgx.Conn { return t.conn }
+func (t *connTx) Conn() *pgx.Conn {
+	_ = t.ready(context.Background()) // the connection handed out with nothing left to read
+	return t.conn
+}
 
 // savepointTx is a pseudo-nested transaction of a connTx.
 type savepointTx struct {
@@ -307,21 +412,19 @@ func (s *savepointTx) BeginFunc(ctx context.Context, f func(pgx.Tx) error) error
 	return beginFunc(ctx, s, f)
 }
 
-func (s *savepointTx) Commit(ctx context.Context) error {
-	if s.ended || s.connTx.closed {
-		return pgx.ErrTxClosed
-	}
-	s.ended = true
-	_, err := s.conn.Exec(ctx, "RELEASE SAVEPOINT "+s.name)
-	return err
-}
+func (s *savepointTx) Commit(ctx context.Context) error { return s.end(ctx, "RELEASE SAVEPOINT ") }
 
 func (s *savepointTx) Rollback(ctx context.Context) error {
+	return s.end(ctx, "ROLLBACK TO SAVEPOINT ")
+}
+
+// end releases the savepoint or rolls back to it, once.
+func (s *savepointTx) end(ctx context.Context, sql string) error {
 	if s.ended || s.connTx.closed {
 		return pgx.ErrTxClosed
 	}
 	s.ended = true
-	_, err := s.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+s.name)
+	_, err := s.conn.Exec(ctx, sql+s.name)
 	return err
 }
 

@@ -80,19 +80,13 @@ type sqlTxSession struct {
 	t    *sql.Tx
 }
 
+// sqlIsolation maps pgx's isolation levels to database/sql's; "" (the server's default) maps to LevelDefault.
+var sqlIsolation = map[pgx.TxIsoLevel]sql.IsolationLevel{pgx.Serializable: sql.LevelSerializable,
+	pgx.RepeatableRead: sql.LevelRepeatableRead, pgx.ReadCommitted: sql.LevelReadCommitted,
+	pgx.ReadUncommitted: sql.LevelReadUncommitted}
+
 func sqlTxOptions(o pgx.TxOptions) *sql.TxOptions {
-	opts := &sql.TxOptions{ReadOnly: o.AccessMode == pgx.ReadOnly}
-	switch o.IsoLevel {
-	case pgx.Serializable:
-		opts.Isolation = sql.LevelSerializable
-	case pgx.RepeatableRead:
-		opts.Isolation = sql.LevelRepeatableRead
-	case pgx.ReadCommitted:
-		opts.Isolation = sql.LevelReadCommitted
-	case pgx.ReadUncommitted:
-		opts.Isolation = sql.LevelReadUncommitted
-	}
-	return opts
+	return &sql.TxOptions{Isolation: sqlIsolation[o.IsoLevel], ReadOnly: o.AccessMode == pgx.ReadOnly}
 }
 
 func (s *sqlTxSession) claim(ctx context.Context, args []any) (c string, err error) {
@@ -102,8 +96,7 @@ func (s *sqlTxSession) claim(ctx context.Context, args []any) (c string, err err
 	return c, err
 }
 
-func (s *sqlTxSession) tx() pgx.Tx       { return nil }
-func (s *sqlTxSession) querier() Querier { return s.t }
+func (s *sqlTxSession) handlerTx() (pgx.Tx, Querier) { return nil, s.t }
 
 func (s *sqlTxSession) finish(ctx context.Context, args []any) error {
 	if err := s.t.QueryRowContext(ctx, completeSQL, args...).Scan(new(bool)); err != nil {
@@ -130,7 +123,7 @@ func newSQLPipeSession(ctx context.Context, db *sql.DB, begin string) (*sqlPipeS
 	if err != nil {
 		return nil, err
 	}
-	return &sqlPipeSession{conn: conn, pipe: pipeSession{release: func() {}, begin: begin}}, nil
+	return &sqlPipeSession{conn: conn, pipe: pipeSession{release: func() {}, begin: begin, beginFirst: true}}, nil
 }
 
 // raw runs fn with the session's batches bound to the pgx connection underneath.
@@ -154,8 +147,7 @@ func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c string, err e
 	return c, err
 }
 
-func (s *sqlPipeSession) tx() pgx.Tx       { return nil }
-func (s *sqlPipeSession) querier() Querier { return s.conn }
+func (s *sqlPipeSession) handlerTx() (pgx.Tx, Querier) { return nil, s.conn }
 
 func (s *sqlPipeSession) finish(ctx context.Context, args []any) error {
 	return s.raw(func(p *pipeSession) error { return p.finish(ctx, args) })

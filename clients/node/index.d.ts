@@ -214,7 +214,7 @@ interface LeaseOptionsBase<State extends Record<string, unknown>> {
   /** The tenant the key belongs to (default ''). */
   scope?: string;
   steps?: Array<LeaseStep<State>>;
-  /** Builds the response in the completing transaction; stored with idem_lease_complete unless a 5xx. */
+  /** Builds the response in the completing transaction; stored as the bytes sent (1.3) unless a 5xx. */
   finish(client: PoolClientLike, ctx: LeaseContext<State>): Promise<CapturedResponse> | CapturedResponse;
   /** The lease's length in seconds (default 30). */
   leaseSeconds?: number;

@@ -14,11 +14,13 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// newApp serves POST /p on echo: a handler that debits the app's account in the request's transaction, then
-// does what act says, behind the middleware wrap makes of the guard.
-func newApp(t *testing.T, wrap func(g *idempotency.Guard) echo.MiddlewareFunc, act func(c echo.Context) error) *testdb.App {
+// newApp serves POST /p on e (a new echo when nil): a handler that debits the app's account in the request's
+// transaction, then does what act says, behind the middleware wrap makes of the guard.
+func newApp(t *testing.T, e *echo.Echo, wrap func(g *idempotency.Guard) echo.MiddlewareFunc, act func(c echo.Context) error) *testdb.App {
 	a := testdb.NewApp(t, "go_echo_")
-	e := echo.New()
+	if e == nil {
+		e = echo.New()
+	}
 	e.HideBanner = true
 	e.Logger.SetOutput(io.Discard)
 	e.POST("/p", func(c echo.Context) error {
@@ -46,7 +48,7 @@ func TestWrapMiddlewareNeverCommitsAnUnseenStatus(t *testing.T) {
 	wrapped := func(g *idempotency.Guard) echo.MiddlewareFunc {
 		return echo.WrapMiddleware(g.Middleware)
 	}
-	a := newApp(t, wrapped, func(c echo.Context) error {
+	a := newApp(t, nil, wrapped, func(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusUnprocessableEntity, "insufficient funds")
 	})
 	key := testdb.Unique("k")
@@ -62,91 +64,62 @@ func TestWrapMiddlewareNeverCommitsAnUnseenStatus(t *testing.T) {
 	a.RowsAre(0)
 }
 
-// With the adapter the returned HTTPError is rendered by echo's error handler inside the transaction: the 422 the
-// client gets is the 422 stored, and the replay is the same bytes.
-func TestHTTPErrorIsTheStatusStored(t *testing.T) {
-	a := newApp(t, native, func(c echo.Context) error {
-		return echo.NewHTTPError(http.StatusUnprocessableEntity, "insufficient funds")
-	})
-	key := testdb.Unique("k")
-	first := a.Post(key)
-	if first.Status != 422 || first.Body == "" || first.Replayed() {
-		t.Fatalf("first: %+v", first)
-	}
-	second := a.Post(key)
-	if second.Status != 422 || !second.Replayed() || second.Body != first.Body ||
-		second.Header.Get("Content-Type") != first.Header.Get("Content-Type") {
-		t.Fatalf("replay %+v, first %+v", second, first)
-	}
-	if a.Runs.Load() != 1 {
-		t.Fatalf("handler runs %d", a.Runs.Load())
-	}
-	a.RowsAre(1)
-}
-
-// A custom HTTPErrorHandler is the app's word on the status: a domain error it maps to 409 is stored as 409.
-func TestCustomErrorHandler(t *testing.T) {
+// With the adapter a returned error is rendered by the app's error handler inside the transaction, so the status
+// the client gets is the status stored: below 500 stored with the debit and replayed byte for byte; a 5xx, or an
+// error returned after the handler wrote its 201 (it failed midway: 500), rolled back, the key free for the retry.
+func TestReturnedErrorIsTheStatusStored(t *testing.T) {
 	errLimit := errors.New("daily limit reached")
-	e := echo.New()
-	e.HTTPErrorHandler = func(err error, c echo.Context) {
-		if errors.Is(err, errLimit) {
-			_ = c.JSON(http.StatusConflict, map[string]string{"error": "limit"})
-			return
-		}
-		e.DefaultHTTPErrorHandler(err, c)
+	for _, tc := range []struct {
+		name   string
+		custom bool // a custom HTTPErrorHandler, the app's word on the status: errLimit is a 409
+		status int
+		act    func(c echo.Context) error
+	}{
+		{"HTTPError 422", false, 422, func(c echo.Context) error {
+			return echo.NewHTTPError(http.StatusUnprocessableEntity, "insufficient funds")
+		}},
+		{"a domain error the app's handler maps to 409", true, 409, func(c echo.Context) error {
+			return fmt.Errorf("debit: %w", errLimit)
+		}},
+		{"HTTPError 502", false, 502, func(c echo.Context) error {
+			return echo.NewHTTPError(http.StatusBadGateway, "provider down")
+		}},
+		{"an error after the 201", false, 500, func(c echo.Context) error {
+			if err := c.JSON(http.StatusCreated, map[string]int{"id": 1}); err != nil {
+				return err
+			}
+			return errors.New("audit log failed")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := echo.New()
+			if tc.custom {
+				e.HTTPErrorHandler = func(err error, c echo.Context) {
+					if errors.Is(err, errLimit) {
+						_ = c.JSON(http.StatusConflict, map[string]string{"error": "limit"})
+						return
+					}
+					e.DefaultHTTPErrorHandler(err, c)
+				}
+			}
+			a := newApp(t, e, native, tc.act)
+			key := testdb.Unique("k")
+			first, second := a.Post(key), a.Post(key)
+			stored := tc.status < 500
+			if first.Status != tc.status || first.Body == "" || first.Replayed() || second.Status != tc.status ||
+				second.Replayed() != stored || (stored && (second.Body != first.Body ||
+				second.Header.Get("Content-Type") != first.Header.Get("Content-Type"))) ||
+				a.Runs.Load() != map[bool]int32{true: 1, false: 2}[stored] {
+				t.Fatalf("first %+v, second %+v, handler runs %d", first, second, a.Runs.Load())
+			}
+			a.RowsAre(map[bool]int{true: 1}[stored])
+		})
 	}
-	a := testdb.NewApp(t, "go_echo_")
-	e.POST("/p", func(c echo.Context) error {
-		ctx := c.Request().Context()
-		if err := testdb.Debit(ctx, idempotency.Tx(ctx), a.Account, idempotency.Key(ctx)); err != nil {
-			return err
-		}
-		return fmt.Errorf("debit: %w", errLimit)
-	}, echoidem.Middleware(idempotency.New(a.Pool, a.Options())))
-	a.Serve(e)
-	key := testdb.Unique("k")
-	first := testdb.Post(t, a.Srv.URL+"/p", key, `{}`)
-	second := testdb.Post(t, a.Srv.URL+"/p", key, `{}`)
-	if first.Status != 409 || second.Status != 409 || !second.Replayed() || second.Body != first.Body {
-		t.Fatalf("first %+v second %+v", first, second)
-	}
-	a.RowsAre(1)
-}
-
-// A 5xx HTTPError is sent as echo renders it and rolled back: the debit is undone, the key free.
-func TestHTTPError5xxRollsBack(t *testing.T) {
-	a := newApp(t, native, func(c echo.Context) error {
-		return echo.NewHTTPError(http.StatusBadGateway, "provider down")
-	})
-	key := testdb.Unique("k")
-	if r := a.Post(key); r.Status != 502 || r.Replayed() {
-		t.Fatalf("%+v", r)
-	}
-	a.RowsAre(0)
-	if r := a.Post(key); r.Status != 502 || r.Replayed() || a.Runs.Load() != 2 {
-		t.Fatalf("retry: %+v (runs %d)", r, a.Runs.Load())
-	}
-	a.RowsAre(0)
-}
-
-// An error returned after the handler wrote its 201 means the handler failed midway: rolled back, 500.
-func TestErrorAfterWriteRollsBack(t *testing.T) {
-	a := newApp(t, native, func(c echo.Context) error {
-		if err := c.JSON(http.StatusCreated, map[string]int{"id": 1}); err != nil {
-			return err
-		}
-		return errors.New("audit log failed")
-	})
-	key := testdb.Unique("k")
-	if r := a.Post(key); r.Status != 500 || r.Replayed() {
-		t.Fatalf("%+v", r)
-	}
-	a.RowsAre(0)
 }
 
 // The happy path, with a 40001 on the first run: the transaction runs again and the 201 is stored once.
 func TestCreatedAndRetriedConflict(t *testing.T) {
-	a := newApp(t, native, func(c echo.Context) error {
+	a := newApp(t, nil, native, func(c echo.Context) error {
 		ctx := c.Request().Context()
 		if idempotency.Attempt(ctx) == 0 {
 			_, err := idempotency.Tx(ctx).Exec(ctx, testdb.SerializationFailure)

@@ -44,54 +44,35 @@ func newApp(t *testing.T, act func(c *gin.Context)) *testdb.App {
 	return a
 }
 
-// A handler that debits, then aborts with 502: the 502 is sent, the debit rolled back, the key free.
-func TestAbortWith5xxRollsBack(t *testing.T) {
-	a := newApp(t, func(c *gin.Context) { c.AbortWithStatus(http.StatusBadGateway) })
-	key := testdb.Unique("k")
-	if r := a.Post(key); r.Status != 502 {
-		t.Fatalf("%+v", r)
+// What a handler answers after its debit is what is sent: below 500 stored with the debit and replayed byte for
+// byte; a 5xx, or an error recorded with c.Error and no response (500), rolled back, the key free for the retry.
+func TestAnswerIsStoredOrRolledBack(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		act    func(c *gin.Context)
+	}{
+		{"AbortWithStatus 502", 502, func(c *gin.Context) { c.AbortWithStatus(http.StatusBadGateway) }},
+		// gin sends a status set with c.Status and no body only after the chain: the middleware sees the 422 and
+		// stores it, never a 200.
+		{"Status 422 without a body", 422, func(c *gin.Context) { c.Status(http.StatusUnprocessableEntity) }},
+		{"an error and no response", 500, func(c *gin.Context) { _ = c.Error(errors.New("provider said no")) }},
+		{"AbortWithStatusJSON 409", 409, func(c *gin.Context) {
+			c.AbortWithStatusJSON(http.StatusConflict, gin.H{"error": "duplicate order"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApp(t, tc.act)
+			key := testdb.Unique("k")
+			first, second := a.Post(key), a.Post(key)
+			stored := tc.status < 500
+			if first.Status != tc.status || first.Replayed() || second.Status != tc.status || second.Replayed() != stored ||
+				(stored && second.Body != first.Body) || a.Runs.Load() != map[bool]int32{true: 1, false: 2}[stored] {
+				t.Fatalf("first %+v, second %+v, handler runs %d", first, second, a.Runs.Load())
+			}
+			a.RowsAre(map[bool]int{true: 1}[stored])
+		})
 	}
-	a.RowsAre(0)
-	if r := a.Post(key); r.Status != 502 || r.Replayed() || a.Runs.Load() != 2 {
-		t.Fatalf("retry %+v runs %d", r, a.Runs.Load())
-	}
-}
-
-// c.Status(422) with no body: gin sends the status only after the chain; the middleware sees the 422 and stores
-// it, never a 200.
-func TestStatusWithoutBodyIsSeen(t *testing.T) {
-	a := newApp(t, func(c *gin.Context) { c.Status(http.StatusUnprocessableEntity) })
-	key := testdb.Unique("k")
-	first := a.Post(key)
-	second := a.Post(key)
-	if first.Status != 422 || second.Status != 422 || !second.Replayed() {
-		t.Fatalf("first %+v second %+v", first, second)
-	}
-	a.RowsAre(1)
-}
-
-// An error recorded with c.Error and no response: rolled back and answered 500.
-func TestErrorWithoutResponseRollsBack(t *testing.T) {
-	a := newApp(t, func(c *gin.Context) { _ = c.Error(errors.New("provider said no")) })
-	key := testdb.Unique("k")
-	if r := a.Post(key); r.Status != 500 || r.Replayed() {
-		t.Fatalf("%+v", r)
-	}
-	a.RowsAre(0)
-}
-
-// AbortWithError(409, ...) is a response: stored and replayed.
-func TestAbortWith4xxIsStored(t *testing.T) {
-	a := newApp(t, func(c *gin.Context) {
-		c.AbortWithStatusJSON(http.StatusConflict, gin.H{"error": "duplicate order"})
-	})
-	key := testdb.Unique("k")
-	first := a.Post(key)
-	second := a.Post(key)
-	if first.Status != 409 || second.Status != 409 || !second.Replayed() || second.Body != first.Body {
-		t.Fatalf("first %+v second %+v", first, second)
-	}
-	a.RowsAre(1)
 }
 
 // 201 JSON, a 40001 on the first run recorded with c.Error: run again, stored once, replayed byte for byte.

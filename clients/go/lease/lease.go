@@ -5,14 +5,14 @@
 // has reached. While a step runs, a heartbeat extends the lease every third of its length. Each step does its
 // outside call with no transaction open, then its local writes in Step.Tx, where the runner records the step's
 // recovery point (idem_checkpoint) in the same transaction. The last step answers in Run.Finish, which stores the
-// response (idem_lease_complete) in the transaction of its last writes. A holder that lost its lease (SQLSTATE
-// 55000 from any holder call: the lease ran out and another request took it over) stops at once, writes nothing
-// more, and the client gets 409. Any other failure releases the lease (the recovery point is kept) and answers 500;
-// the retry resumes after the last recorded step.
+// response as the bytes sent (idem_lease_complete_request) in the transaction of its last writes; a replay answers
+// those bytes with their content type. A holder that lost its lease (SQLSTATE 55000 from any holder call: the lease
+// ran out and another request took it over) stops at once, writes nothing more, and the client gets 409. Any other
+// failure releases the lease (the recovery point is kept) and answers 500; the retry resumes after the last
+// recorded step.
 //
-// Each step gets the fencing number of the lease (the trailing column fencing_number of idem_lease's result from
-// extension 1.2; nil on 1.1), a number that strictly increases across takeovers of a key: pass it to systems that
-// can refuse a stale holder.
+// Each step gets the fencing number of the lease (idem_lease's fencing_number), a number that strictly increases
+// across takeovers of a key: pass it to systems that can refuse a stale holder.
 package lease
 
 import (
@@ -23,7 +23,7 @@ import (
 	"log"
 	"net/http"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	idempotency "github.com/idempotency-pg/idempotency/clients/go"
@@ -67,7 +67,7 @@ var ErrLeaseLost = errors.New("lease: the lease was lost (taken over after it ra
 // Run is the state of one leased request, handed to each step.
 type Run struct {
 	Key, Scope string
-	// Fencing is the lease's fencing number (extension 1.2), nil on 1.1.
+	// Fencing is the lease's fencing number.
 	Fencing *int64
 	// Point is the recovery point reached before the current step ("" for none).
 	Point string
@@ -106,10 +106,10 @@ func (r *Run) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	})
 }
 
-// Finish runs fn's local writes and stores the response it returns (idem_lease_complete) in one transaction. A
-// 5xx is not stored, and neither are fn's writes: the transaction rolls back, the lease is released with the
-// recovery point kept, and the 5xx is answered; the retry runs Finish again (as the transactional middleware rolls
-// a 5xx's writes back, so a retry does not write twice).
+// Finish runs fn's local writes and stores the response it returns, as the bytes sent with their content type
+// (idem_lease_complete_request), in one transaction. A 5xx is not stored, and neither are fn's writes: the
+// transaction rolls back, the lease is released with the recovery point kept, and the 5xx is answered; the retry
+// runs Finish again (as the transactional middleware rolls a 5xx's writes back, so a retry does not write twice).
 func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Response, error)) error {
 	var failed *idempotency.Response
 	err := r.inTx(ctx, func(tx pgx.Tx) error {
@@ -121,14 +121,11 @@ func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Respo
 			failed = resp
 			return errServerError // rolls fn's writes back
 		}
-		body, headers := idempotency.StoredForm(resp, nil)
-		var canon *string
-		if err := tx.QueryRow(ctx, `SELECT idem_lease_complete($1::text, $2::uuid, $3::int, $4::jsonb, $5::jsonb, $6::text), $4::jsonb::text`,
-			r.Key, r.token, resp.Status, body, headers, r.Scope).Scan(new(bool), &canon); err != nil {
+		// The bytes sent are the bytes stored, as the middleware stores them: every replay is the first answer.
+		contentType, headers := idempotency.StoredHeaders(resp.Header, nil)
+		if _, err := tx.Exec(ctx, `SELECT idem_lease_complete_request($1::text, $2::text, $3::uuid, $4::int, $5::text, $6::jsonb, $7::bytea)`,
+			r.Key, r.Scope, r.token, resp.Status, contentType, headers, resp.Body); err != nil {
 			return err
-		}
-		if canon != nil && body != nil && *body == string(resp.Body) {
-			resp.Body = []byte(*canon) // sent as stored, so the replay is byte-identical
 		}
 		r.response, r.recorded = resp, true
 		return nil
@@ -154,12 +151,20 @@ func (r *Run) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		// A holder call first: it raises 55000 when the lease is someone else's now, before this holder writes
 		// anything (its writes could otherwise collide with the new holder's and fail another way), and it
 		// extends the lease for the transaction's length.
-		if _, err := tx.Exec(ctx, `SELECT idem_lease_extend($1::text, $2::uuid, $3::interval, $4::text)`,
-			r.Key, r.token, micros(r.leaseLen), r.Scope); err != nil {
+		if err := r.extend(ctx, tx); err != nil {
 			return err
 		}
 		return fn(tx)
 	}))
+}
+
+// extend extends the lease by its length (idem_lease_extend) on q, a transaction or the pool.
+func (r *Run) extend(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}) error {
+	_, err := q.Exec(ctx, `SELECT idem_lease_extend($1::text, $2::uuid, $3::interval, $4::text)`,
+		r.Key, r.token, micros(r.leaseLen), r.Scope)
+	return err
 }
 
 func asLost(err error) error {
@@ -270,60 +275,30 @@ func (rn *Runner) lease(ctx context.Context, req Request, leaseLen time.Duration
 	if rn.TTL > 0 {
 		ttl = micros(rn.TTL)
 	}
-	// SELECT l.*: the columns by name, so a 1.2 database's trailing fencing_number is read when it is there.
-	rows, err := rn.Pool.Query(ctx, `SELECT l.*, l.response_body::text AS idem_body_text,
-  l.response_headers::text AS idem_headers_text
+	r := &Run{Key: req.Key, Scope: req.Scope, runner: rn}
+	var c idempotency.ClaimRow
+	var body []byte
+	// The stored bytes; for a key stored as jsonb by a 1.0-1.2 client, the body's jsonb text.
+	err := rn.Pool.QueryRow(ctx, `SELECT l.outcome, l.http_status, l.response_content_type, l.response_headers::text,
+  coalesce(l.response_bytes, convert_to(l.response_body::text, 'UTF8')), coalesce(l.lease_token::text, ''),
+  coalesce(l.recovery_point, ''), l.recovery_state, l.fencing_number
 FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, NULL, $4::bytea),
   $5::interval, $6::interval, $7::text) AS l`,
-		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope)
+		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope).Scan(&c.Outcome, &c.HTTPStatus,
+		&c.ContentType, &c.ResponseHeaders, &body, &r.token, &r.Point, &r.State, &r.Fencing)
+	if body != nil {
+		s := string(body)
+		c.ResponseBody = &s
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		return nil, nil, fmt.Errorf("idem_lease returned no row: %v", rows.Err())
-	}
-	values, err := rows.Values()
-	if err != nil {
-		return nil, nil, err
-	}
-	col := map[string]any{}
-	for i, fd := range rows.FieldDescriptions() {
-		col[string(fd.Name)] = values[i]
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
-	}
-	claim := idempotency.ClaimRow{Outcome: fmt.Sprint(col["outcome"])}
-	if s, ok := col["http_status"].(int32); ok {
-		claim.HTTPStatus = &s
-	}
-	if s, ok := col["idem_body_text"].(string); ok {
-		claim.ResponseBody = &s
-	}
-	if s, ok := col["idem_headers_text"].(string); ok {
-		claim.ResponseHeaders = &s
-	}
-	if claim.Outcome != idempotency.OutcomeClaimed {
-		resp, err := idempotency.ClaimResponse(rn.ProblemBase, claim)
+	if c.Outcome != idempotency.OutcomeClaimed {
+		resp, err := idempotency.ClaimResponse(rn.ProblemBase, c)
 		return nil, resp, err
 	}
-	r := &Run{Key: req.Key, Scope: req.Scope, State: map[string]any{}, runner: rn}
-	switch t := col["lease_token"].(type) {
-	case [16]byte:
-		r.token = fmt.Sprintf("%x-%x-%x-%x-%x", t[0:4], t[4:6], t[6:8], t[8:10], t[10:16])
-	default:
-		r.token = fmt.Sprint(t)
-	}
-	if p, ok := col["recovery_point"].(string); ok {
-		r.Point = p
-	}
-	if st, ok := col["recovery_state"].(map[string]any); ok {
-		r.State = st
-	}
-	if f, ok := col["fencing_number"].(int64); ok {
-		r.Fencing = &f
+	if r.State == nil {
+		r.State = map[string]any{}
 	}
 	return r, nil, nil
 }
@@ -332,11 +307,8 @@ func micros(d time.Duration) string { return strconv.FormatInt(d.Microseconds(),
 
 // heartbeat extends the lease every third of its length while a step runs.
 type heartbeat struct {
-	mu       sync.Mutex
-	paused   bool
-	isLost   bool
-	done     chan struct{}
-	finished chan struct{}
+	paused, isLost atomic.Bool
+	done, finished chan struct{}
 }
 
 func startHeartbeat(rn *Runner, r *Run, leaseLen time.Duration, logger *log.Logger) *heartbeat {
@@ -351,20 +323,14 @@ func startHeartbeat(rn *Runner, r *Run, leaseLen time.Duration, logger *log.Logg
 				return
 			case <-t.C:
 			}
-			hb.mu.Lock()
-			paused := hb.paused
-			hb.mu.Unlock()
-			if paused {
+			if hb.paused.Load() {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), leaseLen/3)
-			_, err := rn.Pool.Exec(ctx, `SELECT idem_lease_extend($1::text, $2::uuid, $3::interval, $4::text)`,
-				r.Key, r.token, micros(leaseLen), r.Scope)
+			err := r.extend(ctx, rn.Pool)
 			cancel()
 			if errors.Is(asLost(err), ErrLeaseLost) {
-				hb.mu.Lock()
-				hb.isLost = true
-				hb.mu.Unlock()
+				hb.isLost.Store(true)
 				return
 			} else if err != nil {
 				logger.Printf("lease: heartbeat of %q: %v", r.Key, err)
@@ -374,11 +340,7 @@ func startHeartbeat(rn *Runner, r *Run, leaseLen time.Duration, logger *log.Logg
 	return hb
 }
 
-func (hb *heartbeat) pause()  { hb.mu.Lock(); hb.paused = true; hb.mu.Unlock() }
-func (hb *heartbeat) resume() { hb.mu.Lock(); hb.paused = false; hb.mu.Unlock() }
-func (hb *heartbeat) lost() bool {
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	return hb.isLost
-}
-func (hb *heartbeat) stop() { close(hb.done); <-hb.finished }
+func (hb *heartbeat) pause()     { hb.paused.Store(true) }
+func (hb *heartbeat) resume()    { hb.paused.Store(false) }
+func (hb *heartbeat) lost() bool { return hb.isLost.Load() }
+func (hb *heartbeat) stop()      { close(hb.done); <-hb.finished }

@@ -84,11 +84,8 @@ func authenticate(next http.Handler) http.Handler {
 	})
 }
 
-func onlyMethod(method string, next http.Handler) http.Handler {
-	return onlyMethods([]string{method}, next)
-}
-
-func onlyMethods(methods []string, next http.Handler) http.Handler {
+// onlyMethods answers 405 with Allow to a request whose method is not one of methods.
+func onlyMethods(next http.Handler, methods ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, m := range methods {
 			if r.Method == m {
@@ -121,15 +118,15 @@ func NewHandler(db idempotency.DB, cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/healthz", onlyMethods([]string{http.MethodGet, http.MethodHead}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/healthz", onlyMethods(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true}`))
-	})))
-	mux.Handle("/payments", onlyMethod(http.MethodPost, authenticate(payments)))
+	}), http.MethodGet, http.MethodHead))
+	mux.Handle("/payments", onlyMethods(authenticate(payments), http.MethodPost))
 	if pool, ok := db.(*pgxpool.Pool); ok {
-		mux.Handle("/rides", onlyMethod(http.MethodPost, authenticate(s.ridesHandler(pool, guard))))
+		mux.Handle("/rides", onlyMethods(authenticate(s.ridesHandler(pool, guard)), http.MethodPost))
 	}
-	mux.Handle("/payments-unprotected", onlyMethod(http.MethodPost, authenticate(s.unprotected(guard))))
+	mux.Handle("/payments-unprotected", onlyMethods(authenticate(s.unprotected(guard)), http.MethodPost))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, "not-found", "Not Found", r.URL.Path+" is not a resource here").Write(w)
 	}))
@@ -245,13 +242,6 @@ func validate(body []byte) (int64, string, string) {
 	return amount, currency, ""
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
 // createPayment is the handler: it runs inside the request's transaction. thrown is the status of an X-Fault
 // throw-<status>, which the caller raises as its framework's own HTTP error.
 func (s *service) createPayment(w http.ResponseWriter, r *http.Request, tx pgx.Tx) (thrown int, err error) {
@@ -301,8 +291,11 @@ VALUES ($1::text, $2::bigint, $3::text, $4::text) RETURNING id`, account, -amoun
 			}
 		}
 	}
+	b, _ := json.Marshal(payment{PaymentID: id, Account: account, AmountCents: amount, Currency: currency})
 	w.Header().Set("Location", "/payments/"+strconv.FormatInt(id, 10))
-	writeJSON(w, http.StatusCreated, payment{PaymentID: id, Account: account, AmountCents: amount, Currency: currency})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(b)
 	return 0, nil
 }
 

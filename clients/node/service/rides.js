@@ -4,7 +4,7 @@
 // transactional middleware.
 //
 // Steps: `charge_created` (the provider's charge, then the ride row and the checkpoint in one transaction) and
-// `receipt_sent` (the mailer); finish marks the ride's receipt sent and stores the 201 (idem_lease_complete).
+// `receipt_sent` (the mailer); finish marks the ride's receipt sent and stores the 201 (idem_lease_complete_request).
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import {

@@ -6,7 +6,8 @@
 // connection of its own. A step does its outside call with no transaction open, then its local writes in
 // ctx.transaction(fn), which records the step's recovery point and ctx.state (idem_checkpoint) in that same
 // transaction, so the writes and the checkpoint commit together or not at all. `finish` builds the response in the
-// completing transaction, which stores it (idem_lease_complete).
+// completing transaction, which stores it: on 1.3 as the bytes sent (idem_lease_complete_request), replayed byte for
+// byte; on 1.1-1.2 as jsonb (idem_lease_complete), sent as stored.
 //
 // Every transaction of the holder starts with idem_lease_extend: a holder whose lease ran out and was taken over
 // gets SQLSTATE 55000 there, before any local write of its own. 55000 from any holder call stops the run at once
@@ -14,15 +15,16 @@
 // back (idem_lease_release, the recovery point kept) and is rethrown; the retry resumes after the last recorded
 // step. The same semantics as the Go lease.Runner and Python's idempotency_pg.lease.run.
 
-import { PROBLEM_BASE, claimResponse, problem, storedForm } from './responses.js';
+import { PROBLEM_BASE, problem, requestClaimResponse, storedBytes, storedForm } from './responses.js';
 import { batch, batchCommit, rollback, sentForm, sqlstate } from './engine.js';
 
 /** SQLSTATE object_not_in_prerequisite_state: the token is not the key's current one any more. */
 export const LEASE_LOST = '55000';
 
 const HASH_OF_REQUEST = "idem_hash(jsonb_build_object('method', $2::text, 'path', $3::text, 'body', $4::jsonb))";
-// `l.*` and not a column list: a 1.2 database adds the trailing column fencing_number, a 1.1 one has none, and
-// both are read by name. The jsonb columns come back as text too, as the middleware's claim reads them.
+// `l.*` and not a column list: 1.2 adds the trailing column fencing_number, 1.3 response_content_type and
+// response_bytes (then idem_lease_complete_request is there too), 1.1 has none; all are read by name. The jsonb
+// columns come back as text too, as the middleware's claim reads them.
 const LEASE_SELECT = (hash, n) =>
   'SELECT l.*, l.response_body::text AS idem_body_text, l.response_headers::text AS idem_headers_text ' +
   `FROM idem_lease($1::text, ${hash}, make_interval(secs => $${n}::float8), $${n + 1}::interval, ` +
@@ -31,11 +33,13 @@ export const LEASE_SQL = LEASE_SELECT(HASH_OF_REQUEST, 5);
 const LEASE_BY_HASH_SQL = LEASE_SELECT('$2::text', 3);
 export const EXTEND_SQL = 'SELECT idem_lease_extend($1::text, $2::uuid, make_interval(secs => $3::float8), $4::text)';
 export const CHECKPOINT_SQL = 'SELECT idem_checkpoint($1::text, $2::uuid, $3::text, $4::jsonb, $5::text)';
-// The body is read back as jsonb's text: that text is what the first answer sends, so a replay (which sends the
-// stored jsonb) is the same bytes.
+// 1.1-1.2: the body is read back as jsonb's text: that text is what the first answer sends, so a replay (which
+// sends the stored jsonb) is the same bytes.
 export const LEASE_COMPLETE_SQL =
   'SELECT idem_lease_complete($1::text, $2::uuid, $3::int, v.body, $5::jsonb, $6::text) AS stored, ' +
   'v.body::text AS body FROM (SELECT $4::jsonb AS body) AS v';
+// 1.3: the bytes sent, with their content type, stored as they are (no read-back); as the engine's COMPLETE_REQUEST_SQL.
+export const LEASE_COMPLETE_REQUEST_SQL = 'SELECT idem_lease_complete_request($1, $2, $3, $4, $5, $6, $7) AS stored';
 export const RELEASE_SQL = 'SELECT idem_lease_release($1::text, $2::uuid, $3::text)';
 
 /**
@@ -74,19 +78,8 @@ function leaseOptions(pool, key, options) {
   }
   if (typeof key !== 'string' || key === '') throw new TypeError('runLease: key must be a non-empty string');
   const {
-    scope = '',
-    method = 'POST',
-    path,
-    body,
-    requestHash,
-    steps = [],
-    finish,
-    leaseSeconds = 30,
-    heartbeatMs,
-    ttl = null,
-    replayHeaders = null,
-    problemBase = PROBLEM_BASE,
-    logger = console,
+    scope = '', method = 'POST', path, body, requestHash, steps = [], finish, leaseSeconds = 30, heartbeatMs, ttl = null,
+    replayHeaders = null, problemBase = PROBLEM_BASE, logger = console,
   } = options || {};
   if (typeof scope !== 'string') throw new TypeError('runLease: options.scope must be a string');
   if (!Array.isArray(steps)) throw new TypeError('runLease: options.steps must be an array of {name, run}');
@@ -131,14 +124,7 @@ function leaseOptions(pool, key, options) {
 /** Extends the lease every `heartbeatMs` on a pooled connection of its own, one call at a time. */
 class Heartbeat {
   constructor(cfg, ctx, onLost) {
-    this.cfg = cfg;
-    this.ctx = ctx;
-    this.onLost = onLost;
-    this.paused = false;
-    this.lost = false;
-    this.stopped = false;
-    this.inflight = null;
-    this.timer = null;
+    Object.assign(this, { cfg, ctx, onLost, paused: false, lost: false, stopped: false, inflight: null, timer: null });
   }
 
   schedule() {
@@ -275,10 +261,10 @@ class NotStored extends Error {
   }
 }
 
-/** The completing transaction: finish() builds the response, stored with idem_lease_complete (a 5xx is not). */
+/** The completing transaction: finish() builds the response, stored as the engine's commit stores one (a 5xx is not). */
 async function complete(cfg, ctx) {
   try {
-    let stored;
+    let stored = {}; // 1.1-1.2's jsonb form: the answer is sent as stored
     const { result: response, row } = await holderTransaction(cfg, ctx, async (client) => {
       const resp = await cfg.finish(client, ctx);
       if (!resp || !Number.isInteger(resp.status) || !Array.isArray(resp.headers)) {
@@ -287,11 +273,10 @@ async function complete(cfg, ctx) {
       // A 5xx is never stored: finish's writes are undone (as the transactional middleware rolls back a 5xx) and
       // the lease is given back below with the recovery point kept, so that the retry resumes at once.
       if (resp.status >= 500) throw new NotStored(resp);
-      stored = storedForm(resp, cfg.replayHeaders);
-      return {
-        result: resp,
-        last: [LEASE_COMPLETE_SQL, [ctx.key, ctx.token, resp.status, stored.body, stored.headers, ctx.scope]],
-      };
+      const b = cfg.bytes ? storedBytes(resp, cfg.replayHeaders) : (stored = storedForm(resp, cfg.replayHeaders));
+      return { result: resp, last: cfg.bytes
+        ? [LEASE_COMPLETE_REQUEST_SQL, [ctx.key, ctx.scope, ctx.token, resp.status, b.contentType, b.headers, resp.body]]
+        : [LEASE_COMPLETE_SQL, [ctx.key, ctx.token, resp.status, b.body, b.headers, ctx.scope]] };
     });
     return sentForm(response, stored, row);
   } catch (e) {
@@ -317,9 +302,12 @@ export async function runLease(pool, key, options) {
   const sql = cfg.hashArgs.length === 1 ? LEASE_BY_HASH_SQL : LEASE_SQL;
   const { rows: [row] } = await pool.query(sql, [key, ...cfg.hashArgs, cfg.leaseSeconds, cfg.ttl, cfg.scope]);
   if (!row) throw new Error('idempotency: idem_lease returned no row');
+  cfg.bytes = 'response_bytes' in row;
   if (row.outcome !== 'claimed') {
-    return claimResponse({ outcome: row.outcome, http_status: row.http_status, response_body: row.idem_body_text,
-      response_headers: row.idem_headers_text }, cfg.problemBase);
+    // as the engine's 1.3 claim answers: the stored bytes with their type, else (1.1-1.2) jsonb's text of the body
+    const body = row.response_bytes ?? (row.idem_body_text === null ? null : Buffer.from(row.idem_body_text));
+    return requestClaimResponse([row.outcome, row.http_status, row.response_content_type ?? null, row.idem_headers_text,
+      body], cfg.problemBase);
   }
   const ctx = new LeaseContext(cfg, row);
   const run = ctx._run;

@@ -159,14 +159,14 @@ export function parseRecord(text) {
 }
 
 /**
- * The answer to an idem_claim_request value (1.3: outcome, http_status, content_type, headers, body as bytea text),
- * or null for 'claimed'. A replay is the stored bytes with the stored Content-Type and headers; a key stored by
- * 1.0-1.2 (no content type) is decoded as replayResponse does.
+ * The answer to an idem_claim_request value (1.3: outcome, http_status, content_type, headers, body as bytea text
+ * or a Buffer), or null for 'claimed'. A replay is the stored bytes with the stored Content-Type and headers; a key
+ * stored by 1.0-1.2 (no content type) is decoded as replayResponse does.
  */
-export function requestClaimResponse([outcome, status, contentType, headersText, bodyHex], base = PROBLEM_BASE) {
+export function requestClaimResponse([outcome, status, contentType, headersText, bytes], base = PROBLEM_BASE) {
   const httpStatus = status === null ? null : Number(status);
   if (outcome !== 'replay') return claimResponse({ outcome, http_status: httpStatus }, base);
-  const body = bodyHex === null ? Buffer.alloc(0) : Buffer.from(bodyHex.slice(2), 'hex');
+  const body = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes?.slice(2) ?? '', 'hex');
   if (contentType === null && headersText !== null && new RegExp(`"${BODY_ENCODING_HEADER}"`, 'i').test(headersText)) {
     return replayResponse(httpStatus, body.toString('utf8'), headersText);
   }

@@ -8,7 +8,9 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { LeaseLostError, jsonResponse, problem, runLease } from '../src/index.js';
+import { CapturedResponse, LeaseLostError, jsonResponse, problem, runLease } from '../src/index.js';
+import { LEASE_SQL } from '../src/lease.js';
+import { storedForm } from '../src/responses.js';
 import { createApp } from '../service/app.js';
 import { listen, post, quietLogger, testPool, unique } from './helpers.js';
 
@@ -136,6 +138,29 @@ for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${p
     assert.equal(again.header('Idempotent-Replayed'), 'true');
     assert.deepEqual(JSON.parse(again.body), { hash: 'h1' });
     assert.equal((await byHash('h2')).status, 422);
+  });
+
+  test("finish's answer replays byte for byte with its type: HTML, and JSON that jsonb would spell otherwise", async () => {
+    const acct = account();
+    for (const [type, text] of [['text/html; charset=utf-8', '<p>caf\u00e9</p>\n'], ['application/json', '{"b": 2,  "a": [1.0, 1e2]}']]) {
+      const finish = async () => new CapturedResponse(201, [['Content-Type', type]], Buffer.from(text));
+      const answers = [await go(acct, type, [], { finish }), await go(acct, type, [], { finish })];
+      assert.deepEqual(answers.map((r) => [r.body.toString(), r.header('Content-Type'), r.header('Idempotent-Replayed')]),
+        [[text, type, undefined], [text, type, 'true']]);
+    }
+  });
+
+  test('a key completed as jsonb by idem_lease_complete (as 1.2 clients did) still replays, JSON or text', async () => {
+    const acct = account();
+    for (const [key, answer, body] of [['json', jsonResponse(201, { b: 2, a: 1 }, [['Location', '/t/1']]), '{"a": 1, "b": 2}'],
+      ['text', new CapturedResponse(201, [['Content-Type', 'text/plain']], Buffer.from('ok')), 'ok']]) {
+      const { rows: [{ lease_token: token }] } = await pool.query(LEASE_SQL, [key, 'POST', '/t', '{"a": 1}', 60, null, acct]);
+      const stored = storedForm(answer); // what 1.2 clients stored, and how
+      await pool.query('SELECT idem_lease_complete($1, $2, 201, $3, $4, $5)', [key, token, stored.body, stored.headers, acct]);
+      const r = await go(acct, key, []);
+      assert.equal(r.body.toString(), body);
+      assert.deepEqual(Object.fromEntries(r.headers), { ...Object.fromEntries(answer.headers), 'Idempotent-Replayed': 'true' });
+    }
   });
 
   test('round trips: the lease, then per transaction BEGIN with the fence and the checkpoint or completion with COMMIT', { skip: !pipeline && 'counted on a pipelined client' }, async () => {

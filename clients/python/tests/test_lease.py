@@ -10,10 +10,10 @@ import time
 import psycopg
 import pytest
 
-from idempotency_pg import json_response, problem
+from idempotency_pg import Response, json_response, problem, stored_form
 from idempotency_pg.asgi import async_connection_pool
 from idempotency_pg.core import aw, drive, driven, entered, fetchone
-from idempotency_pg.lease import Step, run, run_async
+from idempotency_pg.lease import LEASE_SQL, Step, run, run_async
 
 from conftest import needs_db, traced_round_trips
 from test_integration import ledger
@@ -178,11 +178,45 @@ def test_5xx_is_not_stored_and_keeps_the_recovery_point(mode, db, account):
 
     async def body(pool):
         r = await go(mode, pool, account, "k", [Step("one", action=lambda c: {"one": 1})], fin=mode.fn(down))
-        assert r.status == 503 and rides(db, account) == 0
+        assert r.status == 503 and rides(db, account) == 0 and stored(db, account) is None
         return await go(mode, pool, account, "k", [Step("one", action=lambda c: {"again": 1})], fin=mode.fn(up))
     r = mode.main(body)
     assert r.status == 201 and json.loads(r.body)["done"] == {"one": 1}  # resumed after "one": not run again
     assert rides(db, account) == 1
+
+
+def stored(db, account):
+    return db.execute("SELECT http_status, response_content_type, response_bytes FROM idempotency_keys "
+                      "WHERE key = 'k' AND scope = %s AND http_status IS NOT NULL", (account,)).fetchone()
+
+
+@pytest.mark.parametrize("ctype,sent", [("application/json", b'{"b": 2,  "a": [1.0, 1e2]}'),
+                                        ("image/png", b"\x89PNG\r\n\x1a\n\x00\xff")], ids=["json", "binary"])
+def test_the_bytes_answered_are_stored_and_replayed_as_they_are(mode, db, account, ctype, sent):
+    """finish's bytes and content type are stored as sent (idem_lease_complete_request): the first answer and the
+    replay are those bytes, JSON included (as jsonb it would be respelled: key order, spacing, 1e2)."""
+    async def fin(conn, ctx):
+        return Response(201, [("Content-Type", ctype), ("Location", "/x")], sent)
+
+    async def body(pool):
+        return await go(mode, pool, account, "k", [], fin=mode.fn(fin)), await go(mode, pool, account, "k", [])
+    first, again = mode.main(body)
+    assert (first.status, first.body, again.status, again.body) == (201, sent, 201, sent)
+    assert again.headers == [("Content-Type", ctype), ("Location", "/x"), ("Idempotent-Replayed", "true")]
+    assert stored(db, account) == (201, ctype, sent)
+
+
+def test_a_key_completed_as_jsonb_by_a_1_2_client_still_replays(mode, db, account):
+    """A key completed with idem_lease_complete as the 1.2 runner did (stored_form: text as a JSON string, its
+    encoding in a header) replays its bytes and headers."""
+    sent = Response(201, [("Content-Type", "text/plain; charset=utf-8"), ("Location", "/x")], "café\n".encode())
+    lease = dict(key="k", method="POST", path="/t", body='{"a": 1}', lease=5.0, ttl=None, scope=account)
+    token = db.execute("SELECT lease_token FROM (%s) AS l" % LEASE_SQL, lease).fetchone()[0]
+    assert db.execute("SELECT idem_lease_complete(%s, %s, 201, %s::jsonb, %s::jsonb, %s)",
+                      ("k", token, *stored_form(sent), account)).fetchone()[0]
+    again = mode.main(lambda pool: go(mode, pool, account, "k", []))
+    assert (again.status, again.body, sorted(again.headers)) == (201, sent.body, sorted(sent.headers + [
+        ("Idempotent-Replayed", "true")]))
 
 
 def test_in_progress_while_leased(mode, account):
@@ -310,7 +344,8 @@ def test_a_step_transaction_takes_the_round_trips_of_a_bare_one(mode, database_u
     assert traced_round_trips(trace) == [
         "idem_lease",  # autocommit
         "BEGIN; idem_lease_extend", "SELECT 1", "idem_checkpoint; COMMIT",  # the step
-        "BEGIN; idem_lease_extend", "SELECT count(*) FROM rides WHERE account = $1", "idem_lease_complete; COMMIT",
+        "BEGIN; idem_lease_extend", "SELECT count(*) FROM rides WHERE account = $1",
+        "idem_lease_complete_request; COMMIT",
     ]
 
 

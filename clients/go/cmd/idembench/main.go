@@ -10,21 +10,20 @@
 //	sql-*        the same three over database/sql (OpenSQL, pgx stdlib), compared with sql-bare-tx
 //
 // Usage: idembench -url postgresql://... [-url2 postgresql://... (e.g. through PgBouncer)] [-workers 8]
-// The database needs the extension and clients/schema.sql. Rows are written under accounts bench_<random>.
+// The database needs the extension and clients/schema.sql. Rows are written under accounts bench_<hex time>.
 package main
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -43,12 +42,6 @@ VALUES ($1::text, -100, 'USD', $2::text) RETURNING id`
 type config struct {
 	name string
 	run  func(ctx context.Context, account string, n int64) error
-}
-
-func unique() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func configs(pool *pgxpool.Pool, db *sql.DB) []config {
@@ -134,7 +127,7 @@ func configs(pool *pgxpool.Pool, db *sql.DB) []config {
 func measure(c config, workers int, d time.Duration) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	account := "bench_" + unique()
+	account := fmt.Sprintf("bench_%x", time.Now().UnixNano()) // a fresh account per measurement
 	var done atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
@@ -254,11 +247,8 @@ func main() {
 }
 
 func hostOf(u string) string {
-	if i := strings.Index(u, "@"); i >= 0 {
-		u = u[i+1:]
-	}
-	if i := strings.Index(u, "/"); i >= 0 {
-		u = u[:i]
+	if pu, err := url.Parse(u); err == nil && pu.Host != "" {
+		return pu.Host
 	}
 	return u
 }

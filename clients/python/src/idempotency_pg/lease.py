@@ -18,7 +18,8 @@ SQLSTATE 55000 once another attempt owns the key: the run stops at once, writes 
 
 ``action(ctx)`` runs with no transaction open and returns the new state (a JSON-able dict); ``commit(conn, ctx,
 state)`` (optional) runs in the checkpoint's transaction and returns the state to record; ``finish(conn, ctx)``
-runs in the completing transaction and returns the :class:`Response`, stored with ``idem_lease_complete``
+runs in the completing transaction and returns the :class:`Response`, stored as sent (its bytes and content
+type, ``idem_lease_complete_request``, as :mod:`idempotency_pg.core` stores them) and replayed byte for byte
 (a 5xx is not stored: that transaction rolls back, finish's writes with it, and the lease is released with the
 recovery point kept, so the retry runs ``finish`` again).  ``ctx`` has ``key``, ``scope``, ``token``,
 ``state`` (the recovery state so far), ``recovery_point``, ``fencing_number`` (extension 1.2's strictly increasing
@@ -35,7 +36,7 @@ Three ways to run the same steps:
 Each step's transaction takes the round trips of a bare ``BEGIN`` / the step's writes / ``COMMIT``: the fence
 (``idem_lease_extend``) is sent with ``BEGIN`` and the checkpoint (or the completion) with ``COMMIT``, pipelined
 (:class:`idempotency_pg.core.PgTx`), on a psycopg connection in autocommit mode.  The lease statements are not
-prepared (they are the 1.1 API's, one per step).  Django's
+prepared (one per step).  Django's
 connection keeps one statement per round trip: its ``transaction.atomic`` keeps the transaction's state itself
 (its autocommit flag, the atomic blocks open), so a BEGIN or COMMIT sent behind its back would leave the ORM writes
 of ``commit`` and ``finish`` in a transaction Django does not know it is in.
@@ -54,8 +55,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from .core import PgTx, Rollback, aw, drive, entered, fetchone, sqlstate
-from .responses import claim_response, problem, sent_form, stored_form_of
+from .core import PgTx, Rollback, aw, complete_args, drive, entered, fetchone, sqlstate
+from .responses import claim_response, problem
 
 log = logging.getLogger("idempotency_pg")
 
@@ -65,8 +66,8 @@ LEASE_SQL = ("SELECT l.*, l.response_body::text AS body_text, l.response_headers
              "%(ttl)s::interval, %(scope)s::text) AS l")
 EXTEND_SQL = "SELECT idem_lease_extend(%s::text, %s::uuid, make_interval(secs => %s), %s::text)"
 CHECKPOINT_SQL = "SELECT idem_checkpoint(%s::text, %s::uuid, %s::text, %s::jsonb, %s::text)"
-COMPLETE_SQL = ("SELECT idem_lease_complete(%(key)s::text, %(token)s::uuid, %(status)s::int, r.b, "
-                "%(headers)s::jsonb, %(scope)s::text), r.b::text FROM (SELECT %(body)s::jsonb AS b) AS r")
+COMPLETE_SQL = ("SELECT idem_lease_complete_request(%s::text, %s::text, %s::uuid, %s::int, %s::text, %s::jsonb, "
+                "%s::bytea)")
 RELEASE_SQL = "SELECT idem_lease_release(%s::text, %s::uuid, %s::text)"
 
 LEASE_LOST = "55000"  # object_not_in_prerequisite_state: another attempt holds the key now
@@ -105,8 +106,10 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
                replay_headers=None):
     row = await db.lease({"key": key, "method": method, "path": path, "body": body_text,
                           "lease": float(lease_seconds), "ttl": ttl, "scope": scope})
-    if row["outcome"] != "claimed":
-        return claim_response(row["outcome"], row["http_status"], row["body_text"], row["headers_text"])
+    if row["outcome"] != "claimed":  # a replay: 1.3's bytes and content type, else the jsonb body's text
+        body = row["body_text"] if row.get("response_bytes") is None else bytes(row["response_bytes"])
+        return claim_response(row["outcome"], row["http_status"], body, row["headers_text"],
+                              content_type=row.get("response_content_type"))
     state = row["recovery_state"]
     if isinstance(state, str):
         state = json.loads(state)  # Django's psycopg2 connection leaves jsonb as text
@@ -130,12 +133,9 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
             response = await db.call(finish, tx.handle, ctx)
             if 500 <= response.status <= 599:
                 raise Rollback(response)  # finish's writes roll back: the retry runs finish again
-            stored = stored_form_of(response, replay_headers)
-            out = await tx.commit_with(COMPLETE_SQL, {"key": key, "token": ctx.token, "status": response.status,
-                                                      "body": stored.body, "headers": stored.headers,
-                                                      "scope": scope})
-        stored.read_back = out[1]
-        return sent_form(response, stored)
+            args = complete_args({"key": key, "scope": scope}, response, replay_headers)  # the bytes sent
+            await tx.commit_with(COMPLETE_SQL, args[:2] + (ctx.token,) + args[2:])
+        return response
     except Rollback as e:
         await db.release(ctx)  # the lease given back at once, the recovery point kept
         return e.response

@@ -132,7 +132,7 @@ def claim_response(outcome, http_status, response_body, response_headers, base=P
 
 def replay_response(http_status, body, headers_text, content_type=None):
     """The stored response plus ``Idempotent-Replayed: true``: 1.3 stores the bytes sent; a body stored by
-    :func:`stored_form` (1.0-1.2, the lease API) that is not JSON comes back as a JSON string decoded here."""
+    :func:`stored_form` (1.0-1.2 clients) that is not JSON comes back as a JSON string decoded here."""
     stored = json.loads(headers_text) if headers_text else {}
     encoding = None
     headers = [("Content-Type", content_type)] if content_type else []
@@ -178,26 +178,19 @@ def is_json_type(content_type):
 
 
 def stored_form(response, replay_headers=None):
-    """What ``idem_complete`` stores for ``response``: ``(body as JSON text or None, headers as JSON text)``.
+    """What 1.0-1.2 clients stored for ``response`` with ``idem_complete`` or ``idem_lease_complete`` (1.3 stores
+    the bytes sent: :func:`idempotency_pg.core.complete_args`), and :func:`replay_response` still replays: ``(body
+    as JSON text or None, headers as JSON text)``.
 
     A JSON body (by its Content-Type) is stored as JSON; any other body as a JSON string, its encoding kept in an
     internal header that the replay removes.  ``replay_headers``, when given, is the allow-list of headers to store
     (case-insensitive); otherwise every header but the per-connection ones in :data:`NOT_REPLAYED`.  Repeated
     headers are joined with ", ".
     """
-    f = stored_form_of(response, replay_headers)
-    return f.body, f.headers
-
-
-def stored_form_of(response, replay_headers=None):
-    """:func:`stored_form` as a :class:`StoredForm`."""
     headers = replayed_headers(response, replay_headers)
     body = response.body
-    as_json = False
-    if not body:
-        body_json = None
-    else:
-        body_json = None
+    body_json = None
+    if body:
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
@@ -206,7 +199,6 @@ def stored_form_of(response, replay_headers=None):
             try:
                 json.loads(text, parse_constant=_refuse_constant)
                 body_json = text
-                as_json = True
             except ValueError:
                 pass
         if body_json is None:
@@ -216,28 +208,7 @@ def stored_form_of(response, replay_headers=None):
             else:
                 headers[BODY_ENCODING_HEADER] = "base64"
                 body_json = json.dumps(base64.b64encode(body).decode("ascii"))
-    return StoredForm(body_json, json.dumps(headers), as_json)
-
-
-def sent_form(response, stored):
-    """The response to send after ``idem_complete``, so that the first answer and every replay are the same bytes
-    (clients/CONTRACT.md "byte-identical-replay").  A JSON body is stored as ``jsonb``, which has a text form of its
-    own (key order, spacing); the completing statement reads that text back and it is sent instead of the
-    handler's bytes.  Other bodies are stored as a string and replayed byte for byte: sent unchanged.
-
-    ``stored`` is the :class:`StoredForm` given to ``idem_complete``, with ``read_back`` set to the text the
-    completing statement returned."""
-    if not stored.as_json or stored.read_back is None:
-        return response
-    return Response(response.status, list(response.headers), stored.read_back.encode("utf-8"))
-
-
-@dataclass
-class StoredForm:
-    body: object  # JSON text for the jsonb column, or None
-    headers: str  # JSON text
-    as_json: bool  # the body is stored as the JSON value itself (so jsonb gives it a text form of its own)
-    read_back: object = None  # body::jsonb::text, as the completing statement returned it
+    return body_json, json.dumps(headers)
 
 
 def _refuse_constant(name):

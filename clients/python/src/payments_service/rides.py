@@ -1,7 +1,8 @@
 """POST /rides (clients/CONTRACT.md "lease-rides"): the rocket-rides story in lease mode, on every Python service.
 
 Steps: ``charge_created`` (the simulated provider's charge, then the ride row and the checkpoint in one
-transaction) and ``receipt_sent`` (the simulated mailer); then the 201 is stored with ``idem_lease_complete``.
+transaction) and ``receipt_sent`` (the simulated mailer); then the 201 is stored as sent
+(``idem_lease_complete_request``).
 :func:`handle_ride` runs them with :func:`idempotency_pg.lease.run` on a sync pool (the WSGI service's psycopg
 pool, or Django's own connection through ``idempotency_pg.django.lease_pool()``); :func:`handle_ride_async`
 with :func:`idempotency_pg.lease.run_async` on the FastAPI service's async pool, both from the same steps
