@@ -464,7 +464,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		return resp, nil
 	}
 	// The bytes sent are the bytes stored: every replay is the first answer, byte for byte.
-	contentType, headers := storedHeaders(resp.Header, g.opts.ReplayHeaders)
+	contentType, headers := StoredHeaders(resp.Header, g.opts.ReplayHeaders)
 	if err := s.finish(ctx, []any{in.key, in.scope, resp.Status, contentType, headers, resp.Body}); err != nil {
 		return nil, err
 	}

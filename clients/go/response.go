@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
 	"sort"
 	"strconv"
@@ -17,8 +16,9 @@ import (
 // DefaultProblemBase prefixes the problem types this package answers with (RFC 9457 "type").
 const DefaultProblemBase = "https://idempotency.dev/problems/"
 
-// BodyEncodingHeader is kept with a stored response whose body is not stored as JSON ("text" or "base64"), so the
-// replay can decode it; it is never sent to the client.
+// BodyEncodingHeader, among the headers of a response stored by a 1.0-1.2 client through a jsonb completion, says
+// how its body, not JSON, was put in a JSON string ("text" or "base64"), so the replay can decode it; it is never
+// sent to the client.
 const BodyEncodingHeader = "Idempotency-Body-Encoding"
 
 // ReplayedHeader is added to every replayed response.
@@ -70,16 +70,18 @@ const (
 	OutcomeInProgress = "in_progress"
 )
 
-// ClaimRow is one row of idem_claim, with the jsonb columns as their text (nil for SQL NULL).
+// ClaimRow is one row of idem_claim, with the jsonb columns as their text (nil for SQL NULL); on 1.3, ResponseBody
+// is the stored bytes and ContentType their content type when the response was stored as bytes.
 type ClaimRow struct {
 	Outcome         string
 	HTTPStatus      *int32
 	ResponseBody    *string
 	ResponseHeaders *string
+	ContentType     *string
 }
 
-// ClaimResponse maps a claim to the HTTP answer: nil for "claimed" (run the handler), the stored response plus
-// Idempotent-Replayed for "replay", 422 (or the status the extension gives) for "mismatch", 409 with
+// ClaimResponse maps a claim to the HTTP answer: nil for "claimed" (run the handler), the stored response (with
+// ContentType when there is one) plus Idempotent-Replayed for "replay", 422 (or the status the extension gives) for "mismatch", 409 with
 // Retry-After: 1 for "in_progress".
 func ClaimResponse(base string, c ClaimRow) (*Response, error) {
 	switch c.Outcome {
@@ -89,7 +91,11 @@ func ClaimResponse(base string, c ClaimRow) (*Response, error) {
 		if c.HTTPStatus == nil {
 			return nil, fmt.Errorf("idempotency: replay without a stored status")
 		}
-		return replayResponse(int(*c.HTTPStatus), c.ResponseBody, c.ResponseHeaders)
+		r, err := replayResponse(int(*c.HTTPStatus), c.ResponseBody, c.ResponseHeaders)
+		if err == nil && c.ContentType != nil {
+			r.Header.Set("Content-Type", *c.ContentType)
+		}
+		return r, err
 	case OutcomeMismatch:
 		status := http.StatusUnprocessableEntity
 		if c.HTTPStatus != nil {
@@ -154,17 +160,10 @@ func replayResponse(status int, bodyText, headersText *string) (*Response, error
 	return &Response{Status: status, Header: h, Body: body}, nil
 }
 
-func isJSONType(contentType string) bool {
-	media, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false
-	}
-	return media == "application/json" || strings.HasSuffix(media, "+json")
-}
-
-// replayHeaders are the headers of h to store for a replay: allow, when not nil, is the allow-list (case-insensitive);
-// otherwise every header but the per-connection ones. Repeated headers are joined with ", ".
-func replayHeaders(h http.Header, allow []string) map[string]string {
+// StoredHeaders are the Content-Type (nil when none is stored) and the other headers, as a JSON object, that
+// idem_complete_request and idem_lease_complete_request store for a replay: allow, when not nil, is the allow-list
+// (case-insensitive); otherwise every header but the per-connection ones. Repeated headers are joined with ", ".
+func StoredHeaders(h http.Header, allow []string) (contentType any, headers string) {
 	var allowed map[string]bool
 	if allow != nil {
 		allowed = map[string]bool{}
@@ -189,44 +188,12 @@ func replayHeaders(h http.Header, allow []string) map[string]string {
 		}
 		out[ck] = v
 	}
-	return out
-}
-
-// storedHeaders are the Content-Type (nil when none is stored) and the other headers, as a JSON object, that
-// idem_complete_request stores for a replay (replayHeaders).
-func storedHeaders(h http.Header, allow []string) (contentType any, headers string) {
-	out := replayHeaders(h, allow)
 	if ct, ok := out["Content-Type"]; ok {
 		contentType = ct
 		delete(out, "Content-Type")
 	}
 	b, _ := json.Marshal(out)
 	return contentType, string(b)
-}
-
-// StoredForm is what the jsonb completions (idem_complete, idem_lease_complete) store for r: the body as JSON text
-// (nil for an empty body) and the headers (replayHeaders) as a JSON object. A JSON body (by its Content-Type) is
-// stored as JSON; any other body as a JSON string, its encoding kept in BodyEncodingHeader, which the replay
-// removes.
-func StoredForm(r *Response, allow []string) (body *string, headers string) {
-	out := replayHeaders(r.Header, allow)
-	if len(r.Body) > 0 {
-		var s string
-		if utf8.Valid(r.Body) && isJSONType(r.Header.Get("Content-Type")) && validJSON(r.Body) {
-			s = string(r.Body)
-		} else if utf8.Valid(r.Body) && !bytes.ContainsRune(r.Body, 0) {
-			out[BodyEncodingHeader] = "text"
-			b, _ := json.Marshal(string(r.Body))
-			s = string(b)
-		} else {
-			out[BodyEncodingHeader] = "base64"
-			b, _ := json.Marshal(base64.StdEncoding.EncodeToString(r.Body))
-			s = string(b)
-		}
-		body = &s
-	}
-	hb, _ := json.Marshal(out)
-	return body, string(hb)
 }
 
 // claimResponse maps the value of idem_claim_request, in its text form, to the answer: nil for claimed (run the
@@ -237,7 +204,7 @@ func claimResponse(base, value string) (*Response, error) {
 	if err != nil || len(f) != 5 || f[0] == nil {
 		return nil, fmt.Errorf("idempotency: idem_claim_request answered %q", value)
 	}
-	c := ClaimRow{Outcome: *f[0], ResponseHeaders: f[3]}
+	c := ClaimRow{Outcome: *f[0], ContentType: f[2], ResponseHeaders: f[3]}
 	if f[1] != nil {
 		n, err := strconv.ParseInt(*f[1], 10, 32)
 		if err != nil {
@@ -254,11 +221,7 @@ func claimResponse(base, value string) (*Response, error) {
 		body := string(b)
 		c.ResponseBody = &body
 	}
-	resp, err := ClaimResponse(base, c)
-	if resp != nil && c.Outcome == OutcomeReplay && f[2] != nil {
-		resp.Header.Set("Content-Type", *f[2])
-	}
-	return resp, err
+	return ClaimResponse(base, c)
 }
 
 // parseRecord splits the text form of a record, (a,,"b c","d""e"), into its fields: nil for NULL (an empty

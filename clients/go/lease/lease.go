@@ -5,10 +5,11 @@
 // has reached. While a step runs, a heartbeat extends the lease every third of its length. Each step does its
 // outside call with no transaction open, then its local writes in Step.Tx, where the runner records the step's
 // recovery point (idem_checkpoint) in the same transaction. The last step answers in Run.Finish, which stores the
-// response (idem_lease_complete) in the transaction of its last writes. A holder that lost its lease (SQLSTATE
-// 55000 from any holder call: the lease ran out and another request took it over) stops at once, writes nothing
-// more, and the client gets 409. Any other failure releases the lease (the recovery point is kept) and answers 500;
-// the retry resumes after the last recorded step.
+// response as the bytes sent (idem_lease_complete_request) in the transaction of its last writes; a replay answers
+// those bytes with their content type. A holder that lost its lease (SQLSTATE 55000 from any holder call: the lease
+// ran out and another request took it over) stops at once, writes nothing more, and the client gets 409. Any other
+// failure releases the lease (the recovery point is kept) and answers 500; the retry resumes after the last
+// recorded step.
 //
 // Each step gets the fencing number of the lease (idem_lease's fencing_number), a number that strictly increases
 // across takeovers of a key: pass it to systems that can refuse a stale holder.
@@ -105,10 +106,10 @@ func (r *Run) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	})
 }
 
-// Finish runs fn's local writes and stores the response it returns (idem_lease_complete) in one transaction. A
-// 5xx is not stored, and neither are fn's writes: the transaction rolls back, the lease is released with the
-// recovery point kept, and the 5xx is answered; the retry runs Finish again (as the transactional middleware rolls
-// a 5xx's writes back, so a retry does not write twice).
+// Finish runs fn's local writes and stores the response it returns, as the bytes sent with their content type
+// (idem_lease_complete_request), in one transaction. A 5xx is not stored, and neither are fn's writes: the
+// transaction rolls back, the lease is released with the recovery point kept, and the 5xx is answered; the retry
+// runs Finish again (as the transactional middleware rolls a 5xx's writes back, so a retry does not write twice).
 func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Response, error)) error {
 	var failed *idempotency.Response
 	err := r.inTx(ctx, func(tx pgx.Tx) error {
@@ -120,14 +121,11 @@ func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Respo
 			failed = resp
 			return errServerError // rolls fn's writes back
 		}
-		body, headers := idempotency.StoredForm(resp, nil)
-		var canon *string
-		if err := tx.QueryRow(ctx, `SELECT idem_lease_complete($1::text, $2::uuid, $3::int, $4::jsonb, $5::jsonb, $6::text), $4::jsonb::text`,
-			r.Key, r.token, resp.Status, body, headers, r.Scope).Scan(new(bool), &canon); err != nil {
+		// The bytes sent are the bytes stored, as the middleware stores them: every replay is the first answer.
+		contentType, headers := idempotency.StoredHeaders(resp.Header, nil)
+		if _, err := tx.Exec(ctx, `SELECT idem_lease_complete_request($1::text, $2::text, $3::uuid, $4::int, $5::text, $6::jsonb, $7::bytea)`,
+			r.Key, r.Scope, r.token, resp.Status, contentType, headers, resp.Body); err != nil {
 			return err
-		}
-		if canon != nil && body != nil && *body == string(resp.Body) {
-			resp.Body = []byte(*canon) // sent as stored, so the replay is byte-identical
 		}
 		r.response, r.recorded = resp, true
 		return nil
@@ -279,12 +277,19 @@ func (rn *Runner) lease(ctx context.Context, req Request, leaseLen time.Duration
 	}
 	r := &Run{Key: req.Key, Scope: req.Scope, runner: rn}
 	var c idempotency.ClaimRow
-	err := rn.Pool.QueryRow(ctx, `SELECT l.outcome, l.http_status, l.response_body::text, l.response_headers::text,
-  coalesce(l.lease_token::text, ''), coalesce(l.recovery_point, ''), l.recovery_state, l.fencing_number
+	var body []byte
+	// The stored bytes; for a key stored as jsonb by a 1.0-1.2 client, the body's jsonb text.
+	err := rn.Pool.QueryRow(ctx, `SELECT l.outcome, l.http_status, l.response_content_type, l.response_headers::text,
+  coalesce(l.response_bytes, convert_to(l.response_body::text, 'UTF8')), coalesce(l.lease_token::text, ''),
+  coalesce(l.recovery_point, ''), l.recovery_state, l.fencing_number
 FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, NULL, $4::bytea),
   $5::interval, $6::interval, $7::text) AS l`,
 		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope).Scan(&c.Outcome, &c.HTTPStatus,
-		&c.ResponseBody, &c.ResponseHeaders, &r.token, &r.Point, &r.State, &r.Fencing)
+		&c.ContentType, &c.ResponseHeaders, &body, &r.token, &r.Point, &r.State, &r.Fencing)
+	if body != nil {
+		s := string(body)
+		c.ResponseBody = &s
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -67,6 +67,11 @@ func TestFinishServerErrorRollsBackItsWrites(t *testing.T) {
 	if resp := rn.Run(context.Background(), req, steps); resp.Status != http.StatusServiceUnavailable {
 		t.Fatalf("first run: %d %s", resp.Status, resp.Body)
 	}
+	var stored int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys WHERE key = $1 AND scope = $2
+  AND (http_status IS NOT NULL OR response_bytes IS NOT NULL)`, req.Key, req.Scope).Scan(&stored); err != nil || stored != 0 {
+		t.Fatalf("a 5xx stored %d responses (%v)", stored, err)
+	}
 	if n := writes(t, pool, table); n != 0 {
 		t.Fatalf("a 5xx kept %d of Finish's writes", n)
 	}
@@ -104,5 +109,58 @@ func TestHeartbeatAfterFinishKeepsTheAnswer(t *testing.T) {
 	}}}
 	if resp := rn.Run(context.Background(), req, steps); resp.Status != http.StatusCreated {
 		t.Fatalf("a completed request answered %d %s", resp.Status, resp.Body)
+	}
+}
+
+// What Finish answers is stored as it is, with its content type (idem_lease_complete_request): the first answer and
+// the replay are those bytes, JSON included (jsonb would respell it: key order, spacing, 1e2), and bytes that are
+// no text.
+func TestTheBytesAnsweredReplay(t *testing.T) {
+	rn := &lease.Runner{Pool: testdb.Pool(t), Lease: 5 * time.Second, Logger: log.New(io.Discard, "", 0)}
+	for _, tc := range [][2]string{{"application/json", `{"b": 2,  "a": [1.0, 1e2]}`},
+		{"text/plain; charset=utf-8", "caf\u00e9\n"}, {"image/png", "\x89PNG\r\n\x1a\n\x00\xff"}} {
+		req := request()
+		steps := []lease.Step{{Name: "finish", Do: func(ctx context.Context, r *lease.Run) error {
+			return r.Finish(ctx, func(pgx.Tx) (*idempotency.Response, error) {
+				return &idempotency.Response{Status: http.StatusCreated, Body: []byte(tc[1]),
+					Header: http.Header{"Content-Type": {tc[0]}, "Location": {"/x"}}}, nil
+			})
+		}}}
+		first, again := rn.Run(context.Background(), req, steps), rn.Run(context.Background(), req, nil)
+		if string(first.Body) != tc[1] || again.Status != http.StatusCreated || string(again.Body) != tc[1] ||
+			again.Header.Get("Content-Type") != tc[0] || again.Header.Get("Location") != "/x" ||
+			again.Header.Get(idempotency.ReplayedHeader) != "true" {
+			t.Errorf("%s: answered %q, replayed %d %v %q", tc[0], first.Body, again.Status, again.Header, again.Body)
+		}
+	}
+}
+
+// A key completed through the jsonb form (idem_lease_complete, as 1.2's runner stored a response: JSON as jsonb, a
+// text body as a JSON string with its encoding in a header, no body at all) still replays.
+func TestAKeyCompletedAsJSONBReplays(t *testing.T) {
+	pool := testdb.Pool(t)
+	rn := &lease.Runner{Pool: pool, Lease: 5 * time.Second, Logger: log.New(io.Discard, "", 0)}
+	ctx := context.Background()
+	for _, tc := range []struct{ body, headers, contentType, want string }{
+		{`{"b": 2,  "a": 1}`, `{"Content-Type": "application/json"}`, "application/json", `{"a": 1, "b": 2}`},
+		{`"caf\u00e9\n"`, `{"Content-Type": "text/plain", "Idempotency-Body-Encoding": "text"}`, "text/plain", "caf\u00e9\n"},
+		{"", `{}`, "", ""},
+	} {
+		req := request()
+		var token string
+		if err := pool.QueryRow(ctx, `SELECT lease_token::text FROM idem_lease($1::text,
+  idem_fingerprint($2::text, $3::text, NULL, NULL, $4::bytea), '5 s', NULL, $5::text)`,
+			req.Key, req.Method, req.Path, req.Body, req.Scope).Scan(&token); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `SELECT idem_lease_complete($1::text, $2::uuid, 201, nullif($3::text, '')::jsonb,
+  $4::jsonb, $5::text)`, req.Key, token, tc.body, tc.headers, req.Scope); err != nil {
+			t.Fatal(err)
+		}
+		again := rn.Run(ctx, req, nil)
+		if again.Status != http.StatusCreated || string(again.Body) != tc.want || again.Header.Get("Content-Type") != tc.contentType ||
+			again.Header.Get(idempotency.BodyEncodingHeader) != "" || again.Header.Get(idempotency.ReplayedHeader) != "true" {
+			t.Errorf("%s: replayed %d %v %q", tc.body, again.Status, again.Header, again.Body)
+		}
 	}
 }

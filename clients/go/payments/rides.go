@@ -15,7 +15,8 @@ import (
 )
 
 // ridesHandler is POST /rides of CONTRACT.md "lease-rides" (rocket rides): a charge at a simulated provider, then
-// a receipt from a simulated mailer, each an outside call made with no transaction open, run with lease.Runner.
+// a receipt from a simulated mailer, each an outside call made with no transaction open, run with lease.Runner;
+// the 201 is stored as the bytes sent (idem_lease_complete_request) and replayed as they are.
 func (s *service) ridesHandler(pool *pgxpool.Pool, guard *idempotency.Guard) http.Handler {
 	runner := &lease.Runner{Pool: pool, Lease: s.cfg.RidesLease, Logger: s.cfg.Logger}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
