@@ -183,9 +183,16 @@ SQL
             [ "$(pgrep -c -P "$postmaster")" -le "$children" ] && break
             sleep 0.1
         done
+        # Callgrind writes a backend's file when the backend exits, which on a loaded machine can come after
+        # the backend has left the process table: wait for both files of the run, so that none of them turns
+        # up as new in the next run instead (it would be taken for that run's count).
+        for _ in $(seq 1200); do
+            [ "$(ls "$wdir/cg" | wc -l)" -ge $(($(wc -l <<<"$before") + 2)) ] && break
+            sleep 0.1
+        done
         for f in $(ls "$wdir/cg"); do
             grep -qx "$f" <<<"$before" && continue
-            for _ in $(seq 100); do grep -q '^summary:' "$wdir/cg/$f" && break; sleep 0.1; done
+            for _ in $(seq 600); do grep -q '^summary:' "$wdir/cg/$f" && break; sleep 0.1; done
             s=$(sed -nE 's/^summary: ([0-9]+)/\1/p' "$wdir/cg/$f")
             [ "${s:-0}" -gt "$val" ] && val=$s
         done

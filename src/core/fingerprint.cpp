@@ -408,6 +408,14 @@ private:
         thread_local std::deque<std::string> keys;
         return keys;
     }
+    // The sorted copy of an object's members, per thread and kept: an object's copy is finished and taken back
+    // into out before any other object is sorted.
+    static std::string& sorted_members() {
+        thread_local std::string sorted;
+        return sorted;
+    }
+    static constexpr std::size_t small_object_members = 16;
+    static constexpr std::size_t kept_sorted_bytes = 64 * 1024;
     std::vector<Member>& members_ = members_stack();
     std::deque<std::string>& keys_ = unescaped_keys();
 
@@ -484,9 +492,18 @@ private:
             ++pos_;
         }
         if (!ordered) {
-            std::stable_sort(members_.begin() + static_cast<std::ptrdiff_t>(first), members_.end(), key_less);
-            std::string sorted;
-            sorted.reserve(out.size() - start);
+            // key_less orders every pair (the members' order breaks ties): an insertion sort, which allocates
+            // nothing, for the few members of a usual object.
+            const auto begin = members_.begin() + static_cast<std::ptrdiff_t>(first);
+            if (members_.size() - first <= small_object_members) {
+                for (auto i = begin + 1; i < members_.end(); ++i)
+                    for (auto j = i; j > begin && key_less(*j, *(j - 1)); --j)
+                        std::iter_swap(j, j - 1);
+            } else {
+                std::stable_sort(begin, members_.end(), key_less);
+            }
+            std::string& sorted = sorted_members();
+            sorted.clear();
             sorted.push_back('{');
             const Member* previous = nullptr;
             for (std::size_t i = first; i < members_.size(); ++i) {
@@ -500,6 +517,8 @@ private:
             }
             out.resize(start);
             out.append(sorted);
+            if (sorted.capacity() > kept_sorted_bytes)
+                std::string().swap(sorted);  // a large object's copy is not kept
         }
         out.push_back('}');
         members_.resize(first);
@@ -509,17 +528,28 @@ private:
 
 }  // namespace
 
+namespace {
+
+// Whether text is word in ASCII case-insensitively; word is lower case.
+bool equals_ascii_lower(std::string_view text, std::string_view word) {
+    if (text.size() != word.size())
+        return false;
+    for (std::size_t i = 0; i < text.size(); ++i)
+        if (ascii_lower(text[i]) != word[i])
+            return false;
+    return true;
+}
+
+}  // namespace
+
 bool is_json_media_type(std::string_view content_type) {
     std::string_view media = content_type.substr(0, content_type.find(';'));
     media = trim_ows(media);
-    std::string lower;
-    for (char c : media)
-        lower.push_back(ascii_lower(c));
-    if (lower == "application/json")
+    if (equals_ascii_lower(media, "application/json"))
         return true;
-    const std::size_t slash = lower.find('/');
-    return slash != std::string::npos && slash > 0 && lower.size() > slash + 1 + 5 &&
-           lower.compare(lower.size() - 5, 5, "+json") == 0;
+    const std::size_t slash = media.find('/');
+    return slash != std::string_view::npos && slash > 0 && media.size() > slash + 1 + 5 &&
+           equals_ascii_lower(media.substr(media.size() - 5), "+json");
 }
 
 std::string normalise_content_type(std::string_view content_type) {
