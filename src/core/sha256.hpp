@@ -1,30 +1,33 @@
-// SHA-256 through OpenSSL's SHA256_* functions: the digest without the EVP provider dispatch, which costs more
-// than the compression of a short key (EVP_DigestInit_ex alone is about 1,100 instructions a digest).
+// SHA-256 through OpenSSL's EVP interface.
 #pragma once
 
 #include <cstddef>
-
-#include <openssl/sha.h>
+#include <memory>
 
 #include "errors.hpp"
 #include "hex.hpp"
 
+struct evp_md_ctx_st;
+
 namespace idem::core {
 
-// One running digest. Holds its state by value: no allocation, copyable.
+// One running digest. Owns its EVP context; movable, not copyable.
 class Sha256 {
 public:
     Sha256();  // throws OpenSslError when OpenSSL cannot start a digest
     void update(const void* data, std::size_t len);
     Sha256Digest finish();
-    // Starts a new digest.
+    // Starts a new digest on the same context: no allocation.
     void reset();
 
     // A context owned by the calling thread, reset and ready: for short one-off digests.
     static Sha256& reusable();
 
 private:
-    SHA256_CTX ctx_;
+    struct FreeContext {
+        void operator()(evp_md_ctx_st* ctx) const;
+    };
+    std::unique_ptr<evp_md_ctx_st, FreeContext> ctx_;
 };
 
 Sha256Digest sha256(const void* data, std::size_t len);
