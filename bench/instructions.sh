@@ -39,7 +39,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 
 n=${INSTR_N:-2000}
-wire_cases="w_bare w_floor w_cte w_direct_old w_direct_new_jsonb w_direct_new w_client_old w_step_fingerprint w_step_claim w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new"
+wire_cases="w_bare w_floor w_cte w_direct_old w_direct_new_jsonb w_direct_new w_client_old w_step_fingerprint w_step_claim w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new w_replay_alone"
 cases=${INSTR_CASES:-$wire_cases}
 port=${INSTR_PORT:-55434}
 dir=$(mktemp -d /tmp/idem-instr.XXXXXX)
@@ -111,14 +111,17 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
             scope=old; tx=("${wire_claim_1_2//:k::text/:r::text}") ;;
         w_replay_new) label='a replay as the 1.3 clients do it (BEGIN, `SELECT idem_claim_request(...)`, ROLLBACK), prepared'
             scope=new; tx=("${wire_claim_1_3//:k,/:r,}") ;;
+        w_replay_alone) label='a replay as the Go client sends it over prepared statements (the claim alone, ended by the Sync: no BEGIN, no ROLLBACK)'
+            scope=new; tx=("${wire_claim_1_3//:k,/:r,}") ;;
         w_plpgsql) label='the careful PL/pgSQL reference (bench/plpgsql_baseline.sql), new key'
             tx=('SELECT * FROM plpgsql_idem.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_idem.idem_complete(:k, 201, :resp::jsonb);') ;;
         *) echo "unknown case $1" >&2; exit 2 ;;
     esac
-    local end=COMMIT
-    [[ $1 == w_replay_* ]] && end=ROLLBACK
+    local begin=BEGIN\; end=COMMIT\;
+    [[ $1 == w_replay_* ]] && end=ROLLBACK\;
+    [[ $1 == w_replay_alone ]] && begin= end=
     script=$(printf '%s\n' '\set k random(1, 9000000000000000)' '\set a random(1, 1000)' '\set r random(1, 20000)' \
-        'BEGIN;' "${tx[@]}" "$end;")
+        $begin "${tx[@]}" $end)
 }
 
 # pgbench -M simple writes a variable's value into the statement's text: quote the string ones.
