@@ -96,6 +96,23 @@ for my $account (@accounts)
 		'claimed', 'released, the key is granted again');
 }
 
+# 1.3: the bytes form (idem_lease_complete_request) is delegated by scope like the others: completed through the
+# coordinator, idem_lease replays the stored bytes and content type from every node.
+{
+	my $account = $accounts[1];
+	my $token = sql($coordinator,
+		"SELECT lease_token FROM idem_lease('bytes-1', idem_hash('a'::text), '30 seconds', NULL, '$account')");
+	is(sql($coordinator, "SELECT idem_lease_complete_request('bytes-1', '$account', '$token', 201, 'text/plain',
+	                                                         NULL, '\\x6f6b0a'::bytea)"),
+		't', 'the bytes form completes through the coordinator');
+	for my $again (@nodes)
+	{
+		is(sql($again, "SELECT outcome || '|' || response_content_type || '|' || encode(response_bytes, 'hex')
+		              FROM idem_lease('bytes-1', idem_hash('a'::text), '30 seconds', NULL, '$account')"),
+			'replay|text/plain|6f6b0a', 'the bytes replay from ' . name_of($again));
+	}
+}
+
 # ---- the lock: the one Citus's router writes take on the shard's metadata ----
 # A claim's lookup on the direct path and an UPDATE of the tenant's account row, each in a transaction on the
 # owner: the advisory locks each holds in ShareLock besides the key's own (objsubid 0x1DE7 = 7655).
