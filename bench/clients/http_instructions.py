@@ -59,6 +59,15 @@ def psql(d, sql, db="payments"):
                     "-d", db, *sql], check=True, stdout=subprocess.DEVNULL)
 
 
+def pid_in(path):
+    """The process id written in path, or None while the file is missing or still empty."""
+    try:
+        text = open(path).read().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
 def request(c, kind, key):
     h = {"Authorization": "Bearer acct_bench", "Content-Type": "application/json"}
     if kind != "bare":
@@ -133,9 +142,10 @@ class Bench:
         if MODE == "pgbouncer":
             subprocess.run(["runuser", "-u", "postgres", "--", "pgbouncer", "-d", "-q", f"{self.bdir}/pgbouncer.ini"],
                            check=True, cwd=self.bdir)
-            while not (harness.port_open(BOUNCER_PORT) and os.path.exists(f"{self.bdir}/pgbouncer.pid")):
+            # (The pid file exists before its number is written.)
+            while not (harness.port_open(BOUNCER_PORT) and pid_in(f"{self.bdir}/pgbouncer.pid")):
                 time.sleep(0.05)
-            bouncer, port = int(open(f"{self.bdir}/pgbouncer.pid").read()), BOUNCER_PORT
+            bouncer, port = pid_in(f"{self.bdir}/pgbouncer.pid"), BOUNCER_PORT
         base, _, env = SERVICES[svc]
         url = f"postgresql://postgres@127.0.0.1:{port}/payments" + ("?pool_max_conns=1" if base == "go" else "")
         s = harness.Service(self.stack, base, MODE, extra_env=dict(env, DATABASE_URL=url))
@@ -157,6 +167,12 @@ class Bench:
                 while harness._alive(bouncer):
                     time.sleep(0.05)
         self.wait_backends()
+        # The served backend's file can appear a moment after the backend is gone (seen on a loaded machine): wait
+        # for it, so that it is not counted in the next run instead.
+        for _ in range(100):
+            if set(os.listdir(self.cg)) - before:
+                break
+            time.sleep(0.1)
         best = 0
         for f in set(os.listdir(self.cg)) - before:
             for _ in range(100):
