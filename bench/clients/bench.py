@@ -221,6 +221,11 @@ def wrk(base, path, seconds=None):
             "requests": int(total.group(1)) if total else 0, "socket_errors": errs.group(1) if errs else ""}
 
 
+def wrk_short(base, path):
+    """A one-second run (a warm-up; bench/clients/*_roundtrips.py)."""
+    return wrk(base, path, seconds=1)
+
+
 def pool_env(h, lang, mode):
     """The service's pool at CONNECTIONS connections (pgxpool's default is max(4, cores))."""
     if lang == "go":

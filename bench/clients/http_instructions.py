@@ -38,8 +38,8 @@ MODE = os.environ.get("HTTP_INSTR_MODE", "direct")
 SERVICES = {
     "go": ("go", "Go net/http (pgx)", {}),
     "node": ("node", "Node.js Express (node-postgres), as started by default", {"PG_POOL_MAX": "1"}),
-    "node-pipeline": ("node", "Node.js Express, `PG_PIPELINE=1` (pipelined, named statements)",
-                      {"PG_POOL_MAX": "1", "PG_PIPELINE": "1"}),
+    "node-plain": ("node", "Node.js Express, `PG_PIPELINE=0` (a plain pool: one statement per round trip)",
+                   {"PG_POOL_MAX": "1", "PG_PIPELINE": "0"}),
     "python": ("python", "Python WSGI (psycopg)", {"POOL_SIZE": "1", "THREADS": "1"}),
     "python-fastapi": ("python-fastapi", "Python FastAPI (psycopg async)", {"POOL_SIZE": "1"}),
 }

@@ -1,9 +1,10 @@
 """Round trips of the Node.js middleware (issue 25 item 4), in one run: requests/s of POST /payments with
-BEGIN + claim and complete + COMMIT sent as one multi-statement message ('multi', the default on a plain pg.Pool),
-as pipelined statements ('pipeline', a pool with pipeline: true) and one statement at a time ('off', five round
-trips), against the bare transactional handler (POST /payments-unprotected: BEGIN, the same INSERT, COMMIT, same
-driver and pool) and the unprotected autocommit handler (POST /payments-autocommit: the INSERT alone), straight to
-PostgreSQL and through PgBouncer. Rounds rotate the order; each figure is the median over the rounds.
+BEGIN + claim and complete + COMMIT pipelined ('pipeline', the sample service's default: a pool with pipeline:
+true) and one statement at a time ('plain', PG_PIPELINE=0: five round trips), against the bare transactional
+handler (POST /payments-unprotected: BEGIN, the same INSERT, COMMIT, same driver and pool) and the unprotected
+autocommit handler (POST /payments-autocommit: the INSERT alone), straight to PostgreSQL and through PgBouncer.
+Rounds rotate the order; each figure is the median over the rounds. (Until 1.3 the default was one
+multi-statement message; that path is gone.)
 
 As root (the stack runs PostgreSQL as postgres): /usr/bin/python3 bench/clients/node_roundtrips.py
 Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_CONNECTIONS (8), BENCH_THREADS (2),
@@ -22,13 +23,12 @@ import bench  # noqa: E402  (wrk, med, machine, harness; reads the knobs above)
 from bench import harness  # noqa: E402
 
 VARIANTS = {  # name -> (service env, path)
-    "middleware multi": ({}, "/payments"),
-    "middleware pipeline": ({"PG_PIPELINE": "1"}, "/payments"),
-    "middleware off (5 trips)": ({"IDEM_BATCHING": "off"}, "/payments"),
+    "middleware pipeline": ({}, "/payments"),
+    "middleware plain (5 trips)": ({"PG_PIPELINE": "0"}, "/payments"),
     "bare transactional": ({}, "/payments-unprotected"),
     "autocommit": ({}, "/payments-autocommit"),
 }
-ENVS = {"plain": {}, "pipeline": {"PG_PIPELINE": "1"}, "off": {"IDEM_BATCHING": "off"}}
+ENVS = {"pipeline": {}, "plain": {"PG_PIPELINE": "0"}}
 
 
 def env_name(env):
