@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 import harness
+from client import parallel
 from conftest import selected_langs
 
 sys.path.insert(0, os.path.join(harness.CLIENTS, "python", "src"))
@@ -62,28 +63,20 @@ def test_a_pool_of_connections_through_pgbouncer_gets_no_500_and_runs_each_key_o
 
     account, calls = _account(), {"lock": threading.Lock()}
     hot = [f"hot-{uuid.uuid4().hex}" for _ in range(HOT_KEYS)]
-    answers, errors = [], []
+    answers = []
     with connection_pool(harness.BOUNCER_URL, min_size=POOL, max_size=POOL, timeout=30) as pool:
         pool.wait(timeout=30)
         app = _app(pool, calls)
-        start = threading.Barrier(THREADS)
 
         def worker(i):
-            try:
-                start.wait(timeout=30)  # the first requests of every connection at once
-                for n in range(PER_THREAD):
-                    key = hot[(i + n) % HOT_KEYS] if n % 2 else f"fresh-{uuid.uuid4().hex}"
-                    r = _pay(app, account, key)
-                    with calls["lock"]:
-                        answers.append((key, r.status, r.header("Idempotent-Replayed") == "true", r.body))
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(repr(e))
+            for n in range(PER_THREAD):
+                key = hot[(i + n) % HOT_KEYS] if n % 2 else f"fresh-{uuid.uuid4().hex}"
+                r = _pay(app, account, key)
+                with calls["lock"]:
+                    answers.append((key, r.status, r.header("Idempotent-Replayed") == "true", r.body))
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        # The first requests of every connection at once (parallel releases the threads together).
+        errors = parallel(THREADS, worker)
         preparing = app.protected.preparing.on
     print(f"\n[pooled] {len(answers)} requests, preparing {'on' if preparing else 'off'} after them", flush=True)
     assert not errors, errors[:3]
