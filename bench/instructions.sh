@@ -39,7 +39,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 
 n=${INSTR_N:-2000}
-wire_cases="w_bare w_floor w_cte w_direct_old w_direct_new_jsonb w_direct_new w_client_old w_step_fingerprint w_step_claim w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new w_replay_alone"
+wire_cases="w_bare w_floor w_floor_args w_cte w_hand w_direct_old w_direct_new_jsonb w_direct_new w_client_old w_step_fingerprint w_step_claim w_client_new w_client_old_simple w_client_new_simple w_replay_old w_replay_new w_replay_alone w_hand_replay"
 cases=${INSTR_CASES:-$wire_cases}
 port=${INSTR_PORT:-55434}
 dir=$(mktemp -d /tmp/idem-instr.XXXXXX)
@@ -76,8 +76,12 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
             tx=("$wire_insert") ;;
         w_floor) label='same statement count, trivial statements in place of claim/complete'
             tx=('SELECT :k::text, :h::text;' "$wire_insert" 'SELECT :k::text, 201, :resp::text;') ;;
+        w_floor_args) label="the same with the clients' 1.3 parameters: \`SELECT num_nulls(...)\` of the claim's seven and of the completion's six"
+            tx=('SELECT num_nulls(:k::text, :s::text, :m::text, :p::text, NULL::text, :ct::text, :req::bytea);' "$wire_insert" 'SELECT num_nulls(:k::text, :s::text, 201, :ct::text, :loc::jsonb, :resp::bytea);') ;;
         w_cte) label='a hand-written key row inside the business statement (CTE), body as text'
             tx=("WITH key AS (INSERT INTO bench.hand_keys (key, request_hash, http_status, body) VALUES (:k, decode(:h, 'hex'), 201, :resp)) $wire_insert") ;;
+        w_hand) label='a hand-written key row as two statements of its own, the least any claim-then-complete design sends: `SELECT` of the key, INSERT, `INSERT` of the key row (no lock, no fingerprint, no expiry)'
+            tx=('SELECT http_status, body FROM bench.hand_keys WHERE key = :k;' "$wire_insert" "INSERT INTO bench.hand_keys (key, request_hash, http_status, body) VALUES (:k, decode(:h, 'hex'), 201, :resp);") ;;
         w_direct_old) label='direct SQL API 1.0-1.2: `SELECT * FROM idem_claim(key, hash)`, INSERT, `SELECT idem_complete(key, 201, body jsonb)`'
             tx=('SELECT * FROM idem_claim(:k, :h);' "$wire_insert" 'SELECT idem_complete(:k, 201, :resp::jsonb);') ;;
         w_direct_new_jsonb) label='direct SQL API, the same functions in the select list: `SELECT idem_claim(key, hash)`, INSERT, `SELECT idem_complete(...)`'
@@ -113,12 +117,14 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
             scope=new; tx=("${wire_claim_1_3//:k,/:r,}") ;;
         w_replay_alone) label='a replay as the Go client sends it over prepared statements (the claim alone, ended by the Sync: no BEGIN, no ROLLBACK)'
             scope=new; tx=("${wire_claim_1_3//:k,/:r,}") ;;
+        w_hand_replay) label='a replay of the hand-written key row with the same `BEGIN` and `ROLLBACK`: `SELECT` of the stored row (no fingerprint, no lock)'
+            scope=new; tx=('SELECT http_status, body FROM bench.hand_keys WHERE key = :r;') ;;
         w_plpgsql) label='the careful PL/pgSQL reference (bench/plpgsql_baseline.sql), new key'
             tx=('SELECT * FROM plpgsql_idem.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_idem.idem_complete(:k, 201, :resp::jsonb);') ;;
         *) echo "unknown case $1" >&2; exit 2 ;;
     esac
     local begin=BEGIN\; end=COMMIT\;
-    [[ $1 == w_replay_* ]] && end=ROLLBACK\;
+    [[ $1 == w_replay_* || $1 == w_hand_replay ]] && end=ROLLBACK\;
     [[ $1 == w_replay_alone ]] && begin= end=
     script=$(printf '%s\n' '\set k random(1, 9000000000000000)' '\set a random(1, 1000)' '\set r random(1, 20000)' \
         $begin "${tx[@]}" $end)
@@ -142,6 +148,9 @@ wire_table() {  # wire_table CASE...
     "${wq[@]}" -c "CREATE EXTENSION idempotency" -f bench/plpgsql_baseline.sql -f bench/setup.sql >/dev/null
     "${wq[@]}" -c "CREATE TABLE bench.hand_keys (key text COLLATE \"C\" PRIMARY KEY, request_hash bytea NOT NULL,
         http_status int, body text, created_at timestamptz NOT NULL DEFAULT now())"
+    # Stored hand-written rows for w_hand_replay: '1' .. '20000', as the extension's replays have.
+    "${wq[@]}" -c "INSERT INTO bench.hand_keys (key, request_hash, http_status, body)
+        SELECT i::text, sha256(convert_to('$wire_req', 'UTF8')), 201, '$wire_resp' FROM generate_series(1, 20000) i"
     local h
     h=$("${wq[@]}" -At -c "SELECT idem_hash('$wire_req'::jsonb)")
     # Stored keys for the replays: '1' .. '20000' in scope 'acct-1', by the 1.2 statements (jsonb) for the 1.2
