@@ -345,6 +345,7 @@ static TablePlans *
 plans_for(const KeyTable *table)
 {
 	static bool callback_registered = false;
+	bool		stale;
 	char	   *namespace_name = NULL;
 	const char *schema;
 
@@ -353,19 +354,18 @@ plans_for(const KeyTable *table)
 		CacheRegisterSyscacheCallback(NAMESPACEOID, forget_plans_schema_name, (Datum) 0);
 		callback_registered = true;
 	}
-	if (plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid || plans_schema_renamed ||
-		plans.has_lease_columns != table->has_lease_columns ||
-		plans.has_bytes_columns != table->has_bytes_columns)
+	stale = plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
+		plans.has_lease_columns != table->has_lease_columns || plans.has_bytes_columns != table->has_bytes_columns;
+	if (stale || plans_schema_renamed)
 	{
+		/* Cleared before the look-up: a change taken in during it or the plans' making is seen next call. */
+		plans_schema_renamed = false;
 		namespace_name = get_namespace_name(table->namespace_oid);
 		if (namespace_name == NULL)
 			elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
+		stale = stale || strcmp(plans.namespace_name, namespace_name) != 0;
 	}
-	if (namespace_name != NULL &&
-		(plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
-		 plans.has_lease_columns != table->has_lease_columns ||
-		 plans.has_bytes_columns != table->has_bytes_columns ||
-		 strcmp(plans.namespace_name, namespace_name) != 0))
+	if (stale)
 	{
 		/* Made again whole: a failure half way leaves them to be made again by the next call. */
 		plans.namespace_oid = InvalidOid;
@@ -384,7 +384,6 @@ plans_for(const KeyTable *table)
 		plans.has_bytes_columns = table->has_bytes_columns;
 		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
 	}
-	plans_schema_renamed = false;
 	if (!table->partitioned)
 		return &plans.table;
 	return expired_partition_attached(table->partitioned_oid) ? &plans.partitioned_pruned : &plans.partitioned;
