@@ -1,6 +1,6 @@
 # idempotency: PostgreSQL extension with a C++17 core. Build with PGXS.
 EXTENSION = idempotency
-EXTVERSION = 1.3
+EXTVERSION = 1.4
 MODULE_big = idempotency
 
 # As pgvector keeps them: extension/idempotency.sql is always the current full script, built into
@@ -10,10 +10,11 @@ MODULE_big = idempotency
 # and an updated one define them from the same text (test/tap/148_install_equals_update.pl compares them).
 # extension/citus.sql is appended the same way. Update scripts of released steps are frozen: written out whole
 # and never edited (extension/README.md says how to cut the next version).
-PREVVERSION = 1.2
+PREVVERSION = 1.3
 SQL_TAIL = extension/functions.sql extension/citus.sql
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql $(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql
-DATA = extension/$(EXTENSION)--1.0.sql extension/$(EXTENSION)--1.0--1.1.sql extension/$(EXTENSION)--1.1--1.2.sql
+DATA = extension/$(EXTENSION)--1.0.sql extension/$(EXTENSION)--1.0--1.1.sql extension/$(EXTENSION)--1.1--1.2.sql \
+       extension/$(EXTENSION)--1.2--1.3.sql
 
 CORE_SRCS = $(wildcard src/core/*.cpp)
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c)) $(CORE_SRCS:.cpp=.o)

@@ -6,7 +6,7 @@
 #define IDEM_MAINTENANCE_H
 
 /* The version of the SQL objects this library is built for (the Makefile's EXTVERSION). */
-#define IDEM_LIBRARY_VERSION "1.3"
+#define IDEM_LIBRARY_VERSION "1.4"
 
 typedef struct Maintenance
 {

@@ -184,7 +184,7 @@ SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_claim'), 1,
           'idem_claim has one signature: untyped calls from 1.0 clients stay unambiguous');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_complete'), 1,
           'idem_complete has one signature');
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '1.3', 'a fresh install is at 1.3');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '1.4', 'a fresh install is at 1.4');
 
 -- 1.1: keys in flight, for operators. Both run as the caller (privileges and row level security of the key
 -- table apply inside), so PUBLIC may execute them.

@@ -117,11 +117,11 @@ for my $db (sort keys %databases)
 		qr/^\d+,[1-9]\d*,[1-9]\d*$/, "$db: idem_stats counts leases, takeovers and checkpoints");
 }
 
-# Updated on to 1.3, a 1.0 database has the same objects as a fresh 1.3 install (definitions compared in
+# Updated on to 1.4, a 1.0 database has the same objects as a fresh 1.4 install (definitions compared in
 # 148_install_equals_update.pl).
 $node->safe_psql($_, "ALTER EXTENSION idempotency UPDATE") for sort keys %databases;
-is($node->safe_psql('plain', "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"), '1.3',
-	'updated on to 1.3');
+is($node->safe_psql('plain', "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"), '1.4',
+	'updated on to 1.4');
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION idempotency');
 my $objects = q{
@@ -134,7 +134,7 @@ my $columns = q{
 	FROM pg_attribute WHERE attrelid IN ('idempotency_keys'::regclass, 'idempotency_keys_partitioned'::regclass)
 	  AND attnum > 0 AND NOT attisdropped};
 is($node->safe_psql('plain', $objects), $node->safe_psql('fresh', $objects),
-	'an updated database has the same extension objects as a fresh 1.3 install');
+	'an updated database has the same extension objects as a fresh 1.4 install');
 is($node->safe_psql('plain', $columns), $node->safe_psql('fresh', $columns),
 	'and the same columns in the same order');
 

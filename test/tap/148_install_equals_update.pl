@@ -1,4 +1,4 @@
-# A fresh 1.3 install and a database updated 1.0 -> 1.1 -> 1.2 -> 1.3 have identical objects: the schema that
+# A fresh 1.4 install and a database updated 1.0 -> 1.1 -> 1.2 -> 1.3 -> 1.4 have identical objects: the schema that
 # pg_dump --binary-upgrade writes member by member (definitions, columns, comments, privileges, the extension's
 # configuration tables), with OIDs, transaction ids and pg_dump's random \restrict key taken out.
 # Fails on: an update script that misses or adds anything a fresh install has (a comment, a grant, a function
@@ -23,10 +23,11 @@ $node->safe_psql('postgres', 'CREATE DATABASE updated');
 $node->safe_psql('updated', "CREATE EXTENSION idempotency VERSION '1.0'");
 $node->safe_psql('updated', "ALTER EXTENSION idempotency UPDATE TO '1.1'");
 $node->safe_psql('updated', "ALTER EXTENSION idempotency UPDATE TO '1.2'");
+$node->safe_psql('updated', "ALTER EXTENSION idempotency UPDATE TO '1.3'");
 $node->safe_psql('updated', 'ALTER EXTENSION idempotency UPDATE');
 
-is($node->safe_psql($_, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"), '1.3',
-	"$_ is at 1.3") for qw(fresh updated);
+is($node->safe_psql($_, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"), '1.4',
+	"$_ is at 1.4") for qw(fresh updated);
 
 sub schema_of
 {
@@ -58,7 +59,7 @@ my @diff = grep { $_ } map {
 	my $n = @f > @u ? @f : @u;
 	map { ($f[$_] // '') ne ($u[$_] // '') ? "line $_: fresh <$f[$_]> updated <$u[$_]>" : undef } 0 .. $n - 1
 } 1;
-is(scalar(@diff), 0, 'a fresh 1.3 install and 1.0 -> 1.1 -> 1.2 -> 1.3 dump the same schema')
+is(scalar(@diff), 0, 'a fresh 1.4 install and 1.0 -> 1.1 -> 1.2 -> 1.3 -> 1.4 dump the same schema')
   or diag(join("\n", @diff[0 .. ($#diff < 9 ? $#diff : 9)]));
 
 $node->stop;

@@ -91,7 +91,7 @@ is($node->safe_psql('oldb', q{SELECT count(*) FROM public.calls}), '0', 'no look
 is($node->safe_psql('oldb', q{SELECT is_called FROM tenant_data.idempotency_fencing_numbers}), 'f',
 	'the planted sequence was never advanced');
 cmp_ok($node->log_lines($log_from,
-		qr/in database "oldb", the extension's SQL objects are at version 1\.1 and the library at 1\.3: partitions are neither made nor dropped until ALTER EXTENSION idempotency UPDATE/),
+		qr/in database "oldb", the extension's SQL objects are at version 1\.1 and the library at 1\.4: partitions are neither made nor dropped until ALTER EXTENSION idempotency UPDATE/),
 	'>=', 1, 'the log says why partition upkeep is refused, and what to run');
 like($node->safe_psql('oldb', 'SELECT last_error FROM tenant_data.idem_stats'), qr/ALTER EXTENSION idempotency UPDATE/,
 	'idem_stats.last_error says it too');
@@ -101,8 +101,8 @@ like($node->safe_psql('oldb', 'SELECT last_error FROM tenant_data.idem_stats'), 
 ($ret, $out, $err) = $node->psql('oldb', q{ALTER EXTENSION idempotency UPDATE});
 like($err, qr/relation "idempotency_fencing_numbers" already exists/, "the update does not adopt mallory's sequence");
 $node->safe_psql('oldb', q{DROP SEQUENCE tenant_data.idempotency_fencing_numbers; ALTER EXTENSION idempotency UPDATE});
-is($node->safe_psql('oldb', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}), '1.3',
-	'oldb is at 1.3');
+is($node->safe_psql('oldb', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}), '1.4',
+	'oldb is at 1.4');
 my $before = $node->safe_psql('oldb', 'SELECT count(*) FROM tenant_data.idem_partitions()');
 $node->safe_psql('postgres', q{ALTER DATABASE oldb SET idempotency.ttl = '30h'});
 my $made = $node->wait_until('oldb', "SELECT count(*) > $before FROM tenant_data.idem_partitions()", 60);
