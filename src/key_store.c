@@ -52,6 +52,12 @@ static struct
 	Oid			sequence;		/* InvalidOid: not known */
 } fencing;
 
+/*
+ * How many times forget_located_table forgot the table: lock_key_table compares it across its lock, which
+ * takes in the invalidations committed before it (an update's ALTER TABLE among them).
+ */
+static uint64 located_forgotten = 0;
+
 static void
 forget_located_table(Datum arg, Oid relid)
 {
@@ -60,7 +66,10 @@ forget_located_table(Datum arg, Oid relid)
 	if (!OidIsValid(relid) || relid == located.table_oid || relid == located.twin_oid)
 		located.mode_known = false;
 	if (!OidIsValid(relid) || relid == located.table_oid)
+	{
 		located.table_oid = InvalidOid;
+		located_forgotten++;
+	}
 }
 
 static void
@@ -117,12 +126,29 @@ twin_has_range_partitions(void)
  * ends: idem_set_storage needs an ACCESS EXCLUSIVE lock on it to switch. Taking
  * the lock also takes in the invalidations of a switch committed before, so a
  * remembered mode read after it is current.
+ *
+ * The same lock takes in those of an ALTER EXTENSION ... UPDATE (or a rename,
+ * a drop) committed since this backend found the table, which forget it: as
+ * RangeVarGetRelidExtended does, the table is found, locked, and found again
+ * if it was forgotten meanwhile, so what the call uses (the columns above all)
+ * is the table as it is under the lock.
  */
 static void
 lock_key_table(Oid namespace_oid, KeyTable *table)
 {
-	locate_table(namespace_oid);
-	LockRelationOid(located.table_oid, AccessShareLock);
+	for (;;)
+	{
+		uint64		forgotten;
+		Oid			table_oid;
+
+		locate_table(namespace_oid);
+		forgotten = located_forgotten;
+		table_oid = located.table_oid;
+		LockRelationOid(table_oid, AccessShareLock);
+		if (located_forgotten == forgotten)
+			break;
+		UnlockRelationOid(table_oid, AccessShareLock);
+	}
 	table->namespace_oid = namespace_oid;
 	table->keys = located.table_oid;
 	table->direct = NULL;
