@@ -2,6 +2,17 @@
 -- The Makefile appends extension/functions.sql and extension/citus.sql (the SQL-language functions, as the
 -- install script defines them), so an updated database and a fresh install define them from the same text.
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '1.4'" to load this file. \quit
+
+-- Fencing numbers that rise per key wherever the database moves (issue 38): each key's row keeps the number of
+-- its last grant, so a grant on another server (logical replication, a restored dump, a shard move) hands a
+-- higher one even though the sequence did not travel. Added to the twin too: idem_set_storage copies rows with
+-- SELECT *, so both tables keep one column order.
+ALTER TABLE @extschema@.idempotency_keys ADD COLUMN fencing_number bigint;
+ALTER TABLE @extschema@.idempotency_keys_partitioned ADD COLUMN fencing_number bigint;
+COMMENT ON COLUMN @extschema@.idempotency_keys.fencing_number IS
+    'Lease mode: the fencing number of the key''s last grant; the next grant''s is higher.';
+COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.fencing_number IS
+    'Lease mode: the fencing number of the key''s last grant; the next grant''s is higher.';
 -- idempotency 1.3: the SQL-language functions. Appended to both the install script (idempotency--1.3.sql) and
 -- the update script (idempotency--1.2--1.3.sql) by the Makefile, so the two define them from the same text.
 -- OR REPLACE is for the update; in CREATE EXTENSION, replacing a function that is not the extension's own fails
