@@ -40,7 +40,7 @@ static struct
 } located;
 
 /*
- * The fencing sequence found (next_fencing_number), remembered per backend: its
+ * The fencing sequence found (fencing_number_floor), remembered per backend: its
  * lookup reads pg_extension and pg_depend. Any relcache invalidation of it (DROP,
  * as DROP EXTENSION does; a rename or a move to another schema) forgets it, in
  * forget_located_table, which is the one relcache callback of this file
