@@ -34,12 +34,13 @@ static struct
 	Oid			twin_oid;		/* idempotency_keys_partitioned */
 	bool		has_lease_columns;
 	bool		has_bytes_columns;
+	bool		has_fencing_column;
 	bool		mode_known;
 	bool		partitioned;
 } located;
 
 /*
- * The fencing sequence found (next_fencing_number), remembered per backend: its
+ * The fencing sequence found (fencing_number_floor), remembered per backend: its
  * lookup reads pg_extension and pg_depend. Any relcache invalidation of it (DROP,
  * as DROP EXTENSION does; a rename or a move to another schema) forgets it, in
  * forget_located_table, which is the one relcache callback of this file
@@ -92,6 +93,7 @@ locate_table(Oid namespace_oid)
 				 errmsg("idempotency: table idempotency_keys is missing from the extension's schema")));
 	located.has_lease_columns = get_attnum(table_oid, "lease_until") != InvalidAttrNumber;
 	located.has_bytes_columns = get_attnum(table_oid, "response_bytes") != InvalidAttrNumber;
+	located.has_fencing_column = get_attnum(table_oid, "fencing_number") != InvalidAttrNumber;
 	located.twin_oid = get_relname_relid("idempotency_keys_partitioned", namespace_oid);
 	located.mode_known = false;
 	located.namespace_oid = namespace_oid;
@@ -154,6 +156,7 @@ lock_key_table(Oid namespace_oid, KeyTable *table)
 	table->direct = NULL;
 	table->has_lease_columns = located.has_lease_columns;
 	table->has_bytes_columns = located.has_bytes_columns;
+	table->has_fencing_column = located.has_fencing_column;
 	if (!located.mode_known)
 	{
 		located.partitioned = twin_has_range_partitions();
@@ -282,26 +285,37 @@ require_lease_columns(const KeyTable *table)
 }
 
 /*
- * The next fencing number, from the extension's own sequence (1.2), found in
- * the extension's schema and taken only if the extension owns it (pg_depend):
- * in a database still at 1.1 a sequence of that name is someone else's. The
- * caller needs no privilege on it: the number comes with a grant, which the
- * key's lock makes exclusive. 0 when the database is still at 1.1.
+ * The floor of the next fencing number: the next value of the extension's own
+ * sequence (1.2), found in the extension's schema and taken only if the
+ * extension owns it (pg_depend): in a database still at 1.1 a sequence of that
+ * name is someone else's. The caller needs no privilege on it: the number comes
+ * with a grant, which the key's lock makes exclusive. 0 when the database is
+ * still at 1.1.
+ *
+ * 1.4 (issue 38): never below the clock either, in microseconds since
+ * 2000-01-01 UTC (about 8.5e14 in 2027, 2^53 in the year 2285), because the
+ * sequence does not travel with logical replication and goes back with a
+ * point-in-time recovery or an older dump: a grant made later on any server
+ * whose clock is not behind the earlier one's gets a higher number. The
+ * statement that writes the row then raises it above the number the key's row
+ * last carried (key_spi_take_lease), for a key granted again sooner than the
+ * clock tells apart or with the clock stepped back.
  */
 static int64
-next_fencing_number(Oid namespace_oid)
+fencing_number_floor(Oid namespace_oid)
 {
 	Oid			sequence;
 
 	locate_table(namespace_oid);	/* registers forget_located_table */
-	if (OidIsValid(fencing.sequence) && fencing.namespace_oid == namespace_oid)
-		return nextval_internal(fencing.sequence, false);
-	sequence = maintenance_member_relation(namespace_oid, "idempotency_fencing_numbers");
-	if (!OidIsValid(sequence) || get_rel_relkind(sequence) != RELKIND_SEQUENCE)
-		return 0;
-	fencing.namespace_oid = namespace_oid;
-	fencing.sequence = sequence;
-	return nextval_internal(sequence, false);
+	if (!OidIsValid(fencing.sequence) || fencing.namespace_oid != namespace_oid)
+	{
+		sequence = maintenance_member_relation(namespace_oid, "idempotency_fencing_numbers");
+		if (!OidIsValid(sequence) || get_rel_relkind(sequence) != RELKIND_SEQUENCE)
+			return 0;
+		fencing.namespace_oid = namespace_oid;
+		fencing.sequence = sequence;
+	}
+	return Max(nextval_internal(fencing.sequence, false), (int64) GetCurrentTimestamp());
 }
 
 /* Lease writes take the statements: they are UPDATEs, and rare next to lookups. */
@@ -312,8 +326,8 @@ key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 
 	open_key_table(ref, KEY_STATEMENTS, &table);
 	require_lease_columns(&table);
+	grant->fencing_number = fencing_number_floor(table.namespace_oid);
 	key_spi_take_lease(&table, ref, how, grant);
-	grant->fencing_number = next_fencing_number(table.namespace_oid);
 	close_key_table(&table);
 }
 
