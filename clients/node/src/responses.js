@@ -168,9 +168,9 @@ const OCTAL = /^[0-3][0-7][0-7]$/;
  */
 export function byteaFromText(text) {
   if (text.startsWith('\\x')) {
-    const hex = text.slice(2);
-    if (hex.length % 2 !== 0 || /[^0-9a-fA-F]/.test(hex)) throw new Error('malformed bytea text (hex)');
-    return Buffer.from(hex, 'hex');
+    const bytes = Buffer.from(text.slice(2), 'hex'); // stops at the first pair that is not hex
+    if (bytes.length * 2 !== text.length - 2) throw new Error('malformed bytea text (hex)');
+    return bytes;
   }
   const out = Buffer.allocUnsafe(text.length);
   let n = 0;
