@@ -542,9 +542,6 @@ citus_sweep_relations(Oid table)
 		if (OidIsValid(relation))
 			shards = lappend_oid(shards, relation);
 	}
-	/* Citus refuses changes made to a shard by name; the sweep of a local shard is one it allows. */
-	if (shards != NIL)
-		(void) set_config_option("citus.enable_manual_changes_to_shards", "on", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
+	/* Citus refuses changes made to a shard by name: maintenance_begin allows them, in its own settings. */
 	return shards;
 }

@@ -103,6 +103,14 @@ maintenance_begin(Oid relid, Maintenance *maintenance)
 	(void) set_config_option("default_tablespace", tablespace_name ? tablespace_name : "", PGC_SUSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("temp_tablespaces", "", PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	/*
+	 * On a Citus node the sweep deletes from its local shards by name, which Citus refuses unless this is on;
+	 * set here, in maintenance's nest level, it ends with maintenance_end instead of lasting for the rest of the
+	 * caller's transaction (idem_cleanup()). Only where Citus has defined it: no placeholder is made.
+	 */
+	if (GetConfigOption("citus.enable_manual_changes_to_shards", true, false) != NULL)
+		(void) set_config_option("citus.enable_manual_changes_to_shards", "on", PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 	SetUserIdAndSecContext(owner, maintenance->saved_security_context | SECURITY_RESTRICTED_OPERATION);
 }
 
