@@ -69,6 +69,11 @@ SELECT idem_cleanup() AS removed_in_partitioned_mode;
 BEGIN;
 SELECT settings_after_cleanup() AS partitioned_mode;
 ROLLBACK;
+-- A key table missing from the extension's schema is 42P01, not an internal error.
+BEGIN;
+ALTER TABLE idempotency_keys_partitioned_default RENAME TO moved_default;
+SELECT sqlstate_of('SELECT idem_cleanup()');
+ROLLBACK;
 SELECT count(*) FROM idempotency_keys_partitioned WHERE key = 'live-3';
 -- A claim neither probes nor locks a fully expired partition (the planner prunes it), so it never
 -- queues behind that partition's drop; the partitions still live and the default one it reads.
