@@ -42,6 +42,10 @@ SELECT outcome FROM idem_claim_request('type-3', '', 'POST', '/p', NULL, NULL, N
 ALTER TYPE idem_request_claim ADD ATTRIBUTE extra integer;
 SELECT sqlstate_of($$SELECT * FROM idem_claim_request('type-4', '', 'POST', '/p', NULL, NULL, NULL)$$);
 ROLLBACK;
+BEGIN;
+ALTER TYPE idem_lease_result ADD ATTRIBUTE extra integer;
+SELECT sqlstate_of($$SELECT * FROM idem_lease('type-7', pg_catalog.repeat('a', 64), '1 min')$$);
+ROLLBACK;
 -- Back as it was: the same calls answer.
 SELECT outcome FROM idem_claim_wait('type-5', pg_catalog.repeat('a', 64), '0'::interval);
 SELECT outcome FROM idem_claim_request('type-6', '', 'POST', '/p', NULL, NULL, NULL);

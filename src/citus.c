@@ -369,12 +369,18 @@ placement_is_local(int64 shard)
 	bool		local = false;
 
 	if (!OidIsValid(placements) || !OidIsValid(by_shard) || local_group < 0)
-		elog(ERROR, "idempotency: Citus's pg_dist_placement or this node's group is missing");
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idempotency: Citus's pg_dist_placement or this node's group is missing"),
+				 errhint("Set idempotency.citus_direct = off to send the key store's statements through Citus.")));
 	relation = table_open(placements, AccessShareLock);
 	shardid_column = get_attnum(placements, "shardid");
 	groupid_column = get_attnum(placements, "groupid");
 	if (shardid_column == InvalidAttrNumber || groupid_column == InvalidAttrNumber)
-		elog(ERROR, "idempotency: Citus's pg_dist_placement has no shardid or groupid column");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idempotency: Citus's pg_dist_placement has no shardid or groupid column"),
+				 errhint("Set idempotency.citus_direct = off to send the key store's statements through Citus.")));
 	/* In heap column numbers: systable_beginscan maps them to the index. */
 	ScanKeyInit(&key, shardid_column, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shard));
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
@@ -423,7 +429,9 @@ lock_shard_metadata(Oid table, int64 shard)
 				 errhint("Set idempotency.citus_direct = off to send the key store's statements through Citus.")));
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table));
 	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "idempotency: relation %u is gone", table);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: relation with OID %u was dropped during the call", table)));
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 	shards = construct_array(&shard_datum, 1, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
@@ -542,9 +550,6 @@ citus_sweep_relations(Oid table)
 		if (OidIsValid(relation))
 			shards = lappend_oid(shards, relation);
 	}
-	/* Citus refuses changes made to a shard by name; the sweep of a local shard is one it allows. */
-	if (shards != NIL)
-		(void) set_config_option("citus.enable_manual_changes_to_shards", "on", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
+	/* Citus refuses changes made to a shard by name: maintenance_begin allows them, in its own settings. */
 	return shards;
 }

@@ -78,19 +78,44 @@ static const ClaimArgs claim_wait_args = {
  * otherwise; an interval past the timestamp range itself is ERROR 22008.
  */
 TimestampTz
-claim_span_end(TimestampTz from, Datum span, int max_days, const char *what, const char *not_after_msg)
+claim_span_end(TimestampTz from, Datum span, ClaimSpan kind)
 {
 	TimestampTz end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 															  TimestampTzGetDatum(from), span));
+	int			max_days = kind == CLAIM_SPAN_TTL ? IDEM_MAX_TTL_DAYS
+		: kind == CLAIM_SPAN_WAIT ? IDEM_MAX_WAIT_DAYS : IDEM_MAX_LEASE_DAYS;
 
 	if (end <= from)
+	{
+		if (kind == CLAIM_SPAN_TTL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idempotency ttl must be greater than zero")));
+		if (kind == CLAIM_SPAN_WAIT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idempotency wait must not be negative")));
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s", not_after_msg)));
+				 errmsg("idempotency lease must be greater than zero")));
+	}
 	if (end - from > (TimestampTz) max_days * USECS_PER_DAY)
+	{
+		if (kind == CLAIM_SPAN_TTL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg_plural("idempotency ttl must be at most %d day",
+								   "idempotency ttl must be at most %d days", max_days, max_days)));
+		if (kind == CLAIM_SPAN_WAIT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg_plural("idempotency wait must be at most %d day",
+								   "idempotency wait must be at most %d days", max_days, max_days)));
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency %s must be at most %d %s", what, max_days, max_days == 1 ? "day" : "days")));
+				 errmsg_plural("idempotency lease must be at most %d day",
+							   "idempotency lease must be at most %d days", max_days, max_days)));
+	}
 	return end;
 }
 
@@ -103,8 +128,7 @@ claim_expiry(FunctionCallInfo fcinfo, int ttl_argno)
 
 	default_ttl->time = (int64) idem_ttl_seconds * USECS_PER_SEC;
 	ttl = PG_ARGISNULL(ttl_argno) ? IntervalPGetDatum(default_ttl) : PG_GETARG_DATUM(ttl_argno);
-	return claim_span_end(GetCurrentTransactionStartTimestamp(), ttl, IDEM_MAX_TTL_DAYS, "ttl",
-						  "idempotency ttl must be greater than zero");
+	return claim_span_end(GetCurrentTransactionStartTimestamp(), ttl, CLAIM_SPAN_TTL);
 }
 
 /* Expiry counts from the transaction's start, as in 1.0; a lease runs on the clock, read now. */
@@ -428,8 +452,7 @@ claim_wait_deadline(FunctionCallInfo fcinfo, int wait_argno)
 	wait = PG_GETARG_DATUM(wait_argno);
 	if (DatumGetBool(DirectFunctionCall2(interval_eq, wait, IntervalPGetDatum(zero))))
 		return 0;
-	return claim_span_end(GetCurrentTimestamp(), wait, IDEM_MAX_WAIT_DAYS, "wait",
-						  "idempotency wait must not be negative");
+	return claim_span_end(GetCurrentTimestamp(), wait, CLAIM_SPAN_WAIT);
 }
 
 /* The transactional claim, by idem_claim (never waits) and idem_claim_wait. */
