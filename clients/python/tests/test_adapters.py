@@ -367,7 +367,8 @@ def test_the_path_is_fingerprinted_as_the_request_line_has_it(adapter, db, accou
     assert json.loads(slash.body)["type"].endswith("/idempotency-key-reused")
     assert again.header("Idempotent-Replayed") == "true" and again.body == first.body
     assert fingerprint_is(db, account, "a", "/t/a%2Fb") and fingerprint_is(db, account, "b", "/t/%41")
-    assert fingerprint_is(db, account, "c", "/t/caf%C3%A9%20x") and fingerprint_is(db, account, "d", "/t/x", "q=a%2Fb&r")
+    assert fingerprint_is(db, account, "c", "/t/caf%C3%A9%20x")
+    assert fingerprint_is(db, account, "d", "/t/x", "q=a%2Fb&r")
     assert len(ledger(db, account)) == 4
 
 

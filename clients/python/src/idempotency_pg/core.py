@@ -318,10 +318,11 @@ def split_target(target):
 
 
 def asgi_target(scope):
-    """``(path, query)`` (the query as it came, for :func:`raw_query`) of an ASGI request as its request line had them: ``raw_path`` (the undecoded path, what
-    the server received: a ``root_path`` the server was given is not part of it) and ``query_string``.  A server
-    that gives no ``raw_path`` (it is optional in ASGI): ``root_path`` + ``path`` percent-encoded again
-    (:data:`PATH_SAFE`), which cannot tell ``%2F`` from ``/`` nor ``%41`` from ``A``."""
+    """``(path, query)`` of an ASGI request as its request line had them (the query as it came, for
+    :func:`raw_query`): ``raw_path``, the undecoded path the server received (a ``root_path`` the server was given
+    is not part of it), and ``query_string``.  A server that gives no ``raw_path`` (it is optional in ASGI):
+    ``root_path`` + ``path`` percent-encoded again (:data:`PATH_SAFE`), which cannot tell ``%2F`` from ``/`` nor
+    ``%41`` from ``A``."""
     raw = scope.get("raw_path")
     if raw is not None:
         path, _ = split_target(bytes(raw))  # a server that left the query in raw_path: the path before it
@@ -332,11 +333,11 @@ def asgi_target(scope):
 
 
 def wsgi_target(environ):
-    """``(path, query)`` (the query as it came, for :func:`raw_query`) of a WSGI request as its request line had them: ``RAW_URI`` (gunicorn, Werkzeug) or
-    ``REQUEST_URI`` (waitress, gunicorn, uWSGI, mod_wsgi, Werkzeug), the target as received, split at its first
-    ``?`` (:func:`split_target`).  A server that sets neither (wsgiref): ``SCRIPT_NAME`` + ``PATH_INFO`` (decoded
-    by the server) percent-encoded again (:data:`PATH_SAFE`), which cannot tell ``%2F`` from ``/`` nor ``%41`` from
-    ``A``, and ``QUERY_STRING``."""
+    """``(path, query)`` of a WSGI request as its request line had them (the query as it came, for
+    :func:`raw_query`): ``RAW_URI`` (gunicorn, Werkzeug) or ``REQUEST_URI`` (waitress, gunicorn, uWSGI, mod_wsgi,
+    Werkzeug), the target as received, split at its first ``?`` (:func:`split_target`).  A server that sets
+    neither (wsgiref): ``SCRIPT_NAME`` + ``PATH_INFO`` (decoded by the server) percent-encoded again
+    (:data:`PATH_SAFE`), which cannot tell ``%2F`` from ``/`` nor ``%41`` from ``A``, and ``QUERY_STRING``."""
     raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if raw:
         return split_target(raw)
