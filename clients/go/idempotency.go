@@ -77,7 +77,18 @@ type Options struct {
 	// with the claim, the completion with COMMIT). Only a *pgxpool.Pool or a *pgx.Conn is pipelined; any other DB
 	// runs unpipelined anyway. The handler then gets pgx's own Tx (needed for LargeObjects).
 	NoPipeline bool
+	// ClaimTimeout bounds the claim's exchange with the server: the claim and, over prepared statements, the Sync
+	// (and for a claimed key the BEGIN) that follow it. Until that Sync the server arms no timeout of its own
+	// (idle_in_transaction_session_timeout starts at a ReadyForQuery), so a client stalled there would hold the
+	// key's lock with no bound; past the deadline the connection is closed, which ends the claim's transaction
+	// and frees the key, and the request is answered 500. 0 means DefaultClaimTimeout; a negative value, none
+	// (only the request's context).
+	ClaimTimeout time.Duration
 }
+
+// DefaultClaimTimeout is Options.ClaimTimeout's default: the claim never waits for a lock (a duplicate gets
+// in_progress at once), so it answers in milliseconds unless the server or the network is stuck.
+const DefaultClaimTimeout = 5 * time.Second
 
 // Guard applies the idempotency protocol to handlers.
 type Guard struct {
@@ -101,6 +112,9 @@ func New(db DB, opts Options) *Guard {
 	}
 	if opts.Logger == nil {
 		opts.Logger = log.Default()
+	}
+	if opts.ClaimTimeout == 0 {
+		opts.ClaimTimeout = DefaultClaimTimeout
 	}
 	return &Guard{db: db, opts: opts}
 }
@@ -414,7 +428,12 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 	}
 	defer s.close() // rolls back unless finish committed
 
-	c, err := s.claim(ctx, []any{in.key, in.scope, in.method, in.path, in.query, nil, in.body, g.ttl()})
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if g.opts.ClaimTimeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, g.opts.ClaimTimeout)
+	}
+	c, err := s.claim(cctx, []any{in.key, in.scope, in.method, in.path, in.query, nil, in.body, g.ttl()})
+	cancel()
 	if err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && badBodyCodes[pg.Code] {
