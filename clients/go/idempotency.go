@@ -348,7 +348,8 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 	}
 	// The content type goes as NULL (CONTRACT.md, "A request, as a client sends it"): the body is fingerprinted as
 	// JSON whatever the header says, which is 1.2's fingerprint for a request without a query string.
-	req := attemptInput{key: key, scope: scope, method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, body: raw}
+	path, query := RequestTarget(r)
+	req := attemptInput{key: key, scope: scope, method: r.Method, path: path, query: query, body: raw}
 
 	for attempt := 0; ; attempt++ {
 		resp, err := g.attempt(r, req, attempt, h)
@@ -389,6 +390,21 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 		g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error", detail).Write(w)
 		return
 	}
+}
+
+// RequestTarget is the path and the query of r's request line as the client sent them, the parts
+// idem_claim_request fingerprints (CONTRACT.md): the request target split at its first '?', neither part decoded
+// nor normalised, whatever routing made of r.URL (a mount prefix stripped, a path decoded): /files/a%2Fb stays
+// apart from /files/a/b, %41 from A, and a trailing '?' is an empty query, which the fingerprint takes as none.
+// An absolute-form target (http://host/p) is taken as sent, as by the other clients. A request made in process
+// (no RequestURI) gives r.URL's escaped path and raw query.
+func RequestTarget(r *http.Request) (path, query string) {
+	target := r.RequestURI
+	if target == "" {
+		target = r.URL.RequestURI()
+	}
+	path, query, _ = strings.Cut(target, "?")
+	return path, query
 }
 
 func (g *Guard) badBody() *Response {

@@ -58,6 +58,8 @@ type Runner struct {
 // Request identifies the leased request: its key, its scope (the authenticated tenant) and its fingerprint,
 // computed in SQL from method, path and the JSON body (idem_fingerprint of 1.3, in its JSON form: the value 1.2's
 // idem_hash composition gives).
+//
+// Path is the request line's path as sent, undecoded (idempotency.RequestTarget), or a fixed route such as "/rides".
 type Request struct {
 	Key, Scope, Method, Path string
 	Body                     []byte

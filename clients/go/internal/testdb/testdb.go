@@ -3,11 +3,13 @@
 package testdb
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -313,5 +315,67 @@ func (p *Proxy) serve() {
 				}
 			}
 		}()
+	}
+}
+
+// RawPost sends POST target (written into the request line exactly as given) to the server at base with the
+// Idempotency-Key key and a JSON body, over a connection of its own.
+func RawPost(t testing.TB, base, target, key, body string) Result {
+	t.Helper()
+	u, err := neturl.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\nConnection: close\r\n\r\n%s", target, u.Host, key, len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Result{resp.StatusCode, resp.Header, string(b)}
+}
+
+// RequestLines are pairs of request targets a client sends with one key, and whether the second is the same
+// request (a replay) or another one (a mismatch): the fingerprint takes the request line's path as sent, undecoded.
+var RequestLines = []struct {
+	First, Second string
+	Same          bool
+}{
+	{"/files/a%2Fb", "/files/a/b", false},
+	{"/files/%41", "/files/A", false},
+	{"/files/a%20b", "/files/a%2520b", false},
+	{"/files/x?", "/files/x", true},
+	{"/files/x?a=%41", "/files/x?a=A", false},
+	{"/files/x?a=1", "/files/x?a=1", true},
+}
+
+// CheckRequestLines sends each pair of RequestLines to base (a server that answers 201 on any path under /files/,
+// guarded) with one fresh key: the second answer is the first's replay or a mismatch (422), as the pair says.
+func CheckRequestLines(t *testing.T, base string) {
+	t.Helper()
+	for _, rl := range RequestLines {
+		key := Unique("k")
+		first := RawPost(t, base, rl.First, key, `{}`)
+		second := RawPost(t, base, rl.Second, key, `{}`)
+		if first.Status != 201 {
+			t.Errorf("%s: %d %q", rl.First, first.Status, first.Body)
+		} else if rl.Same && (!second.Replayed() || second.Body != first.Body) {
+			t.Errorf("%s then %s: %d %q, want the replay", rl.First, rl.Second, second.Status, second.Body)
+		} else if !rl.Same && second.ProblemType() != "idempotency-key-reused" {
+			t.Errorf("%s then %s: %d %q, want 422 idempotency-key-reused", rl.First, rl.Second, second.Status, second.Body)
+		}
 	}
 }
