@@ -14,6 +14,7 @@ import (
 	idempotency "github.com/idempotency-pg/idempotency/clients/go"
 	"github.com/idempotency-pg/idempotency/clients/go/internal/testdb"
 	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
 )
 
 // claimFixture: one guard over a single connection through testdb.Proxy (claim first over prepared statements,
@@ -23,14 +24,17 @@ type claimFixture struct {
 	proxy           *testdb.Proxy
 	viaProxy, plain *httptest.Server
 	runs            atomic.Int32
+	pool            *pgxpool.Pool
+	app             string // the application_name of the connection through the proxy
 }
 
 func newClaimFixture(t *testing.T, opts idempotency.Options) *claimFixture {
-	f := &claimFixture{proxy: testdb.NewProxy(t)}
+	f := &claimFixture{proxy: testdb.NewProxy(t), app: testdb.Unique("go_claim_")}
 	pool := testdb.Pool(t)
+	f.pool = pool
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, f.proxy.URL(t))
+	conn, err := pgx.Connect(ctx, f.proxy.URL(t, "application_name="+f.app))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +51,7 @@ func newClaimFixture(t *testing.T, opts idempotency.Options) *claimFixture {
 		return nil
 	}
 	f.viaProxy = httptest.NewServer(idempotency.New(conn, opts).HandleTx(h))
+	opts.ClaimTimeout = 0 // the default, for the retries
 	f.plain = httptest.NewServer(idempotency.New(pool, opts).HandleTx(h))
 	t.Cleanup(f.viaProxy.Close)
 	t.Cleanup(f.plain.Close)
@@ -70,9 +75,23 @@ func TestFailedBeginStopsTheHandler(t *testing.T) {
 	if r.Status != 500 || f.runs.Load() != 0 {
 		t.Fatalf("BEGIN cut off: %d %q, handler runs %d (want 500 and none)", r.Status, r.Body, f.runs.Load())
 	}
-	if r := testdb.Post(t, f.plain.URL, key, `{}`); r.Status != 201 || r.Replayed() || f.runs.Load() != 1 {
+	// (Polled: the backend ends the claim's transaction when it reads the end of its connection.)
+	if r := retryUntilFree(t, f.plain.URL, key); r.Status != 201 || r.Replayed() || f.runs.Load() != 1 {
 		t.Fatalf("the retry: %+v, handler runs %d", r, f.runs.Load())
 	}
+}
+
+// retryUntilFree posts key to url until it is no longer in progress (409), for 15 s at most, and returns the last
+// answer.
+func retryUntilFree(t *testing.T, url, key string) testdb.Result {
+	t.Helper()
+	var r testdb.Result
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if r = testdb.Post(t, url, key, `{}`); r.Status != 409 {
+			break
+		}
+	}
+	return r
 }
 
 // A client stalled between the claim and its Sync (the server's answer held back on the way), where the server
@@ -80,7 +99,7 @@ func TestFailedBeginStopsTheHandler(t *testing.T) {
 // transaction ends and the retry is claimed. (The exchange had no deadline but the request's context: the key
 // stayed in progress as long as the client waited.)
 func TestStalledClaimReleasedAfterClaimTimeout(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	const timeout = time.Second
 	f := newClaimFixture(t, idempotency.Options{ClaimTimeout: timeout})
 	key := testdb.Unique("k")
 	f.proxy.Hold.Store(true)
@@ -98,14 +117,21 @@ func TestStalledClaimReleasedAfterClaimTimeout(t *testing.T) {
 		_ = resp.Body.Close()
 		stalled <- testdb.Result{Status: resp.StatusCode}
 	}()
-	// The key is released once the deadline closed the connection: a duplicate gets 409 until then, the retry
-	// 201 after (polled: the backend ends its transaction when it reads the end of the connection).
-	var r testdb.Result
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if r = testdb.Post(t, f.plain.URL, key, `{}`); r.Status != 409 {
+	// The stalled claim holds the key (a duplicate gets 409) until the deadline closes its connection; the retry is
+	// claimed after (polled: the backend ends its transaction when it reads the end of the connection).
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var held bool
+		// After the claim and its Flush the backend waits for the next message, its state still "active".
+		if err := f.pool.QueryRow(context.Background(), `SELECT count(*) = 1 FROM pg_stat_activity
+WHERE application_name = $1::text AND state = 'active' AND query LIKE '%idem_claim_request%'`, f.app).Scan(&held); err != nil {
+			t.Fatal(err)
+		} else if held {
 			break
+		} else if time.Now().After(deadline) {
+			t.Fatal("the stalled claim never took the key")
 		}
 	}
+	r := retryUntilFree(t, f.plain.URL, key)
 	if r.Status != 201 || r.Replayed() {
 		t.Fatalf("the retry 15 s after the stalled claim: %+v", r)
 	}

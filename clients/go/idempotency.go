@@ -77,12 +77,12 @@ type Options struct {
 	// with the claim, the completion with COMMIT). Only a *pgxpool.Pool or a *pgx.Conn is pipelined; any other DB
 	// runs unpipelined anyway. The handler then gets pgx's own Tx (needed for LargeObjects).
 	NoPipeline bool
-	// ClaimTimeout bounds the claim's exchange with the server: the claim and, over prepared statements, the Sync
-	// (and for a claimed key the BEGIN) that follow it. Until that Sync the server arms no timeout of its own
-	// (idle_in_transaction_session_timeout starts at a ReadyForQuery), so a client stalled there would hold the
-	// key's lock with no bound; past the deadline the connection is closed, which ends the claim's transaction
-	// and frees the key, and the request is answered 500. 0 means DefaultClaimTimeout; a negative value, none
-	// (only the request's context).
+	// ClaimTimeout bounds the claim's exchange with the server (not the wait for a pool's connection): the claim
+	// and, over prepared statements, the Sync (and for a claimed key the BEGIN) that follow it. Until that Sync the
+	// server arms no timeout of its own (idle_in_transaction_session_timeout starts at a ReadyForQuery), so a
+	// client stalled there would hold the key's lock with no bound; past the deadline the connection is closed,
+	// which ends the claim's transaction and frees the key, and the request is answered 500. 0 means
+	// DefaultClaimTimeout; a negative value, none (only the request's context).
 	ClaimTimeout time.Duration
 }
 

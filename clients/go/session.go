@@ -45,7 +45,7 @@ func (g *Guard) newSession(ctx context.Context) (session, error) {
 			return &pipeSession{conn: db, release: func() {}, begin: beginSQL(g.opts.TxOptions)}, nil
 		}
 	}
-	return &txSession{db: g.db, opts: g.opts.TxOptions}, nil
+	return &txSession{db: g.db, ctx: ctx, opts: g.opts.TxOptions}, nil
 }
 
 // beginSQL is the BEGIN statement for opts (pgx keeps its own unexported).
@@ -67,12 +67,13 @@ func beginSQL(opts pgx.TxOptions) string {
 // *pgxpool.Pool nor a *pgx.Conn, or with Options.NoPipeline.
 type txSession struct {
 	db   DB
+	ctx  context.Context // the request's, for BeginTx (a pool's wait for a connection is not the claim's)
 	opts pgx.TxOptions
 	t    pgx.Tx
 }
 
 func (s *txSession) claim(ctx context.Context, args []any) (c []byte, err error) {
-	if s.t, err = s.db.BeginTx(ctx, s.opts); err == nil {
+	if s.t, err = s.db.BeginTx(s.ctx, s.opts); err == nil {
 		if conn := s.t.Conn(); conn != nil {
 			c, err = claimOn(ctx, conn.PgConn(), args)
 		} else {

@@ -259,9 +259,10 @@ func NewProxy(t testing.TB) *Proxy {
 	return p
 }
 
-// URL is Env's URL with the proxy's address in place of the server's.
-func (p *Proxy) URL(t testing.TB) string {
-	u, err := neturl.Parse(URL(t, ""))
+// URL is Env's URL with the URL parameters params added (as URL does) and the proxy's address in place of the
+// server's.
+func (p *Proxy) URL(t testing.TB, params string) string {
+	u, err := neturl.Parse(URL(t, params))
 	if err != nil {
 		t.Fatal(err)
 	}
