@@ -15,7 +15,8 @@ import (
 // A session is one run of a request's transaction. claim opens the transaction and claims the key; finish stores
 // the response and commits; close ends whatever is still open and gives the connection back. A pipelined session
 // sends BEGIN with the claim and the completion with COMMIT, so the middleware adds one round trip to the
-// handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
+// handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three (over
+// prepared statements, claim first, one more: BEGIN is answered before the handler runs).
 type session interface {
 	claim(ctx context.Context, args []any) ([]byte, error) // idem_claim_request's value in binary (decodeClaim)
 	handlerTx() (pgx.Tx, Querier)                          // the handler's transaction: pgx's, or database/sql's
