@@ -457,7 +457,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		}
 		return nil, err
 	}
-	if early, err := claimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
+	if early, err := ClaimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
 		return early, err // replay, mismatch, in_progress: close rolls the transaction back
 	}
 

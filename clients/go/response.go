@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -196,17 +197,10 @@ func StoredHeaders(h http.Header, allow []string) (contentType any, headers stri
 	return contentType, string(b)
 }
 
-// claimResponse maps the value of idem_claim_request, read in binary (the composite's binary form, which no session
-// setting changes, unlike record_out's text: bytea_output would change the body's), to the answer: nil for claimed
-// (run the handler), a replay's stored status, Content-Type, headers and body bytes, or ClaimResponse's 422 and
-// 409. A key stored through the jsonb completion of 1.0-1.2 (no content type) replays as ClaimResponse replays it.
-func claimResponse(base string, value []byte) (*Response, error) {
-	c, err := decodeClaim(value)
-	if err != nil {
-		return nil, err
-	}
-	return ClaimResponse(base, c)
-}
+// The claim's value, idem_request_claim, is read in binary over prepared statements (decodeClaim: the composite's
+// binary form, which no session setting changes) and as record_out's text under the simple protocol a pooler gets
+// (decodeClaimText, which reads bytea in either bytea_output form); either way the client answers with
+// ClaimResponse.
 
 // The types of idem_request_claim's fields (outcome, http_status, content_type, headers, body), by their OIDs.
 const (
@@ -274,6 +268,98 @@ func decodeClaim(b []byte) (ClaimRow, error) {
 		c.ResponseBody = &s
 	}
 	return c, nil
+}
+
+// decodeClaimText reads idem_request_claim in its text form, the record literal (outcome,status,content
+// type,headers,body) of record_out: of its fields only the body's text depends on a setting, bytea_output, and
+// both of its forms are read (byteaText).
+func decodeClaimText(value string) (ClaimRow, error) {
+	f, err := parseRecord(value)
+	if err != nil || len(f) != 5 || f[0] == nil {
+		return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request answered %q", value)
+	}
+	c := ClaimRow{Outcome: *f[0], ContentType: f[2], ResponseHeaders: f[3]}
+	if f[1] != nil {
+		n, err := strconv.ParseInt(*f[1], 10, 32)
+		if err != nil {
+			return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request's status %q", *f[1])
+		}
+		status := int32(n)
+		c.HTTPStatus = &status
+	}
+	if f[4] != nil {
+		b, err := byteaText(*f[4])
+		if err != nil {
+			return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request's body: %w", err)
+		}
+		body := string(b)
+		c.ResponseBody = &body
+	}
+	return c, nil
+}
+
+// byteaText decodes bytea's text output in either form of bytea_output: hex (\x then two hex digits a byte) or
+// escape (a backslash doubled, an unprintable byte as a backslash and three octal digits, any other byte as it
+// is). Escape output doubles every backslash, so it never starts with \x: the two forms cannot be confused.
+func byteaText(s string) ([]byte, error) {
+	if strings.HasPrefix(s, `\x`) {
+		return hex.DecodeString(s[2:])
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] != '\\':
+			b = append(b, s[i])
+		case i+1 < len(s) && s[i+1] == '\\':
+			b = append(b, '\\')
+			i++
+		case i+3 < len(s) && s[i+1] >= '0' && s[i+1] <= '3' && isOctal(s[i+2]) && isOctal(s[i+3]):
+			b = append(b, (s[i+1]-'0')<<6|(s[i+2]-'0')<<3|(s[i+3]-'0'))
+			i += 3
+		default:
+			return nil, fmt.Errorf("invalid bytea escape at byte %d", i)
+		}
+	}
+	return b, nil
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// parseRecord splits the text form of a record, (a,,"b c","d""e"), into its fields: nil for NULL (an empty
+// unquoted field); quotes group, a doubled quote inside them and a backslash escape the next character.
+func parseRecord(s string) ([]*string, error) {
+	if len(s) < 2 || s[0] != '(' || s[len(s)-1] != ')' {
+		return nil, fmt.Errorf("not a record: %q", s)
+	}
+	s = s[1 : len(s)-1]
+	var fields []*string
+	var b strings.Builder
+	present, quoted := false, false
+	for i := 0; i <= len(s); i++ {
+		switch {
+		case i == len(s) || (!quoted && s[i] == ','):
+			var f *string
+			if present {
+				v := b.String()
+				f = &v
+			}
+			fields = append(fields, f)
+			b.Reset()
+			present = false
+		case s[i] == '"' && quoted && i+1 < len(s) && s[i+1] == '"', s[i] == '\\' && i+1 < len(s):
+			i++
+			b.WriteByte(s[i])
+		case s[i] == '"':
+			quoted, present = !quoted, true
+		default:
+			b.WriteByte(s[i])
+			present = true
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("unterminated quote in %q", s)
+	}
+	return fields, nil
 }
 
 // validJSON is json.Valid plus what PostgreSQL's jsonb refuses and Go accepts: the \u0000 escape. (Invalid

@@ -135,6 +135,15 @@ func claimValue(fields ...any) []byte {
 	return b
 }
 
+// claimResponse is the answer to a claim's binary value.
+func claimResponse(base string, value []byte) (*Response, error) {
+	c, err := decodeClaim(value)
+	if err != nil {
+		return nil, err
+	}
+	return ClaimResponse(base, c)
+}
+
 func TestClaimResponse(t *testing.T) {
 	for _, tc := range []struct {
 		name                                      string
@@ -193,5 +202,32 @@ func TestClaimResponse(t *testing.T) {
 	}
 	if _, err := claimResponse("", good); err != nil {
 		t.Errorf("good: %v", err)
+	}
+}
+
+// The claim's text form (the simple protocol behind a pooler): a record literal whose body is bytea's text in
+// either bytea_output form, hex or escape, read to the same bytes.
+func TestDecodeClaimText(t *testing.T) {
+	body := "\x00\\x41\\\\\xff\xfe\n\"'(),"
+	for _, tc := range []struct{ value, body string }{
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","\\x7b2261223a317d")`, `{"a":1}`},
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","{""a"":1}")`, `{"a":1}`},
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","\\x005c7834315c5cfffe0a222728292c")`, body},
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","\\000\\\\x41\\\\\\\\\\377\\376\\012""'(),")`, body},
+	} {
+		c, err := decodeClaimText(tc.value)
+		if err != nil || c.Outcome != "replay" || *c.HTTPStatus != 201 || *c.ContentType != "application/json" ||
+			*c.ResponseHeaders != `{"Location": "/p/1"}` || *c.ResponseBody != tc.body {
+			t.Errorf("%s: %+v %v", tc.value, c, err)
+		}
+	}
+	if c, err := decodeClaimText(`(claimed,,,,)`); err != nil || c.Outcome != "claimed" || c.HTTPStatus != nil || c.ResponseBody != nil {
+		t.Errorf("claimed: %+v %v", c, err)
+	}
+	for _, bad := range []string{``, `(replay`, `("a)`, `(a,b)`, `(replay,x,,,)`, `(replay,200,,,"\\xZZ")`,
+		`(replay,200,,,"\\9")`, `(replay,200,,,"\\")`, `(replay,200,,,"\\48")`} {
+		if _, err := decodeClaimText(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
 	}
 }

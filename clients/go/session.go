@@ -18,8 +18,8 @@ import (
 // handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three (over
 // prepared statements, claim first, one more: BEGIN is answered before the handler runs).
 type session interface {
-	claim(ctx context.Context, args []any) ([]byte, error) // idem_claim_request's value in binary (decodeClaim)
-	handlerTx() (pgx.Tx, Querier)                          // the handler's transaction: pgx's, or database/sql's
+	claim(ctx context.Context, args []any) (ClaimRow, error) // idem_claim_request's value
+	handlerTx() (pgx.Tx, Querier)                            // the handler's transaction: pgx's, or database/sql's
 	finish(ctx context.Context, args []any) error
 	close()
 }
@@ -73,10 +73,10 @@ type txSession struct {
 	t    pgx.Tx
 }
 
-func (s *txSession) claim(ctx context.Context, args []any) (c []byte, err error) {
+func (s *txSession) claim(ctx context.Context, args []any) (c ClaimRow, err error) {
 	if s.t, err = s.db.BeginTx(s.ctx, s.opts); err == nil {
 		if conn := s.t.Conn(); conn != nil {
-			c, err = claimOn(ctx, conn.PgConn(), args)
+			c, err = claimOn(ctx, conn, args)
 		} else {
 			err = errors.New("idempotency: the DB's transaction has no pgx connection (Tx.Conn() is nil)")
 		}
@@ -84,18 +84,28 @@ func (s *txSession) claim(ctx context.Context, args []any) (c []byte, err error)
 	return c, err
 }
 
-// claimOn sends the claim alone, unnamed, in the transaction open on pc (Parse, Bind, Execute, Sync: one round
-// trip, through a pooler too), with its result in binary.
-func claimOn(ctx context.Context, pc *pgconn.PgConn, args []any) ([]byte, error) {
+// claimOn sends the claim alone in the transaction open on conn: prepared, with its result in binary; under the
+// simple protocol (a pooler), unprepared, its text decoded.
+func claimOn(ctx context.Context, conn *pgx.Conn, args []any) (ClaimRow, error) {
+	if conn.Config().PreferSimpleProtocol {
+		var text string
+		if err := conn.QueryRow(ctx, claimSQL, args...).Scan(&text); err != nil {
+			return ClaimRow{}, err
+		}
+		return decodeClaimText(text)
+	}
+	if _, err := conn.Prepare(ctx, claimSQL, claimSQL); err != nil {
+		return ClaimRow{}, err
+	}
 	values, formats := bindArgs(args)
-	res := pc.ExecParams(ctx, claimSQL, values, nil, formats, binaryResult).Read()
+	res := conn.PgConn().ExecPrepared(ctx, claimSQL, values, formats, binaryResult).Read()
 	if res.Err != nil {
-		return nil, res.Err
+		return ClaimRow{}, res.Err
 	}
 	if len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
-		return nil, fmt.Errorf("idempotency: idem_claim_request answered %d rows", len(res.Rows))
+		return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request answered %d rows", len(res.Rows))
 	}
-	return res.Rows[0][0], nil
+	return decodeClaim(res.Rows[0][0])
 }
 
 // binaryResult asks for the claim's one column in binary: the composite's binary form, which no session setting
@@ -143,39 +153,46 @@ type pipeSession struct {
 	t          *connTx
 }
 
-func (s *pipeSession) claim(ctx context.Context, args []any) ([]byte, error) {
+func (s *pipeSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
+	if s.conn.Config().PreferSimpleProtocol {
+		// BEGIN and the claim as one Query message of both statements (what a pooler lets through); the claim's
+		// value comes as text.
+		b := &pgx.Batch{}
+		b.Queue(s.begin)
+		b.Queue(claimSQL, args...)
+		br := s.conn.SendBatch(ctx, b)
+		_, err := br.Exec()
+		var text string
+		if err == nil {
+			s.t = &connTx{conn: s.conn}
+			err = br.QueryRow().Scan(&text)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return ClaimRow{}, err
+		}
+		return decodeClaimText(text)
+	}
 	pc := s.conn.PgConn()
-	simple := s.conn.Config().PreferSimpleProtocol
-	if !simple {
-		// Prepared once per connection, each named by its text, so that pgx's Exec of ROLLBACK (close,
-		// connTx.Rollback) runs the prepared statement too.
-		for _, sql := range []string{s.begin, claimSQL, "ROLLBACK"} {
-			if _, err := s.conn.Prepare(ctx, sql, sql); err != nil {
-				return nil, err
-			}
+	// Prepared once per connection, each named by its text, so that pgx's Exec of ROLLBACK (close, connTx.Rollback)
+	// runs the prepared statement too.
+	for _, sql := range []string{s.begin, claimSQL, "ROLLBACK"} {
+		if _, err := s.conn.Prepare(ctx, sql, sql); err != nil {
+			return ClaimRow{}, err
 		}
 	}
 	values, formats := bindArgs(args)
 	claim := &pgproto3.Bind{PreparedStatement: claimSQL, ParameterFormatCodes: formats, Parameters: values,
 		ResultFormatCodes: binaryResult}
-	if s.beginFirst || simple || s.begin != "BEGIN" {
-		// BEGIN first, with the claim, in one round trip ending in Sync: under the simple protocol (the statements
-		// unnamed, as a pooler lets them through); for a BEGIN with options (an isolation level is set before any
-		// statement of the transaction); for database/sql (its statements bypass connTx).
-		var buf []byte
-		begin := &pgproto3.Bind{PreparedStatement: s.begin}
-		if simple {
-			buf = (&pgproto3.Parse{Query: s.begin}).Encode(buf)
-			begin.PreparedStatement = ""
-		}
-		buf = (&pgproto3.Execute{}).Encode(begin.Encode(buf))
-		if simple {
-			buf = (&pgproto3.Parse{Query: claimSQL}).Encode(buf)
-			claim.PreparedStatement = ""
-		}
+	if s.beginFirst || s.begin != "BEGIN" {
+		// BEGIN first, with the claim, in one round trip ending in Sync: for a BEGIN with options (an isolation
+		// level is set before any statement of the transaction); for database/sql (its statements bypass connTx).
+		buf := (&pgproto3.Execute{}).Encode((&pgproto3.Bind{PreparedStatement: s.begin}).Encode(nil))
 		buf = (&pgproto3.Sync{}).Encode((&pgproto3.Execute{}).Encode(claim.Encode(buf)))
 		if err := pc.SendBytes(ctx, buf); err != nil {
-			return nil, err
+			return ClaimRow{}, err
 		}
 		value, err := receive(ctx, pc, true)
 		if err == nil && pc.TxStatus() == 'T' {
@@ -183,7 +200,10 @@ func (s *pipeSession) claim(ctx context.Context, args []any) ([]byte, error) {
 		} else if err == nil {
 			err = fmt.Errorf("idempotency: BEGIN left the connection in state %q", pc.TxStatus())
 		}
-		return value, err
+		if err != nil {
+			return ClaimRow{}, err
+		}
+		return decodeClaim(value)
 	}
 	// The claim goes first, alone, then Flush: it runs in the transaction the extended protocol opens for it, which
 	// the next Sync ends. A claimed key: BEGIN and Sync follow, and BEGIN makes that transaction the request's, the
@@ -198,30 +218,30 @@ func (s *pipeSession) claim(ctx context.Context, args []any) ([]byte, error) {
 		value, err = receive(ctx, pc, false)
 	}
 	if pgErr := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pgErr) {
-		return nil, broken(pc, err) // nothing sent, or the connection closed
+		return ClaimRow{}, broken(pc, err) // nothing sent, or the connection closed
 	}
 	end := (&pgproto3.Sync{}).Encode(nil)
-	claimed := false
+	var c ClaimRow
 	if err == nil {
-		c, derr := decodeClaim(value)
-		claimed = derr == nil && c.Outcome == OutcomeClaimed
+		c, err = decodeClaim(value)
 	}
+	claimed := err == nil && c.Outcome == OutcomeClaimed
 	if claimed {
 		end = (&pgproto3.Sync{}).Encode((&pgproto3.Execute{}).Encode((&pgproto3.Bind{PreparedStatement: s.begin}).Encode(nil)))
 	}
 	if serr := pc.SendBytes(ctx, end); serr != nil {
-		return nil, broken(pc, serr) // the claim's transaction would wait for a Sync that does not come
+		return ClaimRow{}, broken(pc, serr) // the claim's transaction would wait for a Sync that does not come
 	}
 	if _, serr := receive(ctx, pc, true); err == nil {
 		err = serr
 	}
 	if claimed && err == nil {
 		if pc.TxStatus() != 'T' {
-			return nil, broken(pc, fmt.Errorf("idempotency: BEGIN after the claim left the connection in state %q", pc.TxStatus()))
+			return ClaimRow{}, broken(pc, fmt.Errorf("idempotency: BEGIN after the claim left the connection in state %q", pc.TxStatus()))
 		}
 		s.t = &connTx{conn: s.conn}
 	}
-	return value, err
+	return c, err
 }
 
 // broken closes a connection whose exchange stopped midway (an answer half read, a Sync not sent): it cannot be used

@@ -93,19 +93,19 @@ func sqlTxOptions(o pgx.TxOptions) *sql.TxOptions {
 	return &sql.TxOptions{Isolation: sqlIsolation[o.IsoLevel], ReadOnly: o.AccessMode == pgx.ReadOnly}
 }
 
-func (s *sqlTxSession) claim(ctx context.Context, args []any) (c []byte, err error) {
+func (s *sqlTxSession) claim(ctx context.Context, args []any) (c ClaimRow, err error) {
 	if s.conn, err = s.db.Conn(s.ctx); err != nil {
-		return nil, err
+		return c, err
 	}
 	if s.t, err = s.conn.BeginTx(s.ctx, sqlTxOptions(s.opts)); err != nil {
-		return nil, err
+		return c, err
 	}
 	err = s.conn.Raw(func(dc any) error {
 		pc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return fmt.Errorf("idempotency: NewSQL needs the pgx driver (stdlib), got %T", dc)
 		}
-		c, err = claimOn(ctx, pc.Conn().PgConn(), args)
+		c, err = claimOn(ctx, pc.Conn(), args)
 		return err
 	})
 	return c, err
@@ -157,7 +157,7 @@ func (s *sqlPipeSession) raw(fn func(p *pipeSession) error) error {
 	})
 }
 
-func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c []byte, err error) {
+func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c ClaimRow, err error) {
 	err = s.raw(func(p *pipeSession) error {
 		c, err = p.claim(ctx, args)
 		return err
