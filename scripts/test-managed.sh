@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The managed edition (issue 40) as a managed service runs it: no C library of this extension anywhere.
+#   1. `make managed` writes dist/idempotency-pgtle.sql and dist/idempotency-managed.sql;
+#   2. a throwaway copy of PG_CONFIG's PostgreSQL (server, headers, PGXS) without any file of the C edition, with
+#      pg_tle built into it from the vendored source (scripts/build-pgtle.sh) and pg_cron as it is there;
+#   3. one cluster of that copy with shared_preload_libraries = 'pg_tle, pg_cron' only: database tle gets the
+#      extension through pg_tle (CREATE EXTENSION pg_tle; psql -f dist/idempotency-pgtle.sql; CREATE EXTENSION
+#      idempotency), database plain the plain script (run twice: the second run is its update); the pg_regress
+#      files of managed/SUPPORTED run against each, compared with the C edition's expected/ files after
+#      managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own functions;
+#   4. the fingerprint cross-check: a cluster of PG_CONFIG's own PostgreSQL, where the C edition is installed, with
+#      the C edition in one database and the plain script in another; test/managed/crosscheck.sql computes
+#      idem_hash and idem_fingerprint over a generated corpus in both, and every digest must be equal.
+# Run as root. Prints "<suite> N passed, N failed" per suite, then "managed N passed, N failed".
+#   PG_CONFIG          the PostgreSQL to copy and to cross-check against (default the system's 15)
+#   IDEM_MANAGED_PORT  the first of the two ports used (default 55470; the second is one more)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+source scripts/lib/cluster.sh
+pg_config_src=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+port=${IDEM_MANAGED_PORT:-55470}
+start_time=$(date +%s)
+
+log_dir=$(mktemp -d /tmp/idem-managed-logs.XXXXXX)
+COUNT_FORMAT='%s %d passed, %d failed\n'
+source scripts/lib/count.sh
+work=$(mktemp -d /tmp/idem-test-managed.XXXXXX)
+chmod 755 "$work" "$log_dir"
+prefix=$work/pg
+pg_bin=$prefix/usr/lib/postgresql/15/bin
+src_bin=$("$pg_config_src" --bindir)
+finish() {
+    PG_BIN=$pg_bin stop_cluster "$work/cluster" 2>/dev/null
+    PG_BIN=$src_bin stop_cluster "$work/cross" 2>/dev/null
+    rm -rf "$work"
+}
+trap finish EXIT
+summary() {
+    cat "$log_dir/summary"
+    echo "managed $passed passed, $failed failed ($(( $(date +%s) - start_time ))s; logs in $log_dir)"
+}
+
+# 1. The two files, from the sources.
+if make -s managed >"$log_dir/make-managed.log" 2>&1; then count managed-generate 1 0
+else cat "$log_dir/make-managed.log"; count managed-generate 0 1; summary; exit 1; fi
+
+# 2. PostgreSQL without the C edition, with pg_tle.
+mkdir -p "$prefix/usr/lib/postgresql" "$prefix/usr/share/postgresql" "$prefix/usr/include"
+cp -a "$src_bin/.." "$prefix/usr/lib/postgresql/15"
+cp -a "$("$pg_config_src" --sharedir)" "$prefix/usr/share/postgresql/15"
+cp -a "$("$pg_config_src" --includedir)" "$prefix/usr/include/postgresql"
+rm -rf "$prefix/usr/lib/postgresql/15/lib/idempotency.so" "$prefix/usr/lib/postgresql/15/lib/bitcode/idempotency"* \
+    "$prefix/usr/share/postgresql/15/extension/idempotency"* \
+    "$prefix/usr/lib/postgresql/15/lib/pg_tle.so" "$prefix/usr/lib/postgresql/15/lib/.idem-pgtle-built"
+PG_CONFIG=$pg_bin/pg_config scripts/build-pgtle.sh >"$log_dir/build-pgtle.log" 2>&1
+status=$?
+if [ $status -eq 3 ]; then
+    cat "$log_dir/build-pgtle.log"
+    echo "managed: SKIPPED (no pg_tle source)"; summary; exit 0
+elif [ $status -ne 0 ]; then
+    cat "$log_dir/build-pgtle.log"; count managed-pgtle-build 0 1; summary; exit 1
+fi
+count managed-pgtle-build 1 0
+if [ ! -f "$prefix/usr/lib/postgresql/15/lib/pg_cron.so" ]; then
+    echo "pg_cron is not in $src_bin/..: install postgresql-15-cron (scripts/install-deps.sh managed)"
+    count managed-pg-cron 0 1; summary; exit 1
+fi
+
+# 3. The cluster without the C library, the two ways in.
+cluster=$work/cluster
+if ! PG_BIN=$pg_bin start_cluster "$cluster" "$port" "shared_preload_libraries = 'pg_tle, pg_cron'" \
+        "cron.database_name = 'plain'" "max_prepared_transactions = 10"; then
+    count managed-cluster 0 1; summary; exit 1
+fi
+psql_m() { "$pg_bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$cluster" -p "$port" -U postgres "$@"; }
+install_ok=0 install_bad=0
+step() {  # step NAME COMMAND...: one installation step, logged
+    if "$@" >>"$log_dir/install.log" 2>&1; then install_ok=$((install_ok + 1))
+    else echo "install step failed: $*"; install_bad=$((install_bad + 1)); fi
+}
+step psql_m -d postgres -c "CREATE DATABASE tle" -c "CREATE DATABASE plain"
+step psql_m -d tle -c "CREATE EXTENSION pg_tle"
+step psql_m -d tle -f "$root/dist/idempotency-pgtle.sql"
+# Registered already: a second run changes nothing.
+step psql_m -d tle -f "$root/dist/idempotency-pgtle.sql"
+step psql_m -d tle -c "CREATE EXTENSION idempotency"
+step psql_m -d plain -f "$root/dist/idempotency-managed.sql"
+step psql_m -d plain -f "$root/dist/idempotency-managed.sql"
+tail -20 "$log_dir/install.log" | grep -i error
+count managed-install "$install_ok" "$install_bad"
+
+# pg_regress, in a directory user postgres can write to; the C edition's sql/ and expected/ as they are.
+supported=$(grep -v '^#' managed/SUPPORTED | awk '$1 == "regress" {print $2}')
+regress_dir=$work/regress
+mkdir -p "$regress_dir"
+cp -a sql expected "$regress_dir/"
+chown -R postgres "$regress_dir"
+pg_regress=$(dirname "$("$pg_bin/pg_config" --pgxs)")/../../src/test/regress/pg_regress
+for db in tle plain; do
+    ok=0 bad=0
+    for t in $supported; do
+        # One pg_regress run per file, each from an empty key table: the C edition's run of all files in one
+        # database leans on the files between (lean_request finds the table emptied by in_flight's TRUNCATE).
+        psql_m -d "$db" -c "TRUNCATE idempotency_keys" >>"$log_dir/regress-$db.log" 2>&1
+        (cd "$regress_dir" && su postgres -c "$(printf '%q ' "$pg_regress" --inputdir=. --outputdir="out-$db" \
+            --bindir="$pg_bin" --host="$cluster" --port="$port" --user=postgres --use-existing --dbname="$db" \
+            "$t")") >>"$log_dir/regress-$db.log" 2>&1
+        if python3 managed/regress-filter.py "$regress_dir/out-$db/results/$t.out" >"$regress_dir/$t-$db.filtered" &&
+           diff -u "$regress_dir/expected/$t.out" "$regress_dir/$t-$db.filtered" >"$log_dir/$t-$db.diff"; then
+            ok=$((ok + 1))
+            rm -f "$log_dir/$t-$db.diff"
+        else
+            echo "not ok: managed ($db) $t: $log_dir/$t-$db.diff"
+            bad=$((bad + 1))
+        fi
+    done
+    count "managed-regress-$db" "$ok" "$bad"
+done
+
+# 4. The fingerprint cross-check against the C edition.
+if [ ! -f "$("$pg_config_src" --sharedir)/extension/idempotency.control" ]; then
+    echo "not ok: the C edition is not installed in $src_bin/..: nothing to cross-check against (make install there)"
+    count managed-crosscheck 0 1
+else
+    cross=$work/cross
+    if PG_BIN=$src_bin start_cluster "$cross" $((port + 1)); then
+        psql_c() { "$src_bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$cross" -p $((port + 1)) -U postgres "$@"; }
+        psql_c -d postgres -c "CREATE DATABASE c_edition" -c "CREATE DATABASE managed_edition" >/dev/null &&
+            psql_c -d c_edition -c "CREATE EXTENSION idempotency" &&
+            psql_c -d managed_edition -f "$root/dist/idempotency-managed.sql"
+        psql_c -d c_edition -At -f test/managed/crosscheck.sql >"$work/c.txt" 2>&1
+        psql_c -d managed_edition -At -f test/managed/crosscheck.sql >"$work/m.txt" 2>&1
+        rows=$(grep -c '|' "$work/c.txt")
+        if [ "$rows" -gt 1000 ] && cmp -s "$work/c.txt" "$work/m.txt"; then
+            count managed-crosscheck "$rows" 0
+        else
+            diff "$work/c.txt" "$work/m.txt" | head -20
+            count managed-crosscheck 0 1
+        fi
+    else
+        count managed-crosscheck 0 1
+    fi
+fi
+summary
+[ "$failed" -eq 0 ]
