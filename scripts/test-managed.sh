@@ -7,7 +7,8 @@
 #      extension through pg_tle (CREATE EXTENSION pg_tle; psql -f dist/idempotency-pgtle.sql; CREATE EXTENSION
 #      idempotency), database plain the plain script (run twice: the second run is its update); the pg_regress
 #      files of managed/SUPPORTED run against each, compared with the C edition's expected/ files after
-#      managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own functions;
+#      managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own functions; the
+#      isolation specs of managed/SUPPORTED the same way;
 #   4. the fingerprint cross-check: a cluster of PG_CONFIG's own PostgreSQL, where the C edition is installed, with
 #      the C edition in one database and the plain script in another; test/managed/crosscheck.sql computes
 #      idem_hash and idem_fingerprint over a generated corpus in both, and every digest must be equal.
@@ -90,6 +91,17 @@ step psql_m -d plain -f "$root/dist/idempotency-managed.sql"
 tail -20 "$log_dir/install.log" | grep -i error
 count managed-install "$install_ok" "$install_bad"
 
+# Every SQL-level test file is listed in managed/SUPPORTED, as run or as not yet.
+listed_ok=0 listed_bad=0
+for f in sql/*.sql test/isolation/specs/*.spec; do
+    name=$(basename "${f%.*}")
+    kind=regress
+    [ "${f##*.}" = spec ] && kind=isolation
+    if grep -Eq "^($kind $name\$|not-yet $kind $name:)" managed/SUPPORTED; then listed_ok=$((listed_ok + 1))
+    else echo "not ok: $f is not listed in managed/SUPPORTED"; listed_bad=$((listed_bad + 1)); fi
+done
+count managed-listed "$listed_ok" "$listed_bad"
+
 # pg_regress, in a directory user postgres can write to; the C edition's sql/ and expected/ as they are.
 supported=$(grep -v '^#' managed/SUPPORTED | awk '$1 == "regress" {print $2}')
 regress_dir=$work/regress
@@ -116,6 +128,32 @@ for db in tle plain; do
         fi
     done
     count "managed-regress-$db" "$ok" "$bad"
+done
+
+# The isolation specs, the same way: test/isolation's specs and expected files as they are.
+iso_supported=$(grep -v '^#' managed/SUPPORTED | awk '$1 == "isolation" {print $2}')
+iso_dir=$work/isolation
+mkdir -p "$iso_dir"
+cp -a test/isolation/specs test/isolation/expected "$iso_dir/"
+chown -R postgres "$iso_dir"
+pg_isolation_regress=$(dirname "$("$pg_bin/pg_config" --pgxs)")/../../src/test/isolation/pg_isolation_regress
+for db in tle plain; do
+    ok=0 bad=0
+    for t in $iso_supported; do
+        psql_m -d "$db" -c "TRUNCATE idempotency_keys" >>"$log_dir/isolation-$db.log" 2>&1
+        (cd "$iso_dir" && su postgres -c "$(printf '%q ' "$pg_isolation_regress" --inputdir=. \
+            --outputdir="out-$db" --bindir="$pg_bin" --host="$cluster" --port="$port" --user=postgres \
+            --use-existing --dbname="$db" "$t")") >>"$log_dir/isolation-$db.log" 2>&1
+        if python3 managed/regress-filter.py "$iso_dir/out-$db/results/$t.out" >"$iso_dir/$t-$db.filtered" &&
+           diff -u "$iso_dir/expected/$t.out" "$iso_dir/$t-$db.filtered" >"$log_dir/iso-$t-$db.diff"; then
+            ok=$((ok + 1))
+            rm -f "$log_dir/iso-$t-$db.diff"
+        else
+            echo "not ok: managed ($db) isolation $t: $log_dir/iso-$t-$db.diff"
+            bad=$((bad + 1))
+        fi
+    done
+    count "managed-isolation-$db" "$ok" "$bad"
 done
 
 # 4. The fingerprint cross-check against the C edition.
