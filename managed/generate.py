@@ -191,11 +191,12 @@ def plain_update_part(script):
     keep = []
     for stmt in statements(script):
         body = strip_comments(stmt).strip()
-        if re.match(r"CREATE\s+(OR\s+REPLACE\s+)?FUNCTION\b", body, re.I):
-            keep.append(re.sub(r"CREATE\s+FUNCTION\b", "CREATE OR REPLACE FUNCTION", stmt, count=1, flags=re.I))
+        if re.match(r"CREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\b", body, re.I):
+            keep.append(re.sub(r"CREATE\s+(FUNCTION|PROCEDURE)\b", r"CREATE OR REPLACE \1", stmt, count=1,
+                               flags=re.I))
         elif re.match(r"CREATE\s+VIEW\b", body, re.I):
             keep.append(re.sub(r"CREATE\s+VIEW\b", "CREATE OR REPLACE VIEW", stmt, count=1, flags=re.I))
-        elif re.match(r"(COMMENT\s+ON\s+FUNCTION|REVOKE\s+ALL\s+ON\s+FUNCTION|GRANT\s+EXECUTE\s+ON\s+FUNCTION)",
+        elif re.match(r"(COMMENT\s+ON|REVOKE\s+ALL\s+ON|GRANT\s+EXECUTE\s+ON)\s+(FUNCTION|PROCEDURE)",
                       body, re.I):
             keep.append(stmt)
     return "".join(keep)

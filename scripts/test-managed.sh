@@ -91,6 +91,19 @@ step psql_m -d plain -f "$root/dist/idempotency-managed.sql"
 tail -20 "$log_dir/install.log" | grep -i error
 count managed-install "$install_ok" "$install_bad"
 
+# Expiry through pg_cron, started now and checked at the end (pg_cron 1.4 runs a job at most once a minute): a
+# database owned by a role that is not superuser, the plain script installed by it, 300 expired keys and 10
+# live ones; the job runs as that role.
+install_ok=0 install_bad=0
+step psql_m -d postgres -c "CREATE ROLE idem_cron_owner LOGIN" -c "CREATE DATABASE cron_owned OWNER idem_cron_owner"
+step psql_m -d cron_owned -U idem_cron_owner -f "$root/dist/idempotency-managed.sql"
+step psql_m -d cron_owned -U idem_cron_owner -c "INSERT INTO idempotency_keys (expires_at, created_at, http_status,
+    scope, key, request_hash) SELECT now() + CASE WHEN i <= 300 THEN interval '-1 hour' ELSE interval '1 hour' END,
+    now(), 200, '', 'k' || i, '\\x00' FROM generate_series(1, 310) i"
+step psql_m -d plain -c "CREATE EXTENSION pg_cron" -c "SELECT cron.schedule_in_database('idempotency-expiry',
+    '* * * * *', 'CALL idem_managed_sweep()', 'cron_owned', 'idem_cron_owner')"
+count managed-cron-setup "$install_ok" "$install_bad"
+
 # Every SQL-level test file is listed in managed/SUPPORTED, as run or as not yet.
 listed_ok=0 listed_bad=0
 for f in sql/*.sql test/isolation/specs/*.spec; do
@@ -155,6 +168,22 @@ for db in tle plain; do
     done
     count "managed-isolation-$db" "$ok" "$bad"
 done
+
+# The expiry job: every expired key gone, the live ones kept, the run succeeded as the owner.
+for _ in $(seq 1 90); do
+    left=$(psql_m -d cron_owned -At -c "SELECT count(*) FROM idempotency_keys WHERE expires_at <= now()")
+    [ "$left" = 0 ] && break
+    sleep 1
+done
+runs=$(psql_m -d plain -At -c "SELECT count(*) FROM cron.job_run_details d JOIN cron.job j USING (jobid)
+    WHERE j.jobname = 'idempotency-expiry' AND d.status = 'succeeded' AND d.username = 'idem_cron_owner'")
+live=$(psql_m -d cron_owned -At -c "SELECT count(*) FROM idempotency_keys WHERE expires_at > now()")
+if [ "$left" = 0 ] && [ "$live" = 10 ] && [ "${runs:-0}" -ge 1 ]; then count managed-cron 1 0
+else
+    echo "not ok: the pg_cron job left $left expired and $live live keys ($runs runs succeeded as the owner)"
+    psql_m -d plain -c "SELECT status, username, return_message FROM cron.job_run_details" | tail -5
+    count managed-cron 0 1
+fi
 
 # 4. The fingerprint cross-check against the C edition.
 if [ ! -f "$("$pg_config_src" --sharedir)/extension/idempotency.control" ]; then
