@@ -96,10 +96,15 @@ RETURN COALESCE(NULLIF(pg_catalog.btrim(pg_catalog.current_setting('idempotency.
 
 -- The claim itself, for idem_claim, idem_claim_wait and idem_claim_request: the outcome and the stored row it
 -- was decided on. wait_until NULL: never wait. src/core/outcome.cpp's decide_claim, step by step.
+-- transactional false: a lease's claim (lease.sql), which records nothing in the claim map; it gets the row's
+-- lease columns back (row_found, row_expires_at, lease_until, recovery point and state) to decide how to write.
 CREATE FUNCTION @extschema@.idem_managed_claim(
     id text, key text, scope text, request_hash bytea, until timestamptz, wait_until timestamptz,
+    transactional boolean,
     OUT outcome text, OUT http_status integer, OUT response_body jsonb, OUT response_headers jsonb,
-    OUT expires_at timestamptz, OUT content_type text, OUT response_bytes bytea)
+    OUT expires_at timestamptz, OUT content_type text, OUT response_bytes bytea,
+    OUT row_found boolean, OUT row_expires_at timestamptz, OUT lease_until timestamptz, OUT recovery_point text,
+    OUT recovery_state jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -194,6 +199,13 @@ BEGIN
         END IF;
     END LOOP;
 
+    row_found := found_row;
+    IF found_row THEN
+        row_expires_at := stored.expires_at;
+        lease_until := CASE WHEN stored.http_status IS NULL THEN stored.lease_until END;
+        recovery_point := stored.recovery_point;
+        recovery_state := stored.recovery_state;
+    END IF;
     IF outcome OPERATOR(pg_catalog.=) 'claimed' THEN
         -- REPEATABLE READ and SERIALIZABLE: a completion (or the replacement or removal of an expired row)
         -- committed after the snapshot would be run twice. No statement can look with a newer snapshot, so
@@ -209,7 +221,7 @@ BEGIN
                 ELSIF NOT partitioned THEN
                     BEGIN
                         INSERT INTO @extschema@.idempotency_keys (expires_at, created_at, scope, key, request_hash)
-                        VALUES (until, pg_catalog.now(), scope, key, request_hash)
+                        VALUES (pg_catalog.now(), pg_catalog.now(), scope, key, request_hash)
                         ON CONFLICT ON CONSTRAINT idempotency_keys_pkey DO NOTHING;
                         RAISE EXCEPTION USING ERRCODE = 'PIDEM';
                     EXCEPTION WHEN SQLSTATE 'PIDEM' THEN
@@ -222,6 +234,9 @@ BEGIN
                           DETAIL = 'The transaction''s snapshot predates the key''s stored response.',
                           HINT = 'Retry the transaction.';
             END;
+        END IF;
+        IF NOT transactional THEN
+            RETURN;
         END IF;
         PERFORM pg_catalog.set_config('idempotency_managed.claims',
             (claims OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(id, pg_catalog.jsonb_build_object(
@@ -314,7 +329,7 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_claim() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, NULL);
+    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, NULL, true);
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
@@ -370,7 +385,7 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_claim() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, wait_until);
+    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, wait_until, true);
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
@@ -415,7 +430,7 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_claim_request() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, NULL);
+    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, NULL, true);
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     IF c.outcome OPERATOR(pg_catalog.=) 'replay' THEN
