@@ -207,6 +207,31 @@ else
             diff "$work/c.txt" "$work/m.txt" | head -20
             count managed-crosscheck 0 1
         fi
+
+        # 5. Moving between editions keeps every key: pg_dump of a C edition database restored where the
+        # managed edition is registered with pg_tle, then back (without pg_tle's own objects).
+        {
+            psql_c -d postgres -c "CREATE DATABASE move_from_c" -c "CREATE DATABASE move_back" &&
+                psql_c -d move_from_c -c "CREATE EXTENSION idempotency" &&
+                psql_c -d move_from_c -f test/managed/move-setup.sql &&
+                "$src_bin/pg_dump" -h "$cross" -p $((port + 1)) -U postgres -Fc -f "$work/c.dump" move_from_c &&
+                psql_m -d postgres -c "CREATE DATABASE move_to_managed" &&
+                psql_m -d move_to_managed -c "CREATE EXTENSION pg_tle" -f "$root/dist/idempotency-pgtle.sql" &&
+                "$pg_bin/pg_restore" -h "$cluster" -p "$port" -U postgres --exit-on-error -d move_to_managed \
+                    "$work/c.dump" &&
+                psql_m -d move_to_managed -At -f test/managed/move-check.sql >"$work/move-1.txt" &&
+                "$pg_bin/pg_dump" -h "$cluster" -p "$port" -U postgres -Fc -f "$work/m.dump" move_to_managed &&
+                "$src_bin/pg_restore" -l "$work/m.dump" | grep -v -i -e pg_tle -e pgtle >"$work/m.list" &&
+                "$src_bin/pg_restore" -h "$cross" -p $((port + 1)) -U postgres --exit-on-error -d move_back \
+                    -L "$work/m.list" "$work/m.dump" &&
+                psql_c -d move_back -At -f test/managed/move-check.sql >"$work/move-2.txt"
+        } >"$log_dir/move.log" 2>&1
+        cat "$work/move-1.txt" "$work/move-2.txt" 2>/dev/null | sed 's/^/C -> managed -> C: /' >>"$log_dir/move.log"
+        ok=$(cat "$work/move-1.txt" "$work/move-2.txt" 2>/dev/null | grep -c '^ok')
+        bad=$(cat "$work/move-1.txt" "$work/move-2.txt" 2>/dev/null | grep -c '^not ok')
+        grep '^not ok' "$work/move-1.txt" "$work/move-2.txt" 2>/dev/null
+        if [ "$ok" -ne 14 ]; then echo "not ok: moving between editions: see $log_dir/move.log"; tail -5 "$log_dir/move.log"; fi
+        judge managed-move $(( ok == 14 ? 0 : 1 )) "$ok" "$bad"
     else
         count managed-crosscheck 0 1
     fi
