@@ -99,7 +99,7 @@ RETURN COALESCE(NULLIF(pg_catalog.btrim(pg_catalog.current_setting('idempotency.
 -- transactional false: a lease's claim (lease.sql), which records nothing in the claim map; it gets the row's
 -- lease columns back (row_found, row_expires_at, lease_until, recovery point and state) to decide how to write.
 CREATE FUNCTION @extschema@.idem_managed_claim(
-    id text, key text, scope text, request_hash bytea, until timestamptz, wait_until timestamptz,
+    key text, scope text, request_hash bytea, until timestamptz, wait_until timestamptz,
     transactional boolean,
     OUT outcome text, OUT http_status integer, OUT response_body jsonb, OUT response_headers jsonb,
     OUT expires_at timestamptz, OUT content_type text, OUT response_bytes bytea,
@@ -109,6 +109,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    id text := scope OPERATOR(pg_catalog.||) E'\x1f' OPERATOR(pg_catalog.||) key;
     claims jsonb := COALESCE(NULLIF(pg_catalog.current_setting('idempotency_managed.claims', true), ''),
                              '{}')::pg_catalog.jsonb;
     lock_id bigint;
@@ -329,7 +330,7 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_claim() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, NULL, true);
+    c := @extschema@.idem_managed_claim(key, scope, hash, until, NULL, true);
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
@@ -385,7 +386,7 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_claim() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, wait_until, true);
+    c := @extschema@.idem_managed_claim(key, scope, hash, until, wait_until, true);
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
@@ -430,7 +431,7 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_claim_request() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    c := @extschema@.idem_managed_claim(id, key, scope, hash, until, NULL, true);
+    c := @extschema@.idem_managed_claim(key, scope, hash, until, NULL, true);
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     IF c.outcome OPERATOR(pg_catalog.=) 'replay' THEN
@@ -447,13 +448,14 @@ $$;
 -- The end of a claim this transaction holds: the row it deferred written with the response (true), or for a
 -- 5xx the key given back (false). ERROR 55000 when this transaction holds no claim on the key.
 CREATE FUNCTION @extschema@.idem_managed_complete(
-    id text, key text, scope text, http_status integer, response_body jsonb, response_headers jsonb,
+    key text, scope text, http_status integer, response_body jsonb, response_headers jsonb,
     content_type text, response_bytes bytea, caller text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    id text := scope OPERATOR(pg_catalog.||) E'\x1f' OPERATOR(pg_catalog.||) key;
     claims jsonb := COALESCE(NULLIF(pg_catalog.current_setting('idempotency_managed.claims', true), ''),
                              '{}')::pg_catalog.jsonb;
     claim jsonb := claims OPERATOR(pg_catalog.->) id;
@@ -588,7 +590,7 @@ BEGIN
     PERFORM @extschema@.idem_managed_check_size(http_status,
         COALESCE(pg_catalog.pg_column_size(response_body), 0) OPERATOR(pg_catalog.+)
         COALESCE(pg_catalog.pg_column_size(response_headers), 0));
-    RETURN @extschema@.idem_managed_complete(id, key, scope, http_status, response_body, response_headers,
+    RETURN @extschema@.idem_managed_complete(key, scope, http_status, response_body, response_headers,
                                              NULL, NULL, 'idem_complete');
 END
 $$;
@@ -629,7 +631,7 @@ BEGIN
         COALESCE(pg_catalog.octet_length(body) OPERATOR(pg_catalog.+) 4, 0) OPERATOR(pg_catalog.+)
         COALESCE(pg_catalog.pg_column_size(headers), 0) OPERATOR(pg_catalog.+)
         COALESCE(pg_catalog.octet_length(content_type) OPERATOR(pg_catalog.+) 4, 0));
-    RETURN @extschema@.idem_managed_complete(id, key, scope, http_status, NULL, headers, content_type, body,
+    RETURN @extschema@.idem_managed_complete(key, scope, http_status, NULL, headers, content_type, body,
                                              'idem_complete_request');
 END
 $$;
