@@ -55,7 +55,7 @@ $$;
 
 -- now() + ttl (the argument, else the setting idempotency.ttl, else 24 hours): ERROR 22023 unless within
 -- (0, 3650 days], 22008 past the timestamp range. The setting is read as the C edition's unit: a number is
--- seconds; '90min', '1h', '2d' as the units of PostgreSQL's settings.
+-- seconds, and interval input reads the units of PostgreSQL's settings ('90min', '1h', '2d') as they are.
 CREATE FUNCTION @extschema@.idem_managed_expiry(ttl interval)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -69,10 +69,8 @@ BEGIN
         setting := pg_catalog.btrim(pg_catalog.current_setting('idempotency.ttl', true));
         IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
             ttl := interval '24 hours';
-        ELSIF setting OPERATOR(pg_catalog.~) '^[0-9]+$' THEN
-            ttl := pg_catalog.make_interval(secs => setting::pg_catalog.float8);
         ELSE
-            ttl := pg_catalog.regexp_replace(setting, '^([0-9]+)\s*(ms|s|min|h|d)$', '\1 \2')::pg_catalog.interval;
+            ttl := setting::pg_catalog.interval;
         END IF;
     END IF;
     until := pg_catalog.now() OPERATOR(pg_catalog.+) ttl;
@@ -86,21 +84,17 @@ BEGIN
 END
 $$;
 
--- The setting idempotency.mismatch_status (default 422), read as the C edition reads its own.
-CREATE FUNCTION @extschema@.idem_managed_mismatch_status()
-RETURNS integer
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-RETURN COALESCE(NULLIF(pg_catalog.btrim(pg_catalog.current_setting('idempotency.mismatch_status', true)), ''),
-                '422')::pg_catalog.int4;
-
--- The claim itself, for idem_claim, idem_claim_wait and idem_claim_request: the outcome and the stored row it
--- was decided on. wait_until NULL: never wait. src/core/outcome.cpp's decide_claim, step by step.
--- transactional false: a lease's claim (lease.sql), which records nothing in the claim map; it gets the row's
--- lease columns back (row_found, row_expires_at, lease_until, recovery point and state) to decide how to write.
+-- The claim itself, for idem_claim, idem_claim_wait, idem_claim_request and idem_lease: the outcome and the
+-- stored row it was decided on (src/core/outcome.cpp's decide_claim, step by step). It checks its arguments in
+-- the C edition's order after the callers' NULL checks: key and scope, the request hash (hex, unless given as
+-- bytes), ttl, wait (NULL or zero: never wait), then a read-only transaction (command names the caller). Key,
+-- scope and ttl are checked here rather than by the helpers above, for speed: each function call with its fixed
+-- search_path costs about as much as a statement. transactional false: a lease's claim (lease.sql), which
+-- records nothing in the claim map and computes no expiry; it gets the row's lease columns back (row_found,
+-- row_expires_at, lease_until, recovery point and state) to decide how to write.
 CREATE FUNCTION @extschema@.idem_managed_claim(
-    key text, scope text, request_hash bytea, until timestamptz, wait_until timestamptz,
-    transactional boolean,
+    key text, scope text, request_hash_hex text, request_hash bytea, ttl interval, wait interval,
+    transactional boolean, command text,
     OUT outcome text, OUT http_status integer, OUT response_body jsonb, OUT response_headers jsonb,
     OUT expires_at timestamptz, OUT content_type text, OUT response_bytes bytea,
     OUT row_found boolean, OUT row_expires_at timestamptz, OUT lease_until timestamptz, OUT recovery_point text,
@@ -120,7 +114,64 @@ DECLARE
     stored record;
     pause float8 := 0.002;
     saved_timeout text;
+    setting text;
+    until timestamptz;
+    wait_until timestamptz;
 BEGIN
+    IF key OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'idempotency key must not be empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255 THEN
+        RAISE EXCEPTION 'idempotency key is longer than 255 bytes' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF key OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION 'idempotency key contains a control character' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255 THEN
+        RAISE EXCEPTION 'idempotency scope is longer than 255 bytes' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF scope OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION 'idempotency scope contains a control character' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF request_hash IS NULL THEN
+        IF pg_catalog.octet_length(request_hash_hex) OPERATOR(pg_catalog.<>) 64 THEN
+            RAISE EXCEPTION 'idempotency request_hash must be 64 hexadecimal digits'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF request_hash_hex OPERATOR(pg_catalog.~) '[^0-9a-fA-F]' THEN
+            RAISE EXCEPTION 'idempotency request_hash contains a character that is not a hexadecimal digit'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        request_hash := pg_catalog.decode(request_hash_hex, 'hex');
+    END IF;
+    IF transactional THEN
+        -- now() + ttl, as idem_managed_expiry computes it.
+        IF ttl IS NULL THEN
+            setting := pg_catalog.current_setting('idempotency.ttl', true);
+            ttl := CASE WHEN setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN interval '24 hours'
+                        ELSE setting::pg_catalog.interval END;
+        END IF;
+        until := pg_catalog.now() OPERATOR(pg_catalog.+) ttl;
+        IF until OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
+            RAISE EXCEPTION 'idempotency ttl must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF until OPERATOR(pg_catalog.-) pg_catalog.now() OPERATOR(pg_catalog.>) interval '3650 days' THEN
+            RAISE EXCEPTION 'idempotency ttl must be at most 3650 days' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF wait IS NOT NULL AND wait OPERATOR(pg_catalog.<>) interval '0' THEN
+        wait_until := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) wait;
+        IF wait_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN
+            RAISE EXCEPTION 'idempotency wait must not be negative' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF wait_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) interval '1 day' THEN
+            RAISE EXCEPTION 'idempotency wait must be at most 1 day' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        RAISE EXCEPTION 'cannot execute %() in a read-only transaction', command
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
     -- This transaction is already running the request: a second claim must not run it again.
     IF claims OPERATOR(pg_catalog.?) id THEN
         outcome := 'in_progress';
@@ -252,7 +303,8 @@ BEGIN
         content_type := stored.response_content_type;
         response_bytes := stored.response_bytes;
     ELSIF outcome OPERATOR(pg_catalog.=) 'mismatch' THEN
-        http_status := @extschema@.idem_managed_mismatch_status();
+        http_status := COALESCE(NULLIF(pg_catalog.current_setting('idempotency.mismatch_status', true), ''),
+                                '422')::pg_catalog.int4;
         expires_at := stored.expires_at;
     ELSE
         http_status := 409;
@@ -323,14 +375,7 @@ BEGIN
     IF scope IS NULL THEN
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    id := @extschema@.idem_managed_key_id(key, scope);
-    hash := @extschema@.idem_managed_request_hash(request_hash);
-    until := @extschema@.idem_managed_expiry(ttl);
-    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
-        RAISE EXCEPTION 'cannot execute idem_claim() in a read-only transaction'
-            USING ERRCODE = 'read_only_sql_transaction';
-    END IF;
-    c := @extschema@.idem_managed_claim(key, scope, hash, until, NULL, true);
+    c := @extschema@.idem_managed_claim(key, scope, request_hash, NULL, ttl, NULL, true, 'idem_claim');
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
@@ -369,24 +414,7 @@ BEGIN
     IF scope IS NULL THEN
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    id := @extschema@.idem_managed_key_id(key, scope);
-    hash := @extschema@.idem_managed_request_hash(request_hash);
-    until := @extschema@.idem_managed_expiry(ttl);
-    -- wait: NULL or zero never waits; otherwise within (0, 1 day].
-    IF wait IS NOT NULL AND wait OPERATOR(pg_catalog.<>) interval '0' THEN
-        wait_until := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) wait;
-        IF wait_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN
-            RAISE EXCEPTION 'idempotency wait must not be negative' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF wait_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) interval '1 day' THEN
-            RAISE EXCEPTION 'idempotency wait must be at most 1 day' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-    END IF;
-    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
-        RAISE EXCEPTION 'cannot execute idem_claim() in a read-only transaction'
-            USING ERRCODE = 'read_only_sql_transaction';
-    END IF;
-    c := @extschema@.idem_managed_claim(key, scope, hash, until, wait_until, true);
+    c := @extschema@.idem_managed_claim(key, scope, request_hash, NULL, ttl, wait, true, 'idem_claim');
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
@@ -424,14 +452,10 @@ BEGIN
     IF scope IS NULL THEN
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    id := @extschema@.idem_managed_key_id(key, scope);
+    -- Key and scope before the fingerprint's own errors, as in the C edition (the claim checks them again).
+    PERFORM @extschema@.idem_managed_key_id(key, scope);
     hash := pg_catalog.decode(@extschema@.idem_fingerprint(method, path, query, content_type, body), 'hex');
-    until := @extschema@.idem_managed_expiry(ttl);
-    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
-        RAISE EXCEPTION 'cannot execute idem_claim_request() in a read-only transaction'
-            USING ERRCODE = 'read_only_sql_transaction';
-    END IF;
-    c := @extschema@.idem_managed_claim(key, scope, hash, until, NULL, true);
+    c := @extschema@.idem_managed_claim(key, scope, NULL, hash, ttl, NULL, true, 'idem_claim_request');
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     IF c.outcome OPERATOR(pg_catalog.=) 'replay' THEN
@@ -446,10 +470,14 @@ END
 $$;
 
 -- The end of a claim this transaction holds: the row it deferred written with the response (true), or for a
--- 5xx the key given back (false). ERROR 55000 when this transaction holds no claim on the key.
+-- 5xx the key given back (false). The checks of the C edition in its order, after the callers' NULL checks of key
+-- and scope: the key and scope (only for a key this transaction has not claimed: its claim checked them), a NULL
+-- http_status, headers that are not an object (headers_arg names the argument), a content type with a control
+-- character, the status range, the size (size: the response's bytes as the C edition counts them) against
+-- idempotency.max_response_bytes, and then ERROR 55000 when this transaction holds no claim on the key.
 CREATE FUNCTION @extschema@.idem_managed_complete(
     key text, scope text, http_status integer, response_body jsonb, response_headers jsonb,
-    content_type text, response_bytes bytea, caller text)
+    content_type text, response_bytes bytea, size bigint, headers_arg text, caller text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -460,7 +488,30 @@ DECLARE
                              '{}')::pg_catalog.jsonb;
     claim jsonb := claims OPERATOR(pg_catalog.->) id;
     partitioned boolean;
+    setting text;
 BEGIN
+    IF claim IS NULL THEN
+        PERFORM @extschema@.idem_managed_key_id(key, scope);
+    END IF;
+    IF http_status IS NULL THEN
+        RAISE EXCEPTION 'idempotency http_status must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
+        RAISE EXCEPTION 'idempotency % must be a JSON object', headers_arg USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Replayed as a header value: no CR, LF or other control character (a tab is allowed).
+    IF content_type OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]' THEN
+        RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF http_status OPERATOR(pg_catalog.<) 100 OR http_status OPERATOR(pg_catalog.>) 599 THEN
+        RAISE EXCEPTION 'idempotency http_status must be between 100 and 599' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF http_status OPERATOR(pg_catalog.<) 500 THEN
+        setting := pg_catalog.current_setting('idempotency.max_response_bytes', true);
+        IF size OPERATOR(pg_catalog.>) 1048576 OR setting IS NOT NULL THEN
+            PERFORM @extschema@.idem_managed_check_size(http_status, size);
+        END IF;
+    END IF;
     IF claim IS NULL THEN
         RAISE EXCEPTION '%: idempotency key "%" is not claimed by this transaction', caller, key
             USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -571,8 +622,6 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    id text;
 BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -580,18 +629,9 @@ BEGIN
     IF scope IS NULL THEN
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    id := @extschema@.idem_managed_key_id(key, scope);
-    IF http_status IS NULL THEN
-        RAISE EXCEPTION 'idempotency http_status must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
-        RAISE EXCEPTION 'idempotency response_headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    PERFORM @extschema@.idem_managed_check_size(http_status,
+    RETURN @extschema@.idem_managed_complete(key, scope, http_status, response_body, response_headers, NULL, NULL,
         COALESCE(pg_catalog.pg_column_size(response_body), 0) OPERATOR(pg_catalog.+)
-        COALESCE(pg_catalog.pg_column_size(response_headers), 0));
-    RETURN @extschema@.idem_managed_complete(key, scope, http_status, response_body, response_headers,
-                                             NULL, NULL, 'idem_complete');
+        COALESCE(pg_catalog.pg_column_size(response_headers), 0), 'response_headers', 'idem_complete');
 END
 $$;
 
@@ -606,8 +646,6 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    id text;
 BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -615,24 +653,16 @@ BEGIN
     IF scope IS NULL THEN
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    -- Before the key's checks here, as in the C edition.
     IF http_status IS NULL THEN
         RAISE EXCEPTION 'idempotency http_status must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    id := @extschema@.idem_managed_key_id(key, scope);
-    IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object' THEN
-        RAISE EXCEPTION 'idempotency headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    -- Replayed as a header value: no CR, LF or other control character (a tab is allowed).
-    IF content_type OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]' THEN
-        RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
     -- Sizes as the C edition counts them: each value's bytes and its 4-byte header.
-    PERFORM @extschema@.idem_managed_check_size(http_status,
+    RETURN @extschema@.idem_managed_complete(key, scope, http_status, NULL, headers, content_type, body,
         COALESCE(pg_catalog.octet_length(body) OPERATOR(pg_catalog.+) 4, 0) OPERATOR(pg_catalog.+)
         COALESCE(pg_catalog.pg_column_size(headers), 0) OPERATOR(pg_catalog.+)
-        COALESCE(pg_catalog.octet_length(content_type) OPERATOR(pg_catalog.+) 4, 0));
-    RETURN @extschema@.idem_managed_complete(key, scope, http_status, NULL, headers, content_type, body,
-                                             'idem_complete_request');
+        COALESCE(pg_catalog.octet_length(content_type) OPERATOR(pg_catalog.+) 4, 0),
+        'headers', 'idem_complete_request');
 END
 $$;
 

@@ -105,7 +105,7 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_lease() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    c := @extschema@.idem_managed_claim(key, scope, hash, NULL, wait_until, false);
+    c := @extschema@.idem_managed_claim(key, scope, NULL, hash, NULL, wait, false, 'idem_lease');
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     IF c.outcome OPERATOR(pg_catalog.=) 'claimed' THEN
