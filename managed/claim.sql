@@ -15,8 +15,8 @@
 -- The claims this transaction holds (the C edition's per-transaction claim map) live in the transaction-local
 -- setting idempotency_managed.claims (set_config(..., true)), which a ROLLBACK TO SAVEPOINT undoes as it undoes
 -- the C edition's map, the row and the lock: a jsonb object {scope \x1f key: {"h": request hash in hex,
--- "e": expires_at, "x": an expired row of the key is to be replaced}}. Completed and released claims are removed:
--- both then act like no claim. A transaction-level advisory lock cannot be given back before the transaction
+-- "e": expires_at, "x": an expired row of the key is to be replaced, "p": the storage mode is partitioned}}.
+-- Completed and released claims are removed: both then act like no claim. A transaction-level advisory lock cannot be given back before the transaction
 -- ends: a replay, a mismatch, idem_release and a 5xx keep the key's lock, as 1.0 to 1.3's PL/pgSQL baseline does
 -- (bench/plpgsql_baseline.sql); other transactions' claims are answered by the stored row first, so only the
 -- claim of a key released by a 5xx sees in_progress until the releasing transaction ends.
@@ -292,7 +292,8 @@ BEGIN
         END IF;
         PERFORM pg_catalog.set_config('idempotency_managed.claims',
             (claims OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(id, pg_catalog.jsonb_build_object(
-                'h', pg_catalog.encode(request_hash, 'hex'), 'e', until, 'x', found_row)))::pg_catalog.text,
+                'h', pg_catalog.encode(request_hash, 'hex'), 'e', until, 'x', found_row,
+                'p', partitioned)))::pg_catalog.text,
             true);
         expires_at := until;
     ELSIF outcome OPERATOR(pg_catalog.=) 'replay' THEN
@@ -526,12 +527,9 @@ BEGIN
         RAISE EXCEPTION 'cannot execute %() in a read-only transaction', caller
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    partitioned := EXISTS (SELECT FROM pg_catalog.pg_inherits i
-                           WHERE i.inhparent OPERATOR(pg_catalog.=)
-                                 '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
-                             AND NOT i.inhdetachpending
-                             AND i.inhrelid OPERATOR(pg_catalog.<>)
-                                 '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass);
+    -- The storage mode the claim read: it cannot change before this transaction ends (idem_set_storage takes
+    -- ACCESS EXCLUSIVE locks, and the claim's read holds a lock on the key table).
+    partitioned := (claim OPERATOR(pg_catalog.->>) 'p')::pg_catalog.bool;
     IF (claim OPERATOR(pg_catalog.->>) 'x')::pg_catalog.bool THEN
         -- An expired row (or a lease that ran out) of the key is replaced; none left (a cleanup removed it
         -- meanwhile): inserted.
