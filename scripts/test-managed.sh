@@ -82,10 +82,14 @@ step() {  # step NAME COMMAND...: one installation step, logged
 }
 step psql_m -d postgres -c "CREATE DATABASE tle" -c "CREATE DATABASE plain"
 step psql_m -d tle -c "CREATE EXTENSION pg_tle"
-step psql_m -d tle -f "$root/dist/idempotency-pgtle.sql"
+# As on RDS: registered and created by a role that is not superuser, a member of pgtle_admin with CREATE on the
+# database and its schema.
+step psql_m -d tle -c "CREATE ROLE idem_tle_admin LOGIN" -c "GRANT pgtle_admin TO idem_tle_admin" \
+    -c "GRANT CREATE ON DATABASE tle TO idem_tle_admin" -c "GRANT CREATE ON SCHEMA public TO idem_tle_admin"
+step psql_m -d tle -U idem_tle_admin -f "$root/dist/idempotency-pgtle.sql"
 # Registered already: a second run changes nothing.
-step psql_m -d tle -f "$root/dist/idempotency-pgtle.sql"
-step psql_m -d tle -c "CREATE EXTENSION idempotency"
+step psql_m -d tle -U idem_tle_admin -f "$root/dist/idempotency-pgtle.sql"
+step psql_m -d tle -U idem_tle_admin -c "CREATE EXTENSION idempotency"
 step psql_m -d plain -f "$root/dist/idempotency-managed.sql"
 step psql_m -d plain -f "$root/dist/idempotency-managed.sql"
 tail -20 "$log_dir/install.log" | grep -i error
