@@ -363,9 +363,6 @@ AS $$
 DECLARE
     c record;
     result @extschema@.idem_claim_result;
-    id text;
-    hash bytea;
-    until timestamptz;
 BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -401,10 +398,6 @@ AS $$
 DECLARE
     c record;
     result @extschema@.idem_claim_result;
-    id text;
-    hash bytea;
-    until timestamptz;
-    wait_until timestamptz;
 BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -443,9 +436,7 @@ AS $$
 DECLARE
     c record;
     result @extschema@.idem_request_claim;
-    id text;
     hash bytea;
-    until timestamptz;
 BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
