@@ -7,7 +7,7 @@ same name and argument types in managed/*.sql (SQL and PL/pgSQL only). A C funct
 define yet becomes a PL/pgSQL function of the same signature that raises 0A000 (feature_not_supported), so
 every name of the API exists and the unfinished ones say so; `generate.py --missing` lists them. The
 functions of managed/*.sql that replace no C function (the helpers, named idem_managed_*) go in just before the
-first replaced one.
+first replaced one; its other statements (procedures, grants) at the end.
 
 Two files, into the directory given (dist/):
   idempotency-pgtle.sql    for psql as a pgtle_admin: registers version 1.4 with pgtle.install_extension
@@ -163,7 +163,6 @@ def build(managed_dir):
             if key in managed:
                 if not helpers_done:
                     out.extend(managed[k] for k in managed if k.startswith("idem_managed_"))
-                    out.extend(helpers)
                     helpers_done = True
                 out.append(managed[key])
             else:
@@ -171,6 +170,8 @@ def build(managed_dir):
                 out.append(stub(stmt, key))
         else:
             out.append(stmt)
+    # The other statements of managed/ (procedures, grants) after everything, when every object they name exists.
+    out.extend("\n" + stmt.lstrip("\n") for stmt in helpers)
     extra = [k for k in managed if k not in c_keys and not k.startswith("idem_managed_")]
     if extra:
         sys.exit("generate.py: managed/ defines %s, which replace no C function (helpers are named "

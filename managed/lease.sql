@@ -4,19 +4,6 @@
 -- lock, so they never interleave with a claim deciding on the same row, and act only on the key's live row whose
 -- token is theirs: otherwise 55000 and nothing written.
 
--- The next fencing number. The caller needs no privilege on the sequence (REVOKEd from PUBLIC, as in the C
--- edition, whose C code takes the number without a check): the one SECURITY DEFINER function of the managed
--- edition, which does nothing else; a role that calls it directly only makes a gap (numbers are only ordered).
-CREATE FUNCTION @extschema@.idem_managed_next_fencing_number()
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN pg_catalog.nextval('@extschema@.idempotency_fencing_numbers'::pg_catalog.regclass);
-END
-$$;
-
 -- clock_timestamp() + lease: ERROR 22004 when NULL, 22023 unless within (0, 365 days].
 CREATE FUNCTION @extschema@.idem_managed_lease_end(lease interval)
 RETURNS timestamptz
@@ -158,7 +145,7 @@ BEGIN
             END IF;
             takeover := false;
         END IF;
-        result.fencing_number := @extschema@.idem_managed_next_fencing_number();
+        result.fencing_number := pg_catalog.nextval('@extschema@.idempotency_fencing_numbers'::pg_catalog.regclass);
         -- A takeover resumes from the recovery point the last holder recorded.
         IF takeover THEN
             result.recovery_point := c.recovery_point;
@@ -430,3 +417,9 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- The fencing number comes from the sequence, which the caller needs no privilege on in the C edition (its C code
+-- takes the number without a check): here every role may take the next number (USAGE: nextval, currval; neither
+-- setval nor reading the position). A role that calls nextval itself only makes a gap: numbers are only ordered.
+-- No SECURITY DEFINER function is needed for it (lease_rls's role has no other right on the sequence).
+GRANT USAGE ON SEQUENCE @extschema@.idempotency_fencing_numbers TO PUBLIC;

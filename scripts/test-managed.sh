@@ -117,7 +117,7 @@ for f in test/isolation/specs/*.spec; do n=$(basename "$f" .spec); not_yet isola
 listed_ok=0 listed_bad=0
 while read -r _ kind name; do
     name=${name%%:*}
-    case $kind in regress) f=sql/$name.sql ;; *) f=test/isolation/specs/$name.spec ;; esac
+    case $kind in regress) f=sql/$name.sql ;; pgtap) f=test/pgtap/$name.sql ;; *) f=test/isolation/specs/$name.spec ;; esac
     if [ -f "$f" ]; then listed_ok=$((listed_ok + 1))
     else echo "not ok: managed/SUPPORTED lists $kind $name, which does not exist"; listed_bad=$((listed_bad + 1)); fi
 done < <(grep '^not-yet ' managed/SUPPORTED | cut -d: -f1)
