@@ -213,7 +213,16 @@ else
         fi
 
         # 5. Moving between editions keeps every key: pg_dump of a C edition database restored where the
-        # managed edition is registered with pg_tle, then back (without pg_tle's own objects).
+        # managed edition is registered with pg_tle, then back (without pg_tle's own objects). Both editions must
+        # be this tree's: the C edition installed where PG_CONFIG points may be another version of 1.4.
+        columns="SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+            FROM pg_attribute WHERE attrelid = 'idempotency_keys'::regclass AND attnum > 0 AND NOT attisdropped"
+        c_columns=$(psql_c -d c_edition -At -c "$columns")
+        m_columns=$(psql_c -d managed_edition -At -c "$columns")
+        if [ "$c_columns" != "$m_columns" ]; then
+            echo "not ok: the C edition installed in $src_bin/.. is not this tree's (its key table has other" \
+                 "columns: $c_columns); make install this tree there to test moving between editions"
+        fi
         {
             psql_c -d postgres -c "CREATE DATABASE move_from_c" -c "CREATE DATABASE move_back" &&
                 psql_c -d move_from_c -c "CREATE EXTENSION idempotency" &&
