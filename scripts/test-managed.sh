@@ -175,6 +175,31 @@ for db in tle plain; do
     count "managed-isolation-$db" "$ok" "$bad"
 done
 
+# The in-flight rule's collisions (managed/README.md): another holder of the key's 64-bit advisory lock (here an
+# application's pg_advisory_xact_lock on that number, as a second key of the same hash would take it) makes a
+# claim of the free key answer in_progress at once, never claimed; once it ends the key is claimed.
+lock_no=$(psql_m -d plain -At -c "SELECT pg_catalog.hashtextextended(E'\\x1f' || 'collide', 7655)")
+psql_m -d plain -c "BEGIN" -c "SELECT pg_advisory_xact_lock($lock_no)" -c "SELECT pg_sleep(30)" -c "COMMIT" \
+    >/dev/null 2>&1 &
+holder=$!
+for _ in $(seq 1 100); do
+    held=$(psql_m -d plain -At -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+        AND ((classid::bigint << 32) | objid::bigint) = $lock_no AND objsubid = 1")
+    [ "$held" = 1 ] && break
+    sleep 0.1
+done
+during=$(psql_m -d plain -At -c "SELECT outcome || ' ' || http_status FROM idem_claim('collide', idem_hash('x'))")
+kill "$holder" 2>/dev/null
+psql_m -d plain -c "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'
+    AND ((classid::bigint << 32) | objid::bigint) = $lock_no" >/dev/null
+wait "$holder" 2>/dev/null
+after=$(psql_m -d plain -At -c "SELECT outcome FROM idem_claim('collide', idem_hash('x'))")
+if [ "$held" = 1 ] && [ "$during" = "in_progress 409" ] && [ "$after" = claimed ]; then count managed-collision 1 0
+else
+    echo "not ok: a claim beside another holder of its lock answered '$during' (lock held: $held), then '$after'"
+    count managed-collision 0 1
+fi
+
 # The expiry job: every expired key gone, the live ones kept, the run succeeded as the owner.
 for _ in $(seq 1 90); do
     left=$(psql_m -d cron_owned -At -c "SELECT count(*) FROM idempotency_keys WHERE expires_at <= now()")
