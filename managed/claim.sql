@@ -114,49 +114,31 @@ DECLARE
     stored record;
     pause float8 := 0.002;
     saved_timeout text;
-    setting text;
     until timestamptz;
     wait_until timestamptz;
 BEGIN
-    IF key OPERATOR(pg_catalog.=) '' THEN
-        RAISE EXCEPTION 'idempotency key must not be empty' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255 THEN
-        RAISE EXCEPTION 'idempotency key is longer than 255 bytes' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF key OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
-        RAISE EXCEPTION 'idempotency key contains a control character' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255 THEN
-        RAISE EXCEPTION 'idempotency scope is longer than 255 bytes' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF scope OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
-        RAISE EXCEPTION 'idempotency scope contains a control character' USING ERRCODE = 'invalid_parameter_value';
+    -- One test each on the way a valid request takes (PL/pgSQL prepares every expression once a transaction, so
+    -- fewer expressions cost less); the helpers raise the C edition's error when one fails.
+    IF key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
+       OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+        PERFORM @extschema@.idem_managed_key_id(key, scope);
     END IF;
     IF request_hash IS NULL THEN
-        IF pg_catalog.octet_length(request_hash_hex) OPERATOR(pg_catalog.<>) 64 THEN
-            RAISE EXCEPTION 'idempotency request_hash must be 64 hexadecimal digits'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF request_hash_hex OPERATOR(pg_catalog.~) '[^0-9a-fA-F]' THEN
-            RAISE EXCEPTION 'idempotency request_hash contains a character that is not a hexadecimal digit'
-                USING ERRCODE = 'invalid_parameter_value';
+        IF pg_catalog.octet_length(request_hash_hex) OPERATOR(pg_catalog.<>) 64
+           OR request_hash_hex OPERATOR(pg_catalog.~) '[^0-9a-fA-F]' THEN
+            PERFORM @extschema@.idem_managed_request_hash(request_hash_hex);
         END IF;
         request_hash := pg_catalog.decode(request_hash_hex, 'hex');
     END IF;
     IF transactional THEN
-        -- now() + ttl, as idem_managed_expiry computes it.
-        IF ttl IS NULL THEN
-            setting := pg_catalog.current_setting('idempotency.ttl', true);
-            ttl := CASE WHEN setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN interval '24 hours'
-                        ELSE setting::pg_catalog.interval END;
-        END IF;
-        until := pg_catalog.now() OPERATOR(pg_catalog.+) ttl;
-        IF until OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
-            RAISE EXCEPTION 'idempotency ttl must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF until OPERATOR(pg_catalog.-) pg_catalog.now() OPERATOR(pg_catalog.>) interval '3650 days' THEN
-            RAISE EXCEPTION 'idempotency ttl must be at most 3650 days' USING ERRCODE = 'invalid_parameter_value';
+        -- now() + ttl, as idem_managed_expiry computes it (and raises its errors).
+        until := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl,
+                     NULLIF(pg_catalog.current_setting('idempotency.ttl', true), '')::pg_catalog.interval,
+                     interval '24 hours');
+        IF until OPERATOR(pg_catalog.<=) pg_catalog.now()
+           OR until OPERATOR(pg_catalog.-) pg_catalog.now() OPERATOR(pg_catalog.>) interval '3650 days' THEN
+            PERFORM @extschema@.idem_managed_expiry(ttl);
         END IF;
     END IF;
     IF wait IS NOT NULL AND wait OPERATOR(pg_catalog.<>) interval '0' THEN
@@ -480,29 +462,29 @@ DECLARE
                              '{}')::pg_catalog.jsonb;
     claim jsonb := claims OPERATOR(pg_catalog.->) id;
     partitioned boolean;
-    setting text;
 BEGIN
-    IF claim IS NULL THEN
-        PERFORM @extschema@.idem_managed_key_id(key, scope);
-    END IF;
-    IF http_status IS NULL THEN
-        RAISE EXCEPTION 'idempotency http_status must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
-        RAISE EXCEPTION 'idempotency % must be a JSON object', headers_arg USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    -- Replayed as a header value: no CR, LF or other control character (a tab is allowed).
-    IF content_type OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]' THEN
-        RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF http_status OPERATOR(pg_catalog.<) 100 OR http_status OPERATOR(pg_catalog.>) 599 THEN
-        RAISE EXCEPTION 'idempotency http_status must be between 100 and 599' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF http_status OPERATOR(pg_catalog.<) 500 THEN
-        setting := pg_catalog.current_setting('idempotency.max_response_bytes', true);
-        IF size OPERATOR(pg_catalog.>) 1048576 OR setting IS NOT NULL THEN
-            PERFORM @extschema@.idem_managed_check_size(http_status, size);
+    -- One test on the way a valid completion takes (see idem_managed_claim); the checks in order when it fails.
+    IF claim IS NULL OR http_status IS NULL OR http_status OPERATOR(pg_catalog.<) 100
+       OR http_status OPERATOR(pg_catalog.>) 599
+       OR pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object'
+       OR content_type OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]'
+       OR size OPERATOR(pg_catalog.>) 1048576
+       OR pg_catalog.current_setting('idempotency.max_response_bytes', true) IS NOT NULL THEN
+        IF claim IS NULL THEN
+            PERFORM @extschema@.idem_managed_key_id(key, scope);
         END IF;
+        IF http_status IS NULL THEN
+            RAISE EXCEPTION 'idempotency http_status must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
+            RAISE EXCEPTION 'idempotency % must be a JSON object', headers_arg USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- Replayed as a header value: no CR, LF or other control character (a tab is allowed).
+        IF content_type OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]' THEN
+            RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- Status range, then size against idempotency.max_response_bytes.
+        PERFORM @extschema@.idem_managed_check_size(http_status, size);
     END IF;
     IF claim IS NULL THEN
         RAISE EXCEPTION '%: idempotency key "%" is not claimed by this transaction', caller, key

@@ -70,8 +70,11 @@ fi
 
 # 3. The cluster without the C library, the two ways in.
 cluster=$work/cluster
+# Unix sockets only, pg_cron's connections too: on a busy machine a client's ephemeral TCP port can be the one
+# asked for, and the server then fails to bind it.
 if ! PG_BIN=$pg_bin start_cluster "$cluster" "$port" "shared_preload_libraries = 'pg_tle, pg_cron'" \
-        "cron.database_name = 'plain'" "max_prepared_transactions = 10"; then
+        "cron.database_name = 'plain'" "cron.host = '$cluster'" "listen_addresses = ''" \
+        "max_prepared_transactions = 10"; then
     count managed-cluster 0 1; summary; exit 1
 fi
 psql_m() { "$pg_bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$cluster" -p "$port" -U postgres "$@"; }
@@ -222,7 +225,7 @@ if [ ! -f "$("$pg_config_src" --sharedir)/extension/idempotency.control" ]; then
     count managed-crosscheck 0 1
 else
     cross=$work/cross
-    if PG_BIN=$src_bin start_cluster "$cross" $((port + 1)); then
+    if PG_BIN=$src_bin start_cluster "$cross" $((port + 1)) "listen_addresses = ''"; then
         psql_c() { "$src_bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$cross" -p $((port + 1)) -U postgres "$@"; }
         psql_c -d postgres -c "CREATE DATABASE c_edition" -c "CREATE DATABASE managed_edition" >/dev/null &&
             psql_c -d c_edition -c "CREATE EXTENSION idempotency" &&
