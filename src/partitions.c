@@ -50,7 +50,9 @@ partitions_parent(Oid schema)
 	Oid			relid = maintenance_member_relation(schema, "idempotency_keys_partitioned");
 
 	if (!OidIsValid(relid))
-		elog(ERROR, "idempotency: table idempotency_keys_partitioned is missing from the extension");
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: table idempotency_keys_partitioned is missing from the extension")));
 	return relid;
 }
 
@@ -189,7 +191,9 @@ partitions_premake(Oid schema)
 		return 0;
 	step.function = maintenance_member_function(schema, "idem_create_partition", 2, argtypes);
 	if (!OidIsValid(step.function))
-		elog(ERROR, "idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension");
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension")));
 	/* Called by OID, past fmgr's privilege check: the table's owner needs EXECUTE on it, as in a call by name. */
 	if (idem_function_aclcheck(step.function, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, "idem_create_partition");
@@ -249,7 +253,10 @@ drop_step(void *arg)
 	LockRelationOid(step->partition, AccessExclusiveLock);
 	name = get_rel_name(step->partition);
 	if (name == NULL || get_partition_parent(step->partition, false) != step->parent)
-		elog(ERROR, "idempotency: partition %u is gone", step->partition);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: partition %u is no longer a partition of idempotency_keys_partitioned",
+						step->partition)));
 	name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(step->partition)), name);
 	sql = psprintf("SELECT pg_catalog.count(*) FROM %s", name);
 	rc = SPI_execute(sql, true, 1);
@@ -555,7 +562,9 @@ idem_set_storage(PG_FUNCTION_ARGS)
 		TimestampTz last_upper = 0;
 
 		if (!OidIsValid(create))
-			elog(ERROR, "idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension");
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension")));
 		/* Called by OID, past fmgr's privilege check: the caller needs EXECUTE on it, as in a call by name. */
 		if (idem_function_aclcheck(create, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
 			aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, "idem_create_partition");
