@@ -89,7 +89,7 @@ for rep in $(seq 1 "$REPS"); do
     lockw=$(tail -n +"$((log_from + 1))" "$DIR/server.log" | grep -v AccessExclusiveLock |
             sed -n 's/.*acquired [A-Za-z]*Lock on .* after \([0-9.]*\) ms.*/\1/p' | sort -g | tail -1 || true)
     lockw=${lockw:-0}
-    [ "$dropped" = 1 ] || { echo "the partition was not dropped in $calls calls" >&2; exit 1; }
+    [ "$dropped" = 1 ] || { printf 'the partition was not dropped in %s calls; the last said:\n%s\n' "$calls" "$out" >&2; exit 1; }
     set -- $(latency "lat_drop_$rep" "$drop_from" "$drop_to")
     maxw=$4 overlapping=$1
     # The same machine without the drop: the slowest claim of the 5 s before it (pgbench's own lag shows here too).
