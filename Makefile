@@ -19,7 +19,8 @@ DATA = extension/$(EXTENSION)--1.0.sql extension/$(EXTENSION)--1.0--1.1.sql exte
 CORE_SRCS = $(wildcard src/core/*.cpp)
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c)) $(CORE_SRCS:.cpp=.o)
 
-PG_CPPFLAGS = -Isrc -Isrc/core
+# IDEM_LIBRARY_VERSION (src/maintenance.h) is EXTVERSION: the library checks the SQL's version against it.
+PG_CPPFLAGS = -Isrc -Isrc/core -DIDEM_EXTVERSION='"$(EXTVERSION)"'
 PG_CXXFLAGS = -std=c++17 -Wextra -Wno-unused-parameter
 SHLIB_LINK = -lcrypto -lstdc++
 
@@ -78,7 +79,11 @@ versioncheck:
 # `pgxn install`.
 DISTVERSION = $(EXTVERSION).0
 .PHONY: dist
+# The zip is written under a temporary name and moved into place: a failure (no git checkout) leaves no zip.
 dist:
+	@git rev-parse --verify -q HEAD >/dev/null || { echo "make dist: needs a git checkout (it archives HEAD)"; exit 1; }
 	@mkdir -p dist
-	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o dist/$(EXTENSION)-$(DISTVERSION).zip HEAD
+	@rm -f dist/$(EXTENSION)-$(DISTVERSION).zip.tmp
+	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o dist/$(EXTENSION)-$(DISTVERSION).zip.tmp HEAD || { rm -f dist/$(EXTENSION)-$(DISTVERSION).zip.tmp; exit 1; }
+	@mv dist/$(EXTENSION)-$(DISTVERSION).zip.tmp dist/$(EXTENSION)-$(DISTVERSION).zip
 	@echo dist/$(EXTENSION)-$(DISTVERSION).zip

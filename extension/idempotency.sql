@@ -30,6 +30,9 @@ CREATE TABLE @extschema@.idempotency_keys (
     -- 1.3 (issue 30): a response stored as the bytes sent, with its content type (response_body stays NULL)
     response_content_type text,
     response_bytes   bytea,
+    -- 1.4 (issue 38): the fencing number of the key's last lease grant, so the next one is higher wherever the
+    -- row goes (logical replication, a dump, a shard move) even if the sequence does not go with it
+    fencing_number   bigint,
     -- key first: it tells rows apart at the first column, where scope ('' for
     -- most callers) would make every index comparison look at both columns.
     CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key, scope)
@@ -381,3 +384,10 @@ COMMENT ON FUNCTION @extschema@.idem_complete_request(text, text, integer, text,
     'Stores the response of a claimed key as the bytes sent, with its content type; a 5xx releases the key and returns false.';
 COMMENT ON FUNCTION @extschema@.idem_lease_complete_request(text, text, uuid, integer, text, jsonb, bytea) IS
     'Lease mode: the holder stores the response as the bytes sent, with its content type; a 5xx releases the lease instead (keeping the recovery point) and returns false.';
+
+
+-- Fencing numbers that rise per key wherever the database moves (issue 38)
+COMMENT ON COLUMN @extschema@.idempotency_keys.fencing_number IS
+    'Lease mode: the fencing number of the key''s last grant; the next grant''s is higher.';
+COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.fencing_number IS
+    'Lease mode: the fencing number of the key''s last grant; the next grant''s is higher.';

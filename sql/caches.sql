@@ -18,11 +18,14 @@ BEGIN
     RETURN first || ' then ' || replay.outcome || ' ' || replay.http_status || ' ' ||
            coalesce(replay.content_type, '-') || ' ' || coalesce(convert_from(replay.body, 'UTF8'), '-');
 END $$;
--- A lease taken and completed (the statements' path and the fencing number), in one answer.
+-- A lease taken and completed (the statements' path and the fencing number), in one answer. The number is
+-- shown as the position of the schema's fencing sequence, which the grant advanced (the number itself is at
+-- least the clock's microseconds since 2000, 1.4).
 CREATE FUNCTION leased(k text, schema_name text DEFAULT 'public') RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     lease record;
     done boolean;
+    drawn text;
 BEGIN
     EXECUTE format('SELECT * FROM %I.idem_lease($1, %I.idem_hash($1), ''1 min'')', schema_name, schema_name)
         INTO lease USING k;
@@ -31,7 +34,10 @@ BEGIN
     END IF;
     EXECUTE format('SELECT %I.idem_lease_complete($1, $2, 201, ''{"ok": true}'')', schema_name)
         INTO done USING k, lease.lease_token;
-    RETURN lease.outcome || ' fencing ' || coalesce(to_jsonb(lease)->>'fencing_number', 'none') || ' completed ' || done;
+    IF to_jsonb(lease)->>'fencing_number' IS NOT NULL THEN
+        EXECUTE format('SELECT last_value::text FROM %I.idempotency_fencing_numbers', schema_name) INTO drawn;
+    END IF;
+    RETURN lease.outcome || ' fencing ' || coalesce(drawn, 'none') || ' completed ' || done;
 END $$;
 SELECT request('first'), leased('lease-first');
 

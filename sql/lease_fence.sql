@@ -80,8 +80,38 @@ FROM idempotency_keys_partitioned;
 -- The numbers of one key strictly increase across all six grants, in the order they were granted.
 SELECT bool_and(fencing_number > prev) AS strictly_increasing, count(*) AS grants
 FROM (SELECT fencing_number, lag(fencing_number, 1, 0::bigint) OVER (ORDER BY n) AS prev FROM grants) g;
-SELECT (SELECT max(fencing_number) FROM grants) = last_value AS sequence_position
-FROM idempotency_fencing_numbers;
+-- 1.4: each grant's number is at least the clock's microseconds since 2000 (a floor that holds on any server)
+-- and the key's row keeps the number handed.
+SELECT bool_and(fencing_number >= 849000000000000) AS above_the_clock FROM grants;
+SELECT max(fencing_number) = (SELECT max(fencing_number) FROM grants) AS row_keeps_the_number
+FROM idempotency_keys_partitioned WHERE key = 'fence-1';
+
+-- 1.4: a grant's number is above the one the key's row last carried, however high (a row written by another
+-- server, whose sequence did not come along): a takeover and a re-claim of an expired row get that number + 1.
+CREATE FUNCTION row_floor(mode text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+    active text := CASE mode WHEN 'partitioned' THEN 'idempotency_keys_partitioned' ELSE 'idempotency_keys' END;
+    handed bigint;
+    stored bigint;
+BEGIN
+    PERFORM idem_lease('fence-row', idem_hash('r'), '1 min');
+    EXECUTE format('UPDATE %I SET fencing_number = 4000000000000000, lease_until = now() - interval ''1 second'''
+                   ' WHERE key = ''fence-row''', active);
+    SELECT fencing_number INTO handed FROM idem_lease('fence-row', idem_hash('r'), '1 min');
+    EXECUTE format('SELECT max(fencing_number) FROM %I WHERE key = ''fence-row''', active) INTO stored;
+    RETURN NEXT mode || ' takeover: ' || handed || ', stored ' || stored;
+    IF mode = 'table' THEN
+        UPDATE idempotency_keys SET fencing_number = 4100000000000000, lease_until = now() - interval '2 hours',
+               expires_at = now() - interval '1 hour' WHERE key = 'fence-row';
+        SELECT fencing_number INTO handed FROM idem_lease('fence-row', idem_hash('r'), '1 min');
+        RETURN NEXT mode || ' re-claim of the expired row: ' || handed;
+    END IF;
+    EXECUTE format('DELETE FROM %I WHERE key = ''fence-row''', active);
+END
+$$;
+SELECT row_floor('partitioned');
 SELECT idem_set_storage('table') LIKE 'table:%' AS switched_back;
+SELECT row_floor('table');
+DROP FUNCTION row_floor(text);
 DROP FUNCTION fence_walk(text);
 DROP FUNCTION sqlstate_of(text);

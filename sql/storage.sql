@@ -22,6 +22,25 @@ SELECT idem_cleanup() AS removed;
 SELECT idem_cleanup() AS removed_again;
 SELECT string_agg(key, ',' ORDER BY key) AS left_over FROM idempotency_keys;
 SELECT idem_storage_mode();
+-- Maintenance's own settings end with it (issue 38): the rest of the caller's transaction has the caller's.
+CREATE FUNCTION settings_after_cleanup() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('lock_timeout', '7s', true);
+    PERFORM set_config('statement_timeout', '9s', true);
+    PERFORM set_config('DateStyle', 'SQL, DMY', true);
+    PERFORM set_config('TimeZone', 'Asia/Kolkata', true);
+    PERFORM set_config('search_path', 'public, pg_temp', true);
+    PERFORM set_config('enable_seqscan', 'off', true);
+    PERFORM set_config('row_security', 'off', true);
+    PERFORM idem_cleanup();
+    RETURN concat_ws(' | ', current_setting('lock_timeout'), current_setting('statement_timeout'),
+                     current_setting('DateStyle'), current_setting('TimeZone'), current_setting('search_path'),
+                     current_setting('enable_seqscan'), current_setting('row_security'),
+                     current_setting('session_replication_role'), current_setting('jit'));
+END $$;
+BEGIN;
+SELECT settings_after_cleanup() AS table_mode;
+ROLLBACK;
 
 -- To partitioned: live keys move, expired ones are left behind, claims keep working.
 INSERT INTO idempotency_keys
@@ -47,6 +66,14 @@ UPDATE idempotency_keys_partitioned SET expires_at = now() - interval '1 second'
 SELECT outcome FROM idem_claim('live-3', idem_hash('another'));
 SELECT idem_premake_partitions() AS nothing_to_make;
 SELECT idem_cleanup() AS removed_in_partitioned_mode;
+BEGIN;
+SELECT settings_after_cleanup() AS partitioned_mode;
+ROLLBACK;
+-- A key table missing from the extension's schema is 42P01, not an internal error.
+BEGIN;
+ALTER TABLE idempotency_keys_partitioned_default RENAME TO moved_default;
+SELECT sqlstate_of('SELECT idem_cleanup()');
+ROLLBACK;
 SELECT count(*) FROM idempotency_keys_partitioned WHERE key = 'live-3';
 -- A claim neither probes nor locks a fully expired partition (the planner prunes it), so it never
 -- queues behind that partition's drop; the partitions still live and the default one it reads.
@@ -87,6 +114,7 @@ SELECT outcome FROM idem_claim('stats-1', idem_hash('other'));
 SELECT claims, replays, mismatches, completions_stored FROM idem_stats;
 
 DROP FUNCTION complete_key(text, jsonb, interval);
+DROP FUNCTION settings_after_cleanup();
 
 -- idem_set_storage refuses a snapshot older than its locks: it would miss keys completed meanwhile.
 BEGIN ISOLATION LEVEL REPEATABLE READ;

@@ -53,9 +53,13 @@ typedef enum KeyLayout
  */
 static struct
 {
-	Oid			table;			/* InvalidOid: not known */
+	bool		valid;
+	Oid			table;
 	KeyLayout	layout;
 } known;
+
+/* How many times forget_layout ran: key_layout remembers what it read only if none ran meanwhile. */
+static uint64 layout_forgotten = 0;
 
 static SPIPlanPtr shard_is_local_plan = NULL;
 static SPIPlanPtr shard_of_scope_plan = NULL;
@@ -113,7 +117,8 @@ forget_local_scope_in_subxact(SubXactEvent event, SubTransactionId mySubid, SubT
 static void
 forget_layout(Datum arg, Oid relid)
 {
-	known.table = InvalidOid;
+	known.valid = false;
+	layout_forgotten++;
 	scope_shards_stale = true;
 }
 
@@ -127,16 +132,19 @@ key_layout(Oid table)
 	char	   *method;
 	bool		distributed_tables;
 	int			rc;
+	uint64		forgotten = layout_forgotten;
+	KeyLayout	layout = LAYOUT_PLAIN;
 
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(forget_layout, (Datum) 0);
 		callback_registered = true;
 	}
-	if (known.table == table)
+	if (!OidIsValid(table))
+		elog(ERROR, "idempotency: no key table to find the Citus layout of");
+	if (known.valid && known.table == table)
 		return known.layout;
 
-	known.layout = LAYOUT_PLAIN;
 	if (OidIsValid(get_extension_oid("citus", true)))
 	{
 		values[0] = ObjectIdGetDatum(table);
@@ -155,13 +163,22 @@ key_layout(Oid table)
 		distributed_tables = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
 														&isnull));
 		if (method != NULL)
-			known.layout = strcmp(method, "h") == 0 ? LAYOUT_DISTRIBUTED : LAYOUT_NOT_HASH;
+			layout = strcmp(method, "h") == 0 ? LAYOUT_DISTRIBUTED : LAYOUT_NOT_HASH;
 		else if (distributed_tables)
-			known.layout = LAYOUT_LOCAL_BESIDE_DISTRIBUTED;
+			layout = LAYOUT_LOCAL_BESIDE_DISTRIBUTED;
 		SPI_finish();
 	}
-	known.table = table;
-	return known.layout;
+	/*
+	 * An invalidation taken in while reading (by the locks of the query) may be for a change the query's
+	 * snapshot did not see: then the layout read serves this call only, and the next call reads it again.
+	 */
+	if (layout_forgotten == forgotten)
+	{
+		known.table = table;
+		known.layout = layout;
+		known.valid = true;
+	}
+	return layout;
 }
 
 /* Where the shard of one scope is placed, for the error of a call that ran elsewhere. */
@@ -352,12 +369,18 @@ placement_is_local(int64 shard)
 	bool		local = false;
 
 	if (!OidIsValid(placements) || !OidIsValid(by_shard) || local_group < 0)
-		elog(ERROR, "idempotency: Citus's pg_dist_placement or this node's group is missing");
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idempotency: Citus's pg_dist_placement or this node's group is missing"),
+				 errhint("Set idempotency.citus_direct = off to send the key store's statements through Citus.")));
 	relation = table_open(placements, AccessShareLock);
 	shardid_column = get_attnum(placements, "shardid");
 	groupid_column = get_attnum(placements, "groupid");
 	if (shardid_column == InvalidAttrNumber || groupid_column == InvalidAttrNumber)
-		elog(ERROR, "idempotency: Citus's pg_dist_placement has no shardid or groupid column");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idempotency: Citus's pg_dist_placement has no shardid or groupid column"),
+				 errhint("Set idempotency.citus_direct = off to send the key store's statements through Citus.")));
 	/* In heap column numbers: systable_beginscan maps them to the index. */
 	ScanKeyInit(&key, shardid_column, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shard));
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
@@ -406,7 +429,9 @@ lock_shard_metadata(Oid table, int64 shard)
 				 errhint("Set idempotency.citus_direct = off to send the key store's statements through Citus.")));
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table));
 	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "idempotency: relation %u is gone", table);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: relation with OID %u was dropped during the call", table)));
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 	shards = construct_array(&shard_datum, 1, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
@@ -525,9 +550,6 @@ citus_sweep_relations(Oid table)
 		if (OidIsValid(relation))
 			shards = lappend_oid(shards, relation);
 	}
-	/* Citus refuses changes made to a shard by name; the sweep of a local shard is one it allows. */
-	if (shards != NIL)
-		(void) set_config_option("citus.enable_manual_changes_to_shards", "on", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
+	/* Citus refuses changes made to a shard by name: maintenance_begin allows them, in its own settings. */
 	return shards;
 }

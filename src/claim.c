@@ -2,6 +2,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_type.h"
 #include "access/xact.h"
 #include "utils/resowner.h"
 #include "funcapi.h"
@@ -12,7 +13,9 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "guc.h"
 #include "claim.h"
@@ -75,19 +78,44 @@ static const ClaimArgs claim_wait_args = {
  * otherwise; an interval past the timestamp range itself is ERROR 22008.
  */
 TimestampTz
-claim_span_end(TimestampTz from, Datum span, int max_days, const char *what, const char *not_after_msg)
+claim_span_end(TimestampTz from, Datum span, ClaimSpan kind)
 {
 	TimestampTz end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 															  TimestampTzGetDatum(from), span));
+	int			max_days = kind == CLAIM_SPAN_TTL ? IDEM_MAX_TTL_DAYS
+		: kind == CLAIM_SPAN_WAIT ? IDEM_MAX_WAIT_DAYS : IDEM_MAX_LEASE_DAYS;
 
 	if (end <= from)
+	{
+		if (kind == CLAIM_SPAN_TTL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idempotency ttl must be greater than zero")));
+		if (kind == CLAIM_SPAN_WAIT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idempotency wait must not be negative")));
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s", not_after_msg)));
+				 errmsg("idempotency lease must be greater than zero")));
+	}
 	if (end - from > (TimestampTz) max_days * USECS_PER_DAY)
+	{
+		if (kind == CLAIM_SPAN_TTL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg_plural("idempotency ttl must be at most %d day",
+								   "idempotency ttl must be at most %d days", max_days, max_days)));
+		if (kind == CLAIM_SPAN_WAIT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg_plural("idempotency wait must be at most %d day",
+								   "idempotency wait must be at most %d days", max_days, max_days)));
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency %s must be at most %d %s", what, max_days, max_days == 1 ? "day" : "days")));
+				 errmsg_plural("idempotency lease must be at most %d day",
+							   "idempotency lease must be at most %d days", max_days, max_days)));
+	}
 	return end;
 }
 
@@ -100,8 +128,7 @@ claim_expiry(FunctionCallInfo fcinfo, int ttl_argno)
 
 	default_ttl->time = (int64) idem_ttl_seconds * USECS_PER_SEC;
 	ttl = PG_ARGISNULL(ttl_argno) ? IntervalPGetDatum(default_ttl) : PG_GETARG_DATUM(ttl_argno);
-	return claim_span_end(GetCurrentTransactionStartTimestamp(), ttl, IDEM_MAX_TTL_DAYS, "ttl",
-						  "idempotency ttl must be greater than zero");
+	return claim_span_end(GetCurrentTransactionStartTimestamp(), ttl, CLAIM_SPAN_TTL);
 }
 
 /* Expiry counts from the transaction's start, as in 1.0; a lease runs on the clock, read now. */
@@ -125,37 +152,82 @@ row_is_settled(const IdemStoredRow *row)
 	return row->found && !row->expired && !(row->leased && !row->lease_live);
 }
 
-/* A function's blessed result row type, kept while calls come from the same function: it costs more than the lookup. */
-typedef struct ResultDescCache
+/*
+ * The blessed result row types of the claim functions, kept per function in TopMemoryContext: building one
+ * costs more than the rest of a replay. A few functions return them (idem_claim, idem_claim_wait,
+ * idem_claim_request), so a backend that alternates them keeps each one once; a slot taken for another
+ * function frees what it held. A row type changed by ALTER TYPE has a new typcache identifier and is read
+ * again. A function's OID names its result type for good: CREATE OR REPLACE cannot change it.
+ */
+#define RESULT_DESCS 4
+typedef struct ResultDesc
 {
-	TupleDesc	desc;
 	Oid			function;
-} ResultDescCache;
+	Oid			type;			/* the named row type returned; InvalidOid: a record */
+	uint64		type_identifier;	/* its typcache tupDesc_identifier when desc was made */
+	TupleDesc	desc;			/* NULL: the slot is free */
+} ResultDesc;
+
+static ResultDesc result_descs[RESULT_DESCS];
+static int	result_descs_next = 0;
+
+/* The typcache's identifier of a row type's current shape. */
+static uint64
+row_type_identifier(Oid type)
+{
+	return lookup_type_cache(type, TYPECACHE_TUPDESC)->tupDesc_identifier;
+}
 
 /* The result row type of the called function; ERROR unless it is a row of natts columns (0: any number). */
 static TupleDesc
-cached_result_desc(FunctionCallInfo fcinfo, ResultDescCache *cache, int natts, const char *what)
+cached_result_desc(FunctionCallInfo fcinfo, int natts)
 {
+	Oid			function = fcinfo->flinfo->fn_oid;
+	ResultDesc *slot = NULL;
 	TupleDesc	built;
+	Oid			type;
 	MemoryContext old;
 
-	if (cache->desc != NULL && cache->function == fcinfo->flinfo->fn_oid)
-		return cache->desc;
-	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE || (natts != 0 && built->natts != natts))
-		elog(ERROR, "idempotency: %s", what);
+	for (int i = 0; i < RESULT_DESCS; i++)
+		if (result_descs[i].desc != NULL && result_descs[i].function == function)
+		{
+			slot = &result_descs[i];
+			break;
+		}
+	if (slot != NULL &&
+		(!OidIsValid(slot->type) || row_type_identifier(slot->type) == slot->type_identifier))
+		return slot->desc;
+
+	if (get_call_result_type(fcinfo, &type, &built) != TYPEFUNC_COMPOSITE ||
+		(natts != 0 && built->natts != natts))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("function %s does not return the row type the idempotency library makes",
+						format_procedure(function)),
+				 errdetail("The library makes a row of %d columns.", natts),
+				 errhint("Run ALTER EXTENSION idempotency UPDATE, or undo the change to the function's result type.")));
+	if (slot == NULL)
+	{
+		slot = &result_descs[result_descs_next];
+		result_descs_next = (result_descs_next + 1) % RESULT_DESCS;
+	}
+	if (slot->desc != NULL)
+		FreeTupleDesc(slot->desc);
+	slot->desc = NULL;
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	cache->desc = BlessTupleDesc(CreateTupleDescCopy(built));
+	built = BlessTupleDesc(CreateTupleDescCopy(built));
 	MemoryContextSwitchTo(old);
-	cache->function = fcinfo->flinfo->fn_oid;
-	return cache->desc;
+	slot->function = function;
+	slot->type = type == RECORDOID ? InvalidOid : type;
+	slot->type_identifier = OidIsValid(slot->type) ? row_type_identifier(slot->type) : 0;
+	slot->desc = built;
+	return built;
 }
 
 static TupleDesc
 claim_result_desc(FunctionCallInfo fcinfo)
 {
-	static ResultDescCache cache;
-
-	return cached_result_desc(fcinfo, &cache, 0, "idem_claim must return a row");
+	return cached_result_desc(fcinfo, CLAIM_COLUMNS);
 }
 
 void
@@ -380,8 +452,7 @@ claim_wait_deadline(FunctionCallInfo fcinfo, int wait_argno)
 	wait = PG_GETARG_DATUM(wait_argno);
 	if (DatumGetBool(DirectFunctionCall2(interval_eq, wait, IntervalPGetDatum(zero))))
 		return 0;
-	return claim_span_end(GetCurrentTimestamp(), wait, IDEM_MAX_WAIT_DAYS, "wait",
-						  "idempotency wait must not be negative");
+	return claim_span_end(GetCurrentTimestamp(), wait, CLAIM_SPAN_WAIT);
 }
 
 /* The transactional claim, by idem_claim (never waits) and idem_claim_wait. */
@@ -481,9 +552,7 @@ enum
 static TupleDesc
 request_claim_desc(FunctionCallInfo fcinfo)
 {
-	static ResultDescCache cache;
-
-	return cached_result_desc(fcinfo, &cache, REQUEST_COLUMNS, "idem_claim_request must return idem_request_claim");
+	return cached_result_desc(fcinfo, REQUEST_COLUMNS);
 }
 
 /* A jsonb body of 1.0-1.2 as the bytes of its text, in UTF-8. */

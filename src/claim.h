@@ -28,9 +28,16 @@ void		claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 #define IDEM_MAX_LEASE_DAYS 365
 #define IDEM_MAX_WAIT_DAYS 1
 
-/* from + span; ERROR 22023 with not_after_msg unless later than from, or when over max_days. */
-TimestampTz claim_span_end(TimestampTz from, Datum span, int max_days, const char *what,
-						   const char *not_after_msg);
+/* The spans claim_span_end checks, each with its own messages. */
+typedef enum ClaimSpan
+{
+	CLAIM_SPAN_TTL,				/* at most IDEM_MAX_TTL_DAYS */
+	CLAIM_SPAN_WAIT,			/* at most IDEM_MAX_WAIT_DAYS */
+	CLAIM_SPAN_LEASE			/* at most IDEM_MAX_LEASE_DAYS */
+} ClaimSpan;
+
+/* from + span; ERROR 22023 unless later than from and at most the span's limit in days after it. */
+TimestampTz claim_span_end(TimestampTz from, Datum span, ClaimSpan kind);
 
 /* now() + ttl (the argument, or idempotency.ttl when NULL); ERROR 22023 unless within (0, 3650 days]. */
 TimestampTz claim_expiry(FunctionCallInfo fcinfo, int ttl_argno);

@@ -183,7 +183,10 @@ sweep_relations(Oid schema)
 	Oid			relid = get_relname_relid(relname, schema);
 
 	if (!OidIsValid(relid))
-		elog(ERROR, "idempotency: table %s is missing", qualified(schema, relname));
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: table %s is missing from the extension's schema", qualified(schema, relname)),
+				 errhint("Run ALTER EXTENSION idempotency UPDATE, or restore the table's name.")));
 	return partitioned ? list_make1_oid(relid) : citus_sweep_relations(relid);
 }
 
@@ -221,12 +224,15 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	 */
 	if (!maintenance_lock_relation(relid, RowExclusiveLock))
 	{
-		char	   *message = psprintf("table %s was locked by another session for %d ms; its sweep is left "
-									   "for the next interval", table, MAINTENANCE_TABLE_LOCK_WAIT_MS);
+		char	   *database = get_database_name(MyDatabaseId);
 
 		stats_count(IDEM_COUNT_SWEEPS_BLOCKED, 1);
-		stats_record_error(get_database_name(MyDatabaseId), message);
-		ereport(LOG, (errmsg("idempotency: in database \"%s\", %s", get_database_name(MyDatabaseId), message)));
+		/* idem_stats.last_error without the database, which has a column of its own; the log line says both. */
+		stats_record_error(database, psprintf("table %s was locked by another session for %d ms; its sweep is "
+											  "left for the next interval", table, MAINTENANCE_TABLE_LOCK_WAIT_MS));
+		ereport(LOG,
+				(errmsg("idempotency: in database \"%s\", table %s was locked by another session for %d ms; its "
+						"sweep is left for the next interval", database, table, MAINTENANCE_TABLE_LOCK_WAIT_MS)));
 		position->finished = true;
 		*pages_scanned = 0;
 		return CLEANUP_TABLE_BLOCKED;

@@ -175,7 +175,9 @@ idem_keys_in_flight_claims(PG_FUNCTION_ARGS)
 	relname = key_store_partitioned(namespace_oid) ? "idempotency_keys_partitioned" : "idempotency_keys";
 	relid = get_relname_relid(relname, namespace_oid);
 	if (!OidIsValid(relid))
-		elog(ERROR, "idempotency: table %s not found", relname);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: table %s is missing from the extension's schema", relname)));
 	acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
 	if (acl != ACLCHECK_OK)
 		aclcheck_error(acl, OBJECT_TABLE, relname);

@@ -34,12 +34,13 @@ static struct
 	Oid			twin_oid;		/* idempotency_keys_partitioned */
 	bool		has_lease_columns;
 	bool		has_bytes_columns;
+	bool		has_fencing_column;
 	bool		mode_known;
 	bool		partitioned;
 } located;
 
 /*
- * The fencing sequence found (next_fencing_number), remembered per backend: its
+ * The fencing sequence found (fencing_number_floor), remembered per backend: its
  * lookup reads pg_extension and pg_depend. Any relcache invalidation of it (DROP,
  * as DROP EXTENSION does; a rename or a move to another schema) forgets it, in
  * forget_located_table, which is the one relcache callback of this file
@@ -52,6 +53,12 @@ static struct
 	Oid			sequence;		/* InvalidOid: not known */
 } fencing;
 
+/*
+ * How many times forget_located_table forgot the table: lock_key_table compares it across its lock, which
+ * takes in the invalidations committed before it (an update's ALTER TABLE among them).
+ */
+static uint64 located_forgotten = 0;
+
 static void
 forget_located_table(Datum arg, Oid relid)
 {
@@ -60,7 +67,10 @@ forget_located_table(Datum arg, Oid relid)
 	if (!OidIsValid(relid) || relid == located.table_oid || relid == located.twin_oid)
 		located.mode_known = false;
 	if (!OidIsValid(relid) || relid == located.table_oid)
+	{
 		located.table_oid = InvalidOid;
+		located_forgotten++;
+	}
 }
 
 static void
@@ -83,6 +93,7 @@ locate_table(Oid namespace_oid)
 				 errmsg("idempotency: table idempotency_keys is missing from the extension's schema")));
 	located.has_lease_columns = get_attnum(table_oid, "lease_until") != InvalidAttrNumber;
 	located.has_bytes_columns = get_attnum(table_oid, "response_bytes") != InvalidAttrNumber;
+	located.has_fencing_column = get_attnum(table_oid, "fencing_number") != InvalidAttrNumber;
 	located.twin_oid = get_relname_relid("idempotency_keys_partitioned", namespace_oid);
 	located.mode_known = false;
 	located.namespace_oid = namespace_oid;
@@ -117,17 +128,35 @@ twin_has_range_partitions(void)
  * ends: idem_set_storage needs an ACCESS EXCLUSIVE lock on it to switch. Taking
  * the lock also takes in the invalidations of a switch committed before, so a
  * remembered mode read after it is current.
+ *
+ * The same lock takes in those of an ALTER EXTENSION ... UPDATE (or a rename,
+ * a drop) committed since this backend found the table, which forget it: as
+ * RangeVarGetRelidExtended does, the table is found, locked, and found again
+ * if it was forgotten meanwhile, so what the call uses (the columns above all)
+ * is the table as it is under the lock.
  */
 static void
 lock_key_table(Oid namespace_oid, KeyTable *table)
 {
-	locate_table(namespace_oid);
-	LockRelationOid(located.table_oid, AccessShareLock);
+	for (;;)
+	{
+		uint64		forgotten;
+		Oid			table_oid;
+
+		locate_table(namespace_oid);
+		forgotten = located_forgotten;
+		table_oid = located.table_oid;
+		LockRelationOid(table_oid, AccessShareLock);
+		if (located_forgotten == forgotten)
+			break;
+		UnlockRelationOid(table_oid, AccessShareLock);
+	}
 	table->namespace_oid = namespace_oid;
 	table->keys = located.table_oid;
 	table->direct = NULL;
 	table->has_lease_columns = located.has_lease_columns;
 	table->has_bytes_columns = located.has_bytes_columns;
+	table->has_fencing_column = located.has_fencing_column;
 	if (!located.mode_known)
 	{
 		located.partitioned = twin_has_range_partitions();
@@ -258,26 +287,37 @@ require_lease_columns(const KeyTable *table)
 }
 
 /*
- * The next fencing number, from the extension's own sequence (1.2), found in
- * the extension's schema and taken only if the extension owns it (pg_depend):
- * in a database still at 1.1 a sequence of that name is someone else's. The
- * caller needs no privilege on it: the number comes with a grant, which the
- * key's lock makes exclusive. 0 when the database is still at 1.1.
+ * The floor of the next fencing number: the next value of the extension's own
+ * sequence (1.2), found in the extension's schema and taken only if the
+ * extension owns it (pg_depend): in a database still at 1.1 a sequence of that
+ * name is someone else's. The caller needs no privilege on it: the number comes
+ * with a grant, which the key's lock makes exclusive. 0 when the database is
+ * still at 1.1.
+ *
+ * 1.4 (issue 38): never below the clock either, in microseconds since
+ * 2000-01-01 UTC (about 8.5e14 in 2027, 2^53 in the year 2285), because the
+ * sequence does not travel with logical replication and goes back with a
+ * point-in-time recovery or an older dump: a grant made later on any server
+ * whose clock is not behind the earlier one's gets a higher number. The
+ * statement that writes the row then raises it above the number the key's row
+ * last carried (key_spi_take_lease), for a key granted again sooner than the
+ * clock tells apart or with the clock stepped back.
  */
 static int64
-next_fencing_number(Oid namespace_oid)
+fencing_number_floor(Oid namespace_oid)
 {
 	Oid			sequence;
 
 	locate_table(namespace_oid);	/* registers forget_located_table */
-	if (OidIsValid(fencing.sequence) && fencing.namespace_oid == namespace_oid)
-		return nextval_internal(fencing.sequence, false);
-	sequence = maintenance_member_relation(namespace_oid, "idempotency_fencing_numbers");
-	if (!OidIsValid(sequence) || get_rel_relkind(sequence) != RELKIND_SEQUENCE)
-		return 0;
-	fencing.namespace_oid = namespace_oid;
-	fencing.sequence = sequence;
-	return nextval_internal(sequence, false);
+	if (!OidIsValid(fencing.sequence) || fencing.namespace_oid != namespace_oid)
+	{
+		sequence = maintenance_member_relation(namespace_oid, "idempotency_fencing_numbers");
+		if (!OidIsValid(sequence) || get_rel_relkind(sequence) != RELKIND_SEQUENCE)
+			return 0;
+		fencing.namespace_oid = namespace_oid;
+		fencing.sequence = sequence;
+	}
+	return Max(nextval_internal(fencing.sequence, false), (int64) GetCurrentTimestamp());
 }
 
 /* Lease writes take the statements: they are UPDATEs, and rare next to lookups. */
@@ -288,8 +328,8 @@ key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 
 	open_key_table(ref, KEY_STATEMENTS, &table);
 	require_lease_columns(&table);
+	grant->fencing_number = fencing_number_floor(table.namespace_oid);
 	key_spi_take_lease(&table, ref, how, grant);
-	grant->fencing_number = next_fencing_number(table.namespace_oid);
 	close_key_table(&table);
 }
 

@@ -109,7 +109,7 @@ typedef struct LeaseGrant
 	TimestampTz expires_at;		/* asked for; the stored expiry once written (a takeover keeps the later) */
 	TimestampTz lease_until;
 	pg_uuid_t	token;
-	int64		fencing_number; /* drawn when written; 0 in a database still at 1.1 */
+	int64		fencing_number; /* drawn when written (above the row's last one from 1.4); 0 at 1.1 */
 } LeaseGrant;
 
 /* What the holder of a lease changes with its token. */
@@ -135,7 +135,8 @@ typedef struct LeaseChangeValues
 
 /*
  * Writes the lease row of a granted lease claim, draws its fencing number and
- * sets grant->expires_at to the expiry stored.
+ * sets grant->expires_at to the expiry stored and grant->fencing_number to the
+ * number handed.
  */
 void		key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant);
 

@@ -87,8 +87,9 @@ key_column_named(const char *name)
 /*
  * Readable: each of the eight 1.0 columns exists with the type the install
  * script gave it, and the four 1.1 columns all do or (a table still at 1.0) none.
- * Writable as well: no other column (an INSERT of the eight would fill it with
- * its default), no default on a 1.1 column and no NOT NULL on a column that can
+ * Writable as well: no other column but 1.4's fencing_number, plain, which the
+ * INSERT leaves NULL (an INSERT of the eight would fill another with its
+ * default), no default on a 1.1 column and no NOT NULL on a column that can
  * be NULL here, so the tuple formed from the eight is exactly what the INSERT
  * statement would store.
  */
@@ -121,6 +122,10 @@ work_out_shape(Relation table, bool has_lease_columns, bool has_bytes_columns)
 		if (attr->attisdropped)
 			continue;
 		c = key_column_named(NameStr(attr->attname));
+		/* 1.4: the lease's fencing number, which a completed claim's row leaves NULL as the SQL insert does */
+		if (c < 0 && strcmp(NameStr(attr->attname), "fencing_number") == 0 && attr->atttypid == INT8OID &&
+			!attr->attnotnull && !attr->atthasdef && attr->attgenerated == '\0')
+			continue;
 		if (c < 0 || attr->atttypid != key_column_types[c] || attr->attgenerated != '\0')
 		{
 			insert_would_differ = true;

@@ -55,6 +55,7 @@ typedef struct KeyTable
 	Oid			partitioned_oid;	/* idempotency_keys_partitioned, InvalidOid if missing */
 	bool		has_lease_columns;	/* the table is at 1.1 or later */
 	bool		has_bytes_columns;	/* the table is at 1.3 or later */
+	bool		has_fencing_column;	/* 1.4: the row keeps its last fencing number */
 } KeyTable;
 
 /*

@@ -36,6 +36,7 @@ static struct
 	char		namespace_name[NAMEDATALEN];
 	bool		has_lease_columns;
 	bool		has_bytes_columns;
+	bool		has_fencing_column;
 	TablePlans	table;			/* idempotency_keys */
 	TablePlans	partitioned;	/* idempotency_keys_partitioned, generic plans */
 	TablePlans	partitioned_pruned; /* the same, planned per call: see plans_for() */
@@ -101,7 +102,10 @@ forget_table_plans(TablePlans *table)
 	memset(table, 0, sizeof(*table));
 }
 
-/* Parameters of lease_insert and lease_replace, in this order ($1 .. $8); the insert takes the first seven. */
+/*
+ * Parameters of lease_insert and lease_replace, in this order ($1 .. $9); the insert takes the first seven and,
+ * in a table with the 1.4 column, the fencing number.
+ */
 enum
 {
 	LEASE_PARAM_EXPIRES_AT,
@@ -112,8 +116,11 @@ enum
 	LEASE_PARAM_LEASE_UNTIL,
 	LEASE_PARAM_LEASE_TOKEN,
 	LEASE_PARAM_TAKE_OVER,		/* keep expiry and recovery point */
+	LEASE_PARAM_FENCING_NUMBER, /* 1.4, only for a table with its column: the number's floor */
 	LEASE_PARAMS
 };
+
+#define LEASE_PARAMS_1_3 LEASE_PARAM_FENCING_NUMBER
 
 static Oid	lease_param_types[LEASE_PARAMS] = {
 	[LEASE_PARAM_EXPIRES_AT] = TIMESTAMPTZOID,
@@ -123,7 +130,8 @@ static Oid	lease_param_types[LEASE_PARAMS] = {
 	[LEASE_PARAM_REQUEST_HASH] = BYTEAOID,
 	[LEASE_PARAM_LEASE_UNTIL] = TIMESTAMPTZOID,
 	[LEASE_PARAM_LEASE_TOKEN] = UUIDOID,
-	[LEASE_PARAM_TAKE_OVER] = BOOLOID
+	[LEASE_PARAM_TAKE_OVER] = BOOLOID,
+	[LEASE_PARAM_FENCING_NUMBER] = INT8OID
 };
 
 /*
@@ -173,7 +181,7 @@ static const char *const lease_complete_bytes = ", response_content_type = $7, r
 
 static void
 prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_only, int plan_options,
-					bool has_bytes_columns)
+					bool has_bytes_columns, bool has_fencing_column)
 {
 	/* Every change's first parameters name the key and the holder. */
 #define HOLDER_PARAM_TYPES \
@@ -195,21 +203,29 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
 		[LEASE_RELEASE] = CHANGE_PARAM_UNTIL + 1
 	};
 
+	/* The insert names $9 but not $8: a parameter whose type is given need not be used. */
 	table->lease_insert = spi_prepare_kept(psprintf(
-		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7)", qualified), LEASE_PARAM_TAKE_OVER, lease_param_types, 0);
-	/* An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. */
+		"INSERT INTO %s (expires_at, created_at, scope, key, request_hash, lease_until, lease_token%s)"
+		" VALUES ($1, $2, $3, $4, $5, $6, $7%s)", qualified,
+		has_fencing_column ? ", fencing_number" : "", has_fencing_column ? ", $9" : ""),
+		has_fencing_column ? LEASE_PARAMS : LEASE_PARAM_TAKE_OVER, lease_param_types, 0);
+	/*
+	 * An expired row or a lapsed lease; a takeover keeps the key's expiry and recovery point. The fencing
+	 * number is above the one the row last carried, wherever the row was written (GREATEST skips a NULL).
+	 */
 	table->lease_replace = spi_prepare_kept(psprintf(
 		"UPDATE %s SET"
 		" expires_at = CASE WHEN $8 THEN GREATEST(expires_at, $1) ELSE $1 END,"
 		" created_at = CASE WHEN $8 THEN created_at ELSE $2 END,"
-		" request_hash = $5, http_status = NULL, response_body = NULL, response_headers = NULL,%s"
+		" request_hash = $5, http_status = NULL, response_body = NULL, response_headers = NULL,%s%s"
 		" lease_until = $6, lease_token = $7,"
 		" recovery_point = CASE WHEN $8 THEN recovery_point END,"
 		" recovery_state = CASE WHEN $8 THEN recovery_state END"
-		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s RETURNING expires_at",
+		" WHERE scope OPERATOR(pg_catalog.=) $3 AND key OPERATOR(pg_catalog.=) $4%s RETURNING expires_at%s",
 		qualified, has_bytes_columns ? " response_content_type = NULL, response_bytes = NULL," : "",
-		live_only), LEASE_PARAMS, lease_param_types, plan_options);
+		has_fencing_column ? " fencing_number = GREATEST($9, fencing_number OPERATOR(pg_catalog.+) 1)," : "",
+		live_only, has_fencing_column ? ", fencing_number" : ""),
+		has_fencing_column ? LEASE_PARAMS : LEASE_PARAMS_1_3, lease_param_types, plan_options);
 	/*
 	 * Only the key's live row can be changed: in partitioned storage an expired
 	 * row stays beside the re-claimed key's new one until the sweep, and its
@@ -241,7 +257,7 @@ prepare_lease_plans(TablePlans *table, const char *qualified, const char *live_o
  */
 static void
 prepare_table_plans(TablePlans *table, const char *schema, const char *relname, bool partitioned,
-					bool custom_plan, bool has_lease_columns, bool has_bytes_columns)
+					bool custom_plan, bool has_lease_columns, bool has_bytes_columns, bool has_fencing_column)
 {
 	const char *qualified = psprintf("%s.%s", schema, relname);
 	Oid			lookup_types[LOOKUP_PARAMS] = {
@@ -287,7 +303,7 @@ prepare_table_plans(TablePlans *table, const char *schema, const char *relname, 
 		live_only),
 		has_bytes_columns ? WRITE_PARAMS : WRITE_PARAMS_1_2, write_param_types, plan_options);
 	if (has_lease_columns)
-		prepare_lease_plans(table, qualified, live_only, plan_options, has_bytes_columns);
+		prepare_lease_plans(table, qualified, live_only, plan_options, has_bytes_columns, has_fencing_column);
 }
 
 /*
@@ -355,7 +371,8 @@ plans_for(const KeyTable *table)
 		callback_registered = true;
 	}
 	stale = plans.table.lookup == NULL || plans.namespace_oid != table->namespace_oid ||
-		plans.has_lease_columns != table->has_lease_columns || plans.has_bytes_columns != table->has_bytes_columns;
+		plans.has_lease_columns != table->has_lease_columns || plans.has_bytes_columns != table->has_bytes_columns ||
+		plans.has_fencing_column != table->has_fencing_column;
 	if (stale || plans_schema_renamed)
 	{
 		/* Cleared before the look-up: a change taken in during it or the plans' making is seen next call. */
@@ -376,14 +393,15 @@ plans_for(const KeyTable *table)
 		forget_table_plans(&plans.partitioned_pruned);
 		schema = quote_identifier(namespace_name);
 		prepare_table_plans(&plans.table, schema, "idempotency_keys", false, false,
-							table->has_lease_columns, table->has_bytes_columns);
+							table->has_lease_columns, table->has_bytes_columns, table->has_fencing_column);
 		prepare_table_plans(&plans.partitioned, schema, "idempotency_keys_partitioned", true, false,
-							table->has_lease_columns, table->has_bytes_columns);
+							table->has_lease_columns, table->has_bytes_columns, table->has_fencing_column);
 		prepare_table_plans(&plans.partitioned_pruned, schema, "idempotency_keys_partitioned", true, true,
-							table->has_lease_columns, table->has_bytes_columns);
+							table->has_lease_columns, table->has_bytes_columns, table->has_fencing_column);
 		plans.namespace_oid = table->namespace_oid;
 		plans.has_lease_columns = table->has_lease_columns;
 		plans.has_bytes_columns = table->has_bytes_columns;
+		plans.has_fencing_column = table->has_fencing_column;
 		strlcpy(plans.namespace_name, namespace_name, NAMEDATALEN);
 	}
 	if (!table->partitioned)
@@ -496,6 +514,7 @@ key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, Leas
 	values[LEASE_PARAM_LEASE_UNTIL] = TimestampTzGetDatum(grant->lease_until);
 	values[LEASE_PARAM_LEASE_TOKEN] = UUIDPGetDatum(&grant->token);
 	values[LEASE_PARAM_TAKE_OVER] = BoolGetDatum(how == LEASE_TAKE_OVER);
+	values[LEASE_PARAM_FENCING_NUMBER] = Int64GetDatum(grant->fencing_number);
 
 	SPI_connect();
 	statements = plans_for(table);
@@ -510,6 +529,10 @@ key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, Leas
 
 			grant->expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 																  SPI_tuptable->tupdesc, 1, &isnull));
+			/* The number handed: the floor drawn, or above the row's last one (1.4). */
+			if (table->has_fencing_column)
+				grant->fencing_number = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+																	SPI_tuptable->tupdesc, 2, &isnull));
 			SPI_finish();
 			return;
 		}

@@ -19,6 +19,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -88,8 +89,7 @@ static TimestampTz
 lease_end(FunctionCallInfo fcinfo, int argno)
 {
 	arg_require_not_null(fcinfo, argno, "lease");
-	return claim_span_end(GetCurrentTimestamp(), PG_GETARG_DATUM(argno), IDEM_MAX_LEASE_DAYS, "lease",
-						  "idempotency lease must be greater than zero");
+	return claim_span_end(GetCurrentTimestamp(), PG_GETARG_DATUM(argno), CLAIM_SPAN_LEASE);
 }
 
 /* lease_until + ttl (the argument, or idempotency.ttl); ERROR 22023 unless the ttl is positive. */
@@ -133,8 +133,13 @@ lease_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome, const KeyRow *ro
 	bool		nulls[LEASE_RESULT_COLUMNS];
 	pg_uuid_t  *token;
 
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "idempotency: idem_lease must return a row");
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE || desc->natts > LEASE_RESULT_COLUMNS)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("function %s does not return the row type the idempotency library makes",
+						format_procedure(fcinfo->flinfo->fn_oid)),
+				 errdetail("The library makes a row of at most %d columns.", LEASE_RESULT_COLUMNS),
+				 errhint("Run ALTER EXTENSION idempotency UPDATE, or undo the change to the function's result type.")));
 	desc = BlessTupleDesc(desc);
 	memset(nulls, true, sizeof(nulls));
 	claim_outcome_columns(outcome, row, expires_at, values, nulls);

@@ -11,11 +11,14 @@
 #include "commands/tablespace.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "maintenance.h"
 
@@ -87,7 +90,9 @@ maintenance_begin(Oid relid, Maintenance *maintenance)
 	char	   *tablespace_name = NULL;
 
 	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "idempotency: relation %u is gone", relid);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: relation with OID %u was dropped while maintenance ran", relid)));
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	tablespace = ((Form_pg_class) GETSTRUCT(tuple))->reltablespace;
 	ReleaseSysCache(tuple);
@@ -103,6 +108,14 @@ maintenance_begin(Oid relid, Maintenance *maintenance)
 	(void) set_config_option("default_tablespace", tablespace_name ? tablespace_name : "", PGC_SUSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("temp_tablespaces", "", PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	/*
+	 * On a Citus node the sweep deletes from its local shards by name, which Citus refuses unless this is on;
+	 * set here, in maintenance's nest level, it ends with maintenance_end instead of lasting for the rest of the
+	 * caller's transaction (idem_cleanup()). Only where Citus has defined it: no placeholder is made.
+	 */
+	if (GetConfigOption("citus.enable_manual_changes_to_shards", true, false) != NULL)
+		(void) set_config_option("citus.enable_manual_changes_to_shards", "on", PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 	SetUserIdAndSecContext(owner, maintenance->saved_security_context | SECURITY_RESTRICTED_OPERATION);
 }
 
@@ -113,17 +126,28 @@ maintenance_end(const Maintenance *maintenance)
 	SetUserIdAndSecContext(maintenance->saved_user, maintenance->saved_security_context);
 }
 
+/*
+ * Tries the lock every 10 ms on the latch, as PostgreSQL's own waits do: a cancel, a termination or the
+ * postmaster's death ends the wait at once, and the time is the clock's, not a count of sleeps.
+ */
 bool
 maintenance_lock_relation(Oid relid, LOCKMODE mode)
 {
-	for (int waited_ms = 0;; waited_ms += 10)
+	TimestampTz start = GetCurrentTimestamp();
+
+	for (;;)
 	{
+		long		waited_ms;
+
 		if (ConditionalLockRelationOid(relid, mode))
 			return true;
+		waited_ms = TimestampDifferenceMilliseconds(start, GetCurrentTimestamp());
 		if (waited_ms >= MAINTENANCE_TABLE_LOCK_WAIT_MS)
 			return false;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(10, MAINTENANCE_TABLE_LOCK_WAIT_MS - waited_ms), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		pg_usleep(10 * 1000L);
 	}
 }
 
@@ -138,14 +162,6 @@ maintenance_sql_version(void)
 	if (SPI_processed == 0)
 		return NULL;
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-}
-
-bool
-maintenance_sql_is_current(void)
-{
-	char	   *version = maintenance_sql_version();
-
-	return version != NULL && strcmp(version, IDEM_LIBRARY_VERSION) == 0;
 }
 
 static bool

@@ -5,8 +5,14 @@
 #ifndef IDEM_MAINTENANCE_H
 #define IDEM_MAINTENANCE_H
 
-/* The version of the SQL objects this library is built for (the Makefile's EXTVERSION). */
-#define IDEM_LIBRARY_VERSION "1.4"
+/*
+ * The version of the SQL objects this library is built for: the Makefile's EXTVERSION, which it passes as
+ * IDEM_EXTVERSION, so the two cannot disagree (a build without it stops here).
+ */
+#ifndef IDEM_EXTVERSION
+#error "IDEM_EXTVERSION is not defined: build with the extension's Makefile, which passes -DIDEM_EXTVERSION"
+#endif
+#define IDEM_LIBRARY_VERSION IDEM_EXTVERSION
 
 typedef struct Maintenance
 {
@@ -28,17 +34,13 @@ void		maintenance_end(const Maintenance *maintenance);
 #define MAINTENANCE_TABLE_LOCK_WAIT_MS 200
 
 /*
- * Takes a lock on a relation, waiting at most MAINTENANCE_TABLE_LOCK_WAIT_MS (polling a conditional lock, so no
- * lock queue forms behind it either). False when another session holds a conflicting lock all that time.
+ * Takes a lock on a relation, waiting at most MAINTENANCE_TABLE_LOCK_WAIT_MS (polling a conditional lock on the
+ * latch, so no lock queue forms behind it either). False when another session holds a conflicting lock all that time.
  */
 bool		maintenance_lock_relation(Oid relid, LOCKMODE mode);
 
-/*
- * The extension's SQL version in this database (palloc'd), or NULL when it is not installed; needs SPI.
- * maintenance_sql_is_current tells whether it is the library's own.
- */
+/* The extension's SQL version in this database (palloc'd), or NULL when it is not installed; needs SPI. */
 char	   *maintenance_sql_version(void);
-bool		maintenance_sql_is_current(void);
 
 /*
  * A relation or function of the extension, found by name in the extension's schema and accepted only if the

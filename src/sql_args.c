@@ -33,14 +33,54 @@ rejects_argument(IdemArgument argument, IdemStatus status)
 	return false;
 }
 
-/* The text of each status lives once, in the core (idem_core_status_message). */
+/*
+ * One whole message per status (the core's idem_core_status_message says the same in its own words, for its
+ * own tests), so each can be translated.
+ */
 void
 report_invalid_argument(IdemArgument argument, IdemStatus status)
 {
+	const char *name = argument_names[argument];
+
 	if (rejects_argument(argument, status))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency %s %s", argument_names[argument], idem_core_status_message(status))));
+	{
+		switch (status)
+		{
+			case IDEM_ERR_EMPTY:
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency %s must not be empty", name)));
+				break;
+			case IDEM_ERR_TOO_LONG:
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency %s is longer than %d bytes", name,
+								argument == IDEM_ARG_SCOPE ? IDEM_MAX_SCOPE_BYTES : IDEM_MAX_KEY_BYTES)));
+				break;
+			case IDEM_ERR_CONTROL_CHAR:
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency %s contains a control character", name)));
+				break;
+			case IDEM_ERR_HEX_LENGTH:
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency %s must be 64 hexadecimal digits", name)));
+				break;
+			case IDEM_ERR_HEX_DIGIT:
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency %s contains a character that is not a hexadecimal digit", name)));
+				break;
+			case IDEM_ERR_STATUS_RANGE:
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency %s must be between 100 and 599", name)));
+				break;
+			default:
+				break;
+		}
+	}
 	report_core_failure(status);
 }
 
@@ -50,10 +90,10 @@ report_core_failure(IdemStatus status)
 	if (status == IDEM_ERR_CRYPTO)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("idempotency: %s", idem_core_status_message(IDEM_ERR_CRYPTO))));
+				 errmsg("idempotency: OpenSSL could not compute SHA-256")));
 	ereport(ERROR,
 			(errcode(ERRCODE_INTERNAL_ERROR),
-			 errmsg("idempotency: %s (status %d)", idem_core_status_message(IDEM_ERR_INTERNAL), (int) status)));
+			 errmsg("idempotency: internal error in the idempotency core (status %d)", (int) status)));
 }
 
 void

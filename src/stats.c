@@ -8,6 +8,7 @@
 #include "port/atomics.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
+#include "utils/regproc.h"
 #include "utils/timestamp.h"
 
 #include "shmem.h"
@@ -196,8 +197,13 @@ idem_stats_read(PG_FUNCTION_ARGS)
 	SweepReport report;
 	int			col = 0;
 
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "idempotency: idem_stats_read must return a row");
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE || desc->natts > lengthof(values))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("function %s does not return the row type the idempotency library makes",
+						format_procedure(fcinfo->flinfo->fn_oid)),
+				 errdetail("The library makes a row of at most %d columns.", (int) lengthof(values)),
+				 errhint("Run ALTER EXTENSION idempotency UPDATE, or undo the change to the function's result type.")));
 	memset(nulls, false, sizeof(nulls));
 
 	values[col++] = BoolGetDatum(shared != NULL);

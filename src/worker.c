@@ -177,10 +177,16 @@ sweep_partition_step(SweepStep step, const char *database)
 		AbortCurrentTransaction();
 		pgstat_report_activity(STATE_IDLE, NULL);
 		stats_record_error(database, error->message);
-		ereport(LOG,
-				(errmsg("idempotency: %s in database \"%s\" failed, going on with the deletes: %s",
-						step == STEP_PREMAKE_PARTITIONS ? "making partitions" : "dropping expired partitions",
-						database, error->message)));
+		if (step == STEP_PREMAKE_PARTITIONS)
+			ereport(LOG,
+					(errmsg("idempotency: making partitions in database \"%s\" failed, going on with the deletes",
+							database),
+					 errdetail_internal("%s", error->message)));
+		else
+			ereport(LOG,
+					(errmsg("idempotency: dropping expired partitions in database \"%s\" failed, going on with the "
+							"deletes", database),
+					 errdetail_internal("%s", error->message)));
 		FreeErrorData(error);
 	}
 	PG_END_TRY();
@@ -231,13 +237,14 @@ extension_installed(const char *database, bool *sql_current)
 		*sql_current = version != NULL && strcmp(version, IDEM_LIBRARY_VERSION) == 0;
 		if (!*sql_current)
 		{
-			char	   *message = psprintf("the extension's SQL objects are at version %s and the library at %s: "
-										   "partitions are neither made nor dropped until ALTER EXTENSION "
-										   "idempotency UPDATE", version ? version : "?", IDEM_LIBRARY_VERSION);
-
-			stats_record_error(database, message);
+			stats_record_error(database, psprintf("the extension's SQL objects are at version %s and the library at "
+												  "%s: partitions are neither made nor dropped until ALTER "
+												  "EXTENSION idempotency UPDATE", version ? version : "?",
+												  IDEM_LIBRARY_VERSION));
 			ereport(LOG,
-					(errmsg("idempotency: in database \"%s\", %s", database, message),
+					(errmsg("idempotency: in database \"%s\", the extension's SQL objects are at version %s and the "
+							"library at %s: partitions are neither made nor dropped until ALTER EXTENSION "
+							"idempotency UPDATE", database, version ? version : "?", IDEM_LIBRARY_VERSION),
 					 errdetail("Expired keys outside partitions are still deleted."),
 					 errhint("Run ALTER EXTENSION idempotency UPDATE in database \"%s\".", database)));
 		}

@@ -58,7 +58,7 @@ def stack():
     fcntl.flock(lock, fcntl.LOCK_EX)  # one stack on its ports at a time
     d = tempfile.mkdtemp(prefix="idem-e2e.")
     try:
-        harness.stack_up(d)
+        harness.stack_up(d, harness.DB_SETTINGS)
         yield d
     finally:
         harness.stack_down(d)

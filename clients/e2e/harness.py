@@ -1,7 +1,8 @@
 """The shared harness for the client services of clients/CONTRACT.md.
 
 A stack is a throwaway PostgreSQL 15 cluster (scripts/lib/cluster.sh) with the database `payments`,
-`CREATE EXTENSION idempotency` and clients/schema.sql, plus PgBouncer in transaction pooling mode in front of it.
+`CREATE EXTENSION idempotency` and clients/schema.sql, for the e2e suite its sessions under DB_SETTINGS
+(bytea_output = escape, DateStyle = 'SQL, DMY', ...: ALTER DATABASE), plus PgBouncer in transaction pooling mode.
 Both listen on loopback only, on ports IDEM_E2E_PORT_BASE (55480) .. +49, by default:
 
     55480  PostgreSQL            55481  PgBouncer
@@ -12,7 +13,8 @@ Used by conftest.py (pytest) and bench/clients/bench.py as a module, and by clie
 command line:
 
     python3 harness.py stack-up DIR      start the cluster and PgBouncer in DIR, print shell variables
-    python3 harness.py createdb NAME     another database like `payments` in the running stack, print its URL
+    python3 harness.py createdb NAME     another database like `payments` (without DB_SETTINGS) in the running
+                                         stack, print its URL
     python3 harness.py stack-down DIR    stop every process recorded in DIR (services too) and remove DIR
 """
 
@@ -43,6 +45,14 @@ DIRECT_URL = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{DB}"
 BOUNCER_URL = f"postgresql://postgres@127.0.0.1:{BOUNCER_PORT}/{DB}"
 MODES = ("direct", "pgbouncer")
 RIDES_LEASE_SECONDS = 2  # POST /rides' lease in the e2e suite (CONTRACT.md "lease-rides"), so takeovers are quick
+# Session settings that another role can choose (ALTER DATABASE payments SET, by stack_up when given them: the e2e
+# suite's stack, conftest.py, and `harness.py stack-up`, clients/run-tests.sh's): every service runs under them,
+# direct and through PgBouncer, and must answer as under the defaults (CONTRACT.md "session-settings": nothing is
+# read back as text these change). IDEM_E2E_DB_SETTINGS=default runs the suite under the server's defaults; the
+# benchmarks' stacks (bench/clients, stack_up(dir)) always are, to measure the usual case.
+DB_SETTINGS = {} if os.environ.get("IDEM_E2E_DB_SETTINGS") == "default" else {
+    "bytea_output": "escape", "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard", "TimeZone": "Asia/Kolkata",
+    "extra_float_digits": "0"}
 
 # How each language's service is started: the one table to fix when a service moves.
 #   dir      folder under clients/ (the working directory of every command)
@@ -166,8 +176,9 @@ def wait_for(condition, timeout, step=0.05):
 
 # --------------------------------------------------------------------------- the stack
 
-def stack_up(stack):
-    """Start PostgreSQL and PgBouncer in the folder `stack` (created; must not hold a running stack)."""
+def stack_up(stack, settings=None):
+    """Start PostgreSQL and PgBouncer in the folder `stack` (created; must not hold a running stack); `settings`
+    (e.g. DB_SETTINGS): the database's session settings (ALTER DATABASE payments SET), else the server's defaults."""
     import psycopg
     os.makedirs(stack, exist_ok=True)
     os.chmod(stack, 0o755)
@@ -182,6 +193,9 @@ def stack_up(stack):
     if r.returncode != 0:
         raise HarnessError(f"start_cluster failed: {r.stdout}\n{_tail(os.path.join(pg, 'server.log'), 2000)}")
     create_database(DB)
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres", autocommit=True) as c:
+        for name, value in (settings or {}).items():  # in force for every session opened from now on (PgBouncer's)
+            c.execute(f"ALTER DATABASE {DB} SET {name} = '{value}'")
 
     bdir = os.path.join(stack, "pgbouncer")
     os.makedirs(bdir, exist_ok=True)
@@ -397,7 +411,7 @@ def main(argv):
         stack_down(arg)
     else:
         try:
-            stack_up(arg)
+            stack_up(arg, DB_SETTINGS)
         except Exception as e:  # noqa: BLE001 - reported, and what did start is stopped
             stack_down(arg)
             print(f"stack-up failed: {e}", file=sys.stderr)

@@ -366,6 +366,44 @@ def test_409_at_once_after_an_idle_spell(service, idle_spell, client, db, accoun
     test_parallel_clicks(service, client, db, account)
 
 
+# --------------------------------------------------------------------------- the request line
+
+def fingerprint_of(db, target, body):
+    """The fingerprint of POST ``target`` (as sent) with a JSON ``body``: the path up to the first ?, the query
+    after it (none when empty)."""
+    path, _, query = target.partition("?")
+    return db.execute("SELECT idem_fingerprint('POST', %s, %s, NULL, %s)", (path, query or None, body)).fetchone()[0]
+
+
+@rule("raw-target")
+def test_the_target_as_sent_is_the_request(client, db, account):
+    """/files/a%2Fb and /files/a/b are two requests (one key: 422), so are /files/%41 and /files/A; a trailing ? is
+    no query (a replay); the stored fingerprint is the one of the target as sent."""
+    key, other = new_key(), new_key()
+    first = client.pay(key, path="/files/a%2Fb")
+    assert_created(first, account)
+    assert_problem(client.pay(key, path="/files/a/b"), 422, "idempotency-key-reused")
+    again = client.pay(key, path="/files/a%2Fb?")
+    assert again.status == 201 and again.replayed and again.body == first.body, (first, again)
+    assert_created(client.pay(other, path="/files/%41"), account)
+    assert_problem(client.pay(other, path="/files/A"), 422, "idempotency-key-reused")
+    for k, target in ((key, "/files/a%2Fb"), (other, "/files/%41")):
+        assert stored(db, account, k, "encode(request_hash, 'hex')") == [(fingerprint_of(db, target, body_of()),)]
+    assert len(debits(db, account, key)) == len(debits(db, account, other)) == 1
+
+
+@rule("session-settings")
+def test_the_database_runs_under_the_session_settings(stack):
+    """What the services run under (harness.DB_SETTINGS, ALTER DATABASE payments), direct and through PgBouncer: a
+    setting lost on the way would leave every other check proving nothing about it."""
+    import psycopg
+
+    for url in (harness.DIRECT_URL, harness.BOUNCER_URL):
+        with psycopg.connect(url, autocommit=True, prepare_threshold=None) as c:
+            got = {k: c.execute("SELECT current_setting(%s)", (k,)).fetchone()[0] for k in harness.DB_SETTINGS}
+        assert got == harness.DB_SETTINGS, url
+
+
 # --------------------------------------------------------------------------- lease mode: POST /rides
 
 def ride(service, account, key, fault=None, amount=2000, timeout=15.0):
@@ -480,7 +518,9 @@ def test_ride_stalled_holder_is_fenced_off(service, client, db, account):
 
 _J = "application/json"
 _V = b'{"amount_cents": 100, "currency": "EUR"}'
-# name: (body, Content-Type or None for none[, X-Fault]): sent to every service, each must answer the same
+# name: (body, Content-Type or None for none[, X-Fault[, target]]): sent to every service, each must answer the same;
+# a request with a target (default /payments) is stored under the fingerprint of that target as sent
+# (CONTRACT.md "raw-target"), checked where it is answered 201
 CORPUS = {
     "fault-throw-422": (_V, _J, "throw-422"), "fault-throw-502": (_V, _J, "throw-502"),
     "fault-503": (_V, _J, "503"), "fault-db-error": (_V, _J, "db-error"),
@@ -515,6 +555,15 @@ CORPUS = {
     "text-plain": (b'{"amount_cents": 100, "currency": "EUR"}', "text/plain"),
     "form-urlencoded": (b'{"amount_cents": 100, "currency": "EUR"}', "application/x-www-form-urlencoded"),
     "no-content-type": (b'{"amount_cents": 100, "currency": "EUR"}', None),
+    "target-trailing-?": (_V, _J, None, "/payments?"),
+    "target-query": (_V, _J, None, "/payments?ref=a%2Fb&x=%41+1&&"),
+    "target-%2F": (_V, _J, None, "/files/a%2Fb"),
+    "target-%2f": (_V, _J, None, "/files/a%2fb"),
+    "target-/": (_V, _J, None, "/files/a/b"),
+    "target-%20": (_V, _J, None, "/files/a%20b"),
+    "target-%41": (_V, _J, None, "/files/%41"),
+    "target-utf8": (_V, _J, None, "/files/caf%C3%A9"),
+    "target-%2F-trailing-?": (_V, _J, None, "/files/a%2Fb?"),
 }
 
 
@@ -528,17 +577,25 @@ def _answer(r):
 
 @rule("same-answer")
 @pytest.mark.parametrize("case", list(CORPUS))
-def test_same_request_same_answer_everywhere(stack, _service_registry, case):
-    body, ctype, fault = (CORPUS[case] + (None,))[:3]
+def test_same_request_same_answer_everywhere(stack, _service_registry, db, case):
+    body, ctype, fault, target = (CORPUS[case] + (None, None))[:4]
     account = "e2e_same_" + uuid.uuid4().hex[:8]
-    answers = {}
+    answers, fingerprints = {}, {}
     for lang in selected_langs():
         svc = get_service(_service_registry, stack, lang, "direct")
-        r = Client(svc.base).request("POST", "/payments", body=body, headers={
-            "Authorization": f"Bearer {account}", "Idempotency-Key": new_key(), "Content-Type": ctype, "X-Fault": fault})
+        key = new_key()
+        r = Client(svc.base).request("POST", target or "/payments", body=body, headers={
+            "Authorization": f"Bearer {account}", "Idempotency-Key": key, "Content-Type": ctype, "X-Fault": fault})
         answers.setdefault(_answer(r), []).append(lang)
-    assert len(answers) == 1, f"{case}: {body!r} ({ctype}) answered differently:\n" + "\n".join(
+        if target and r.status == 201:
+            rows = stored(db, account, key, "encode(request_hash, 'hex')")
+            fingerprints.setdefault(rows[0][0] if rows else None, []).append(lang)
+    assert len(answers) == 1, f"{case}: {body!r} ({ctype}) {target or ''} answered differently:\n" + "\n".join(
         f"  {', '.join(langs)}: {a}" for a, langs in answers.items())
+    if target:
+        want = fingerprint_of(db, target, body)
+        assert list(fingerprints) == [want], f"{case}: {target} not fingerprinted as sent ({want}):\n" + "\n".join(
+            f"  {', '.join(langs)}: {f}" for f, langs in fingerprints.items())
 
 
 # --------------------------------------------------------------------------- last

@@ -38,7 +38,11 @@ export interface IdempotencyOptions<Req = any> {
   /** Allow-list of response headers stored for a replay (default: all but per-connection ones). */
   replayHeaders?: string[] | null;
   isolationLevel?: IsolationLevel | Lowercase<IsolationLevel> | null;
-  /** The path in the request fingerprint (default: the URL path without the query string). */
+  /**
+   * The path in the request fingerprint (default: the request line's target up to its first '?', as sent: not
+   * decoded, not normalised, before any mount prefix is stripped or URL rewritten). The query in the fingerprint is
+   * always what follows that '?', as sent (none for a trailing '?').
+   */
   requestPath?: (req: Req) => string;
   /** Request body limit in bytes (default 1 MiB = 1048576; over it: 413). Fastify: default the route's bodyLimit. */
   bodyLimit?: number;
@@ -140,7 +144,10 @@ export interface AdmitInput<Req = any> {
   /** The raw Idempotency-Key field value (a string, or an array of its lines). */
   keyHeader: string | string[] | undefined;
   method: string;
+  /** The request target up to its first '?', as sent. */
   path: string;
+  /** What follows the target's first '?', as sent; null, undefined or '' for none. */
+  query?: string | null;
   body(): Promise<Buffer>;
   /** false: no key is parsed (a transaction without a claim). */
   claim?: boolean;
@@ -150,6 +157,8 @@ export interface AdmittedRequest {
   key: string | null;
   method: string;
   path: string;
+  /** The raw query string, or null for none (an empty one included). */
+  query: string | null;
   raw: Buffer;
   bodyText: string;
   bodyValue: unknown;

@@ -1,6 +1,7 @@
 # Operations on Citus: the sweeper of every node removes the expired keys of that node's shards (the coordinator
 # has none and no error), nothing logs a failing sweep, and idem_citus_stats() on the coordinator has a row per
-# node with the workers' claims.
+# node with the workers' claims. idem_cleanup() leaves citus.enable_manual_changes_to_shards as the caller's
+# transaction had it (before issue 38 it stayed on).
 use strict;
 use warnings;
 
@@ -40,6 +41,17 @@ is(sql($coordinator, "SELECT keys_removed || '|' || coalesce(last_error, '') FRO
 	"the coordinator's sweeper has nothing to remove and no error");
 is(scalar(grep { /cannot perform distributed planning|idempotency.*ERROR|ERROR.*expired keys/ }
 	map { split /\n/, slurp_file($_->logfile) } @nodes), 0, 'no node logged a failing sweep');
+# idem_cleanup() on a worker sweeps its shards by name with citus.enable_manual_changes_to_shards on, in its own
+# settings only: the rest of the caller's transaction has it as before (issue 38; it stayed on before).
+for my $worker (@workers)
+{
+	is(sql($worker, "BEGIN;
+		SELECT current_setting('citus.enable_manual_changes_to_shards') AS before \\gset
+		SELECT idem_cleanup() >= 0;
+		SELECT :'before' || ' -> ' || current_setting('citus.enable_manual_changes_to_shards');
+		COMMIT;"), "t\noff -> off",
+		"$worker->{citus_name}: citus.enable_manual_changes_to_shards after idem_cleanup() is what it was");
+}
 is(sql($coordinator, 'SELECT count(*) FROM idem_citus_stats()'), '3',
 	'idem_citus_stats() on the coordinator: one row per node');
 is(sql($coordinator, "SELECT sum((stats->>'claims')::bigint) >= 20 FROM idem_citus_stats()"), 't',

@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(138);
+SELECT plan(143);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -87,14 +87,14 @@ SELECT has_table('public', 'idempotency_keys', 'table idempotency_keys exists');
 SELECT columns_are('public', 'idempotency_keys',
     ARRAY['expires_at', 'created_at', 'http_status', 'scope', 'key', 'request_hash',
           'response_headers', 'response_body', 'lease_until', 'lease_token', 'recovery_point', 'recovery_state',
-          'response_content_type', 'response_bytes']);
+          'response_content_type', 'response_bytes', 'fencing_number']);
 SELECT col_type_is('public', 'idempotency_keys', 'lease_token', 'uuid', 'lease_token is uuid');
 SELECT col_is_null('public', 'idempotency_keys', 'lease_until', 'lease_until is nullable');
 SELECT col_hasnt_default('public', 'idempotency_keys', 'lease_until', 'lease_until has no default (the fast path relies on it)');
 SELECT columns_are('public', 'idempotency_keys_partitioned',
     ARRAY['expires_at', 'created_at', 'http_status', 'scope', 'key', 'request_hash',
           'response_headers', 'response_body', 'lease_until', 'lease_token', 'recovery_point', 'recovery_state',
-          'response_content_type', 'response_bytes'],
+          'response_content_type', 'response_bytes', 'fencing_number'],
     'the partitioned table has the same columns in the same order');
 SELECT col_type_is('public', 'idempotency_keys', 'scope', 'text', 'scope is text');
 SELECT col_type_is('public', 'idempotency_keys', 'key', 'text', 'key is text');
@@ -343,6 +343,17 @@ SELECT col_type_is('public', 'idempotency_keys_partitioned', 'response_bytes', '
                    'the partitioned table has response_bytes');
 SELECT col_type_is('public', 'idempotency_keys_partitioned_default', 'response_content_type', 'text',
                    'its partitions have response_content_type');
+
+-- 1.4 (issue 38): each key row keeps its last fencing number, nullable and without a default (no rewrite, and the
+-- direct insert leaves it NULL); a grant's number is above the clock's microseconds since 2000.
+SELECT col_type_is('public', 'idempotency_keys', 'fencing_number', 'bigint', 'fencing_number is bigint');
+SELECT col_is_null('public', 'idempotency_keys', 'fencing_number', 'fencing_number is nullable');
+SELECT col_hasnt_default('public', 'idempotency_keys', 'fencing_number', 'fencing_number has no default');
+SELECT col_type_is('public', 'idempotency_keys_partitioned_default', 'fencing_number', 'bigint',
+                   'the partitions have fencing_number');
+SELECT cmp_ok((SELECT fencing_number FROM idem_lease('pgtap-fence', idem_hash('f'), '1 min')),
+              '>=', (extract(epoch FROM statement_timestamp() - timestamptz '2000-01-01 00:00+00') * 1000000)::bigint,
+              'a grant''s fencing number is at least the clock in microseconds since 2000');
 
 SELECT * FROM finish();
 ROLLBACK;

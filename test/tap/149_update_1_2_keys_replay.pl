@@ -86,7 +86,7 @@ for my $db (sort keys %databases)
 	is(scalar(keys %sent), $keys, "$db: $keys keys stored through the 1.2 client statements");
 	$dbh->disconnect;
 
-	$node->safe_psql($db, 'ALTER EXTENSION idempotency UPDATE');
+	$node->safe_psql($db, "ALTER EXTENSION idempotency UPDATE TO '1.3'");
 	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"), '1.3',
 		"$db: updated to 1.3");
 	is($node->safe_psql($db, 'SELECT idem_storage_mode()'), $databases{$db}, "$db: storage mode kept");

@@ -118,6 +118,9 @@ export function createApp({
   app.all('/healthz', notAllowed('GET, HEAD'));
   app.post('/payments', idem(pay));
   app.all('/payments', notAllowed('POST'));
+  // POST /payments at any path under /files/ (CONTRACT.md, rule raw-target): the fingerprint has the target as sent.
+  app.post('/files/*name', idem(pay));
+  app.all('/files/*name', notAllowed('POST'));
   app.post('/payments-unprotected', tx(pay));
   app.all('/payments-unprotected', notAllowed('POST'));
   app.post('/rides', ridesHandler({ pool, authenticate, validatePayment, leaseSeconds: ridesLeaseSeconds, faults, logger }));

@@ -110,7 +110,18 @@ export function statementName(client, statement) {
   return `${statement}_${id}`;
 }
 
-/** The query string of a request target (what follows `?`), or null. */
+// The fingerprint's path and query are the request line's (CONTRACT.md, idem_fingerprint): the request target as
+// sent, split at its first '?', neither part decoded nor normalised, whatever a framework's routing made of it (a
+// mount prefix stripped, a rewritten URL, a '#' that url.parse() takes for a fragment). An empty query (a trailing
+// '?') is passed as none (NULL), which idem_fingerprint hashes as it hashes ''.
+
+/** The path of a request target as sent: everything before its first `?`. */
+export function pathOf(url) {
+  const at = (url || '').indexOf('?');
+  return at < 0 ? url || '' : url.slice(0, at);
+}
+
+/** The query string of a request target as sent (what follows its first `?`), or null when there is none. */
 export function queryOf(url) {
   const at = (url || '').indexOf('?');
   return at < 0 ? null : url.slice(at + 1);

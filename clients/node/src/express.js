@@ -11,7 +11,7 @@
 // back and answered 500 problem+json.
 
 import { interceptResponse, sendResponse } from './capture.js';
-import { ClientGone, errorStatus, execute, internalError, options, queryOf, readBody } from './engine.js';
+import { ClientGone, errorStatus, execute, internalError, options, pathOf, queryOf, readBody } from './engine.js';
 import { HttpProblem } from './responses.js';
 
 /** The raw request body: from a body parser that already ran (req.rawBody, a Buffer or string req.body), or read. */
@@ -78,7 +78,8 @@ function runChain(handlers, req, res, capture, handle, outerNext) {
 
 function makeRunner(opts, claim) {
   const cfg = options(opts);
-  const requestPath = cfg.requestPath || ((req) => (req.originalUrl || req.url || '/').split('?', 1)[0] || '/');
+  // the request line's target (req.originalUrl: req.url less the prefix of the router it is mounted on)
+  const requestPath = cfg.requestPath || ((req) => pathOf(req.originalUrl || req.url));
   return function wrap(...handlers) {
     handlers = handlers.flat();
     if (handlers.some((h) => typeof h !== 'function')) {

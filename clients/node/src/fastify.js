@@ -7,7 +7,7 @@
 
 import { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
-import { open, options, queryOf, readBody } from './engine.js';
+import { open, options, pathOf, queryOf, readBody } from './engine.js';
 import { CapturedResponse, HttpProblem, bytesOf, wireHeaders } from './responses.js';
 
 const BODY = Symbol('idempotency.body');
@@ -34,7 +34,9 @@ async function send(reply, answer) {
  */
 export function fastifyIdempotency(fastify, opts, done) {
   const cfg = options({ ...opts, bodyLimit: opts.bodyLimit ?? Number.MAX_SAFE_INTEGER });
-  const requestPath = cfg.requestPath || ((request) => request.url.split('?', 1)[0] || '/');
+  // the request line's target: the url before rewriteUrl (request.originalUrl, kept on the raw request too), else url
+  const target = (request) => request.originalUrl ?? request.raw.originalUrl ?? request.url;
+  const requestPath = cfg.requestPath || ((request) => pathOf(target(request)));
   fastify.decorateRequest('idempotency', null);
   fastify.decorateRequest('rawBody', null);
 
@@ -57,7 +59,7 @@ export function fastifyIdempotency(fastify, opts, done) {
     if (!enabled(request)) return undefined;
     const opened = await open(cfg, {
       scopeArg: request, keyHeader: request.headers['idempotency-key'], method: request.method,
-      path: requestPath(request), query: queryOf(request.url), body: async () => request[BODY] ?? Buffer.alloc(0),
+      path: requestPath(request), query: queryOf(target(request)), body: async () => request[BODY] ?? Buffer.alloc(0),
     });
     if (!opened.handle) return opened.answer && send(reply, opened.answer);
     request[TX] = opened;

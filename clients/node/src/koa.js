@@ -9,7 +9,7 @@
 // answered 500 problem+json.
 
 import { STATUS_CODES } from 'node:http';
-import { errorStatus, execute, options, readBody } from './engine.js';
+import { errorStatus, execute, options, pathOf, queryOf, readBody } from './engine.js';
 import { CapturedResponse, bytesOf, wireHeaders } from './responses.js';
 
 function defaultRenderError(err, ctx) {
@@ -29,14 +29,16 @@ export function koaIdempotency(opts) {
   const cfg = options(opts);
   const methods = cfg.methods || new Set(['POST', 'PATCH']);
   const renderError = (opts && opts.renderError) || defaultRenderError;
-  const requestPath = cfg.requestPath || ((ctx) => ctx.path);
+  // the request line's target (ctx.originalUrl), not ctx.path: that one is decoded by nothing but rewritten by a
+  // mount (koa-mount strips its prefix) and cut at a '#' by url.parse()
+  const requestPath = cfg.requestPath || ((ctx) => pathOf(ctx.originalUrl));
 
   return async function idempotencyKoa(ctx, next) {
     if (!methods.has(ctx.method)) return next();
     const { request } = ctx;
     const answer = await execute(cfg, {
       scopeArg: ctx, keyHeader: ctx.req.headers['idempotency-key'], method: ctx.method, path: requestPath(ctx),
-      query: ctx.querystring,
+      query: queryOf(ctx.originalUrl),
       body: async () => {
         // a body parser that ran before (koa-bodyparser keeps rawBody), else the whole body from the socket
         if (request.rawBody !== undefined) return Buffer.from(request.rawBody);

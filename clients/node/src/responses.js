@@ -158,15 +158,50 @@ export function parseRecord(text) {
   return fields;
 }
 
+const OCTAL = /^[0-3][0-7][0-7]$/;
+
+/**
+ * The bytes of bytea's text form, whichever form the session's bytea_output (a setting any role may choose: ALTER
+ * DATABASE / ALTER ROLE ... SET) gave it: hex, `\x` then two hex digits a byte; or escape, where a byte from 0x20
+ * to 0x7e is itself, `\\` a backslash and `\ooo` (three octal digits) any other byte. The two cannot be confused:
+ * escape writes a backslash as `\\`, so its text never starts with `\x`. Throws on anything else.
+ */
+export function byteaFromText(text) {
+  if (text.startsWith('\\x')) {
+    const bytes = Buffer.from(text.slice(2), 'hex'); // stops at the first pair that is not hex
+    if (bytes.length * 2 !== text.length - 2) throw new Error('malformed bytea text (hex)');
+    return bytes;
+  }
+  const out = Buffer.allocUnsafe(text.length);
+  let n = 0;
+  for (let i = 0; i < text.length;) {
+    const c = text.charCodeAt(i);
+    if (c !== 0x5c) {
+      if (c < 0x20 || c > 0x7e) throw new Error('malformed bytea text (escape)');
+      out[n++] = c;
+      i++;
+    } else if (text.charCodeAt(i + 1) === 0x5c) {
+      out[n++] = 0x5c;
+      i += 2;
+    } else {
+      const octal = text.slice(i + 1, i + 4);
+      if (!OCTAL.test(octal)) throw new Error('malformed bytea text (escape)');
+      out[n++] = parseInt(octal, 8);
+      i += 4;
+    }
+  }
+  return out.subarray(0, n);
+}
+
 /**
  * The answer to an idem_claim_request value (1.3: outcome, http_status, content_type, headers, body as bytea text
- * or a Buffer), or null for 'claimed'. A replay is the stored bytes with the stored Content-Type and headers; a key
- * stored by 1.0-1.2 (no content type) is decoded as replayResponse does.
+ * in either bytea_output form, or a Buffer), or null for 'claimed'. A replay is the stored bytes with the stored
+ * Content-Type and headers; a key stored by 1.0-1.2 (no content type) is decoded as replayResponse does.
  */
 export function requestClaimResponse([outcome, status, contentType, headersText, bytes], base = PROBLEM_BASE) {
   const httpStatus = status === null ? null : Number(status);
   if (outcome !== 'replay') return claimResponse({ outcome, http_status: httpStatus }, base);
-  const body = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes?.slice(2) ?? '', 'hex');
+  const body = Buffer.isBuffer(bytes) ? bytes : bytes == null ? Buffer.alloc(0) : byteaFromText(bytes);
   if (contentType === null && headersText !== null && new RegExp(`"${BODY_ENCODING_HEADER}"`, 'i').test(headersText)) {
     return replayResponse(httpStatus, body.toString('utf8'), headersText);
   }

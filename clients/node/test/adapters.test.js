@@ -6,8 +6,11 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
+import http from 'node:http';
 import express from 'express';
-import { HttpProblem, idempotency, transactional } from '../src/index.js';
+import Koa from 'koa';
+import Fastify from 'fastify';
+import { HttpProblem, fastifyIdempotency, idempotency, koaIdempotency, transactional } from '../src/index.js';
 import { fakePool, listen, pgError, post, quietLogger, steps, withServer } from './helpers.js';
 
 const KEY = { 'Idempotency-Key': '"k1"', 'X-Account': 'acct' };
@@ -471,3 +474,90 @@ test('fastify: routes without config.idempotency are not touched', async () => {
   });
   assert.deepEqual(pool.log, []);
 });
+
+// One request line, one fingerprint (CONTRACT.md, idem_fingerprint): the path is the request target up to its
+// first '?' and the query what follows it, both as sent: not decoded (%2F, %20, %41 stay), not normalised (dot
+// segments, duplicate slashes, case), whatever a framework's routing made of them (a mount prefix stripped, a
+// rewritten URL, a '#' that url.parse() takes for a fragment). A trailing '?' (an empty query) is no query: NULL,
+// as for a target without '?' (idem_fingerprint hashes NULL and '' alike).
+const TARGETS = [
+  ['/api/a%2Fb', '/api/a%2Fb', null],
+  ['/api/a%20b', '/api/a%20b', null],
+  ['/api/%41b', '/api/%41b', null],
+  ['/api/p?', '/api/p', null],
+  ['/api/p?a=%2F&b=%20c+d&%41=%3f&e', '/api/p', 'a=%2F&b=%20c+d&%41=%3f&e'],
+  ['/api/p?x?y=1', '/api/p', 'x?y=1'],
+  ['/api/P/./q/../r', '/api/P/./q/../r', null],
+  ['/api//p;v=1', '/api//p;v=1', null],
+  ['/api/p#f?x=1', '/api/p#f', 'x=1'],
+  ["/api/p'x", "/api/p'x", null],
+];
+
+/** Send POST `target` exactly as written (fetch would normalise it) and resolve with the status. */
+function postRaw(base, target) {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ hostname, port, method: 'POST', path: target,
+      headers: { ...KEY, 'Content-Type': 'application/json', Connection: 'close' } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('error', reject);
+    req.end('{}');
+  });
+}
+
+// Each app protects every path under /api, mounted the way the framework strips or rewrites the prefix.
+const MOUNTED = {
+  'express app.use(prefix, idem(handler))': (pool) => {
+    const app = express();
+    app.use('/api', idempotency({ pool, logger: quietLogger })((req, res) => res.status(201).json({ url: req.url })));
+    return listen(app);
+  },
+  'express app.use(idem()) in a router': (pool) => {
+    const app = express();
+    const router = express.Router();
+    router.use(idempotency({ pool, logger: quietLogger })());
+    router.use((req, res) => res.status(201).json({}));
+    app.use('/api', router);
+    return listen(app);
+  },
+  'koa (behind a mount that strips the prefix)': (pool) => {
+    const app = new Koa();
+    app.silent = true;
+    app.use((ctx, next) => {
+      ctx.path = ctx.path.slice('/api'.length) || '/'; // what koa-mount does
+      return next();
+    });
+    app.use(koaIdempotency({ pool, logger: quietLogger }));
+    app.use((ctx) => {
+      ctx.status = 201;
+      ctx.body = {};
+    });
+    return listen(app.callback());
+  },
+  'fastify (rewriteUrl strips the prefix)': async (pool) => {
+    const app = Fastify({ rewriteUrl: (req) => req.url.slice('/api'.length) || '/' });
+    await app.register(fastifyIdempotency, { pool, logger: quietLogger });
+    app.post('/*', { config: { idempotency: true } }, async (request, reply) => reply.code(201).send({}));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    return { url: `http://127.0.0.1:${app.server.address().port}`, close: () => app.close() };
+  },
+};
+
+for (const [name, make] of Object.entries(MOUNTED)) {
+  test(`${name}: the fingerprint's path and query are the request line's, undecoded`, async () => {
+    const pool = fakePool();
+    const srv = await make(pool);
+    try {
+      for (const [target, path, query] of TARGETS) {
+        pool.log.length = 0;
+        assert.equal(await postRaw(srv.url, target), 201, target);
+        const claim = pool.log.find((l) => l.sql.includes('idem_claim_request'));
+        assert.deepEqual(claim.params.slice(2, 5), ['POST', path, query], target);
+      }
+    } finally {
+      await srv.close();
+    }
+  });
+}

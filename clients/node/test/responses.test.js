@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  parseRecord, requestClaimResponse,
+  byteaFromText, parseRecord, requestClaimResponse,
   BODY_ENCODING_HEADER,
   CapturedResponse,
   HttpProblem,
@@ -152,4 +152,23 @@ test('parseRecord and requestClaimResponse: the 1.3 claim value in its text form
   const old = requestClaimResponse(['replay', '200', null, '{"Idempotency-Body-Encoding": "text", "Content-Type": "text/plain"}',
     `\\x${Buffer.from('"hi"').toString('hex')}`]);
   assert.equal(old.body.toString(), 'hi');
+});
+
+test('the claim value under bytea_output = escape (a setting any role may choose): the same bytes as under hex', () => {
+  // record_out's text of one value, as PostgreSQL 15 writes it with SET bytea_output = escape
+  const r = requestClaimResponse(parseRecord(
+    '(replay,201,application/octet-stream,"{""X-A"": ""1""}","\\\\000!\\\\\\\\""\\\\177\\\\200\\\\377,(")'));
+  assert.equal(r.status, 201);
+  assert.deepEqual(r.headers, [['Content-Type', 'application/octet-stream'], ['X-A', '1'], ['Idempotent-Replayed', 'true']]);
+  assert.equal(r.body.toString('hex'), '00215c227f80ff2c28');
+  assert.deepEqual(requestClaimResponse(parseRecord('(replay,200,,,abc)')).body, Buffer.from('abc'));
+  // every byte, in both forms (escape: 0x20..0x7e as themselves, a backslash doubled, any other byte \ooo)
+  const all = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+  const escape = [...all].map((b) => (b === 0x5c ? '\\\\' : b >= 0x20 && b <= 0x7e ? String.fromCharCode(b)
+    : `\\${b.toString(8).padStart(3, '0')}`)).join('');
+  assert.deepEqual(byteaFromText(escape), all);
+  assert.deepEqual(byteaFromText(`\\x${all.toString('hex')}`), all);
+  assert.deepEqual(byteaFromText(''), Buffer.alloc(0));
+  assert.deepEqual(byteaFromText('\\x'), Buffer.alloc(0));
+  for (const bad of ['\\x4', '\\xzz', '\\9', '\\40', 'caf\u00e9', '\n']) assert.throws(() => byteaFromText(bad), /malformed bytea/, bad);
 });

@@ -12,6 +12,7 @@ import io
 import json
 import sys
 from dataclasses import dataclass
+from urllib.parse import unquote_to_bytes
 from wsgiref.util import setup_testing_defaults
 
 import pytest
@@ -32,6 +33,11 @@ ANSWERS = {
     "created": Response(201, [("Content-Type", "application/json"), ("Location", "/x/1")],
                         b'{"z": 1,   "a": [1, 2.50, "x"], "m": {"b": null, "aa": true}}'),
     "text": Response(200, [("Content-Type", "text/plain; charset=utf-8")], b"  spaced\n text  "),
+    # every byte, and what a text form of bytea could be mistaken for (backslashes, an octal escape, \x)
+    "binary": Response(201, [("Content-Type", "application/octet-stream"), ("Location", "/x/2")],
+                       bytes(range(256)) + b'\\x00 "\\\\" \\377'),
+    "latin-1": Response(200, [("Content-Type", "text/plain; charset=latin-1")],
+                        'café \\ "q" ß\n'.encode("latin-1")),
     "return-500": Response(500, [("Content-Type", "text/plain")], b"failed"),
 }
 #: What every adapter answers to each X-Then (status, a part of the body); each adapter adds its own.
@@ -48,15 +54,25 @@ class Req:
     length: object = "whole"  # the Content-Length: of the whole body, a number (over len(body): cut short), None
     query: str = ""
     path: str = "/t"
+    target: str = None  # the request target as sent (percent-encoded); None: path and query
 
     def content_length(self):
         return len(self.body) if self.length == "whole" else self.length
+
+    def raw(self):
+        """The target as sent, and its path and query as a server hands them over: the path percent-decoded (WSGI's
+        PATH_INFO: the bytes as latin-1; ASGI's path: UTF-8), the query as sent."""
+        target = self.target if self.target is not None else self.path + ("?" + self.query if self.query else "")
+        path, _, query = target.partition("?")
+        return target, unquote_to_bytes(path), query
 
 
 def environ(rq):
     """A WSGI environ, as a server hands it over: no Content-Length is a chunked body (``wsgi.input_terminated``),
     several header lines are joined with a comma."""
-    env = {"REQUEST_METHOD": "POST", "PATH_INFO": rq.path, "QUERY_STRING": rq.query, "CONTENT_TYPE": "application/json",
+    target, path, query = rq.raw()
+    env = {"REQUEST_METHOD": "POST", "PATH_INFO": path.decode("latin-1"), "QUERY_STRING": query,
+           "REQUEST_URI": target, "CONTENT_TYPE": "application/json",
            "wsgi.input": io.BytesIO(rq.body), "HTTP_X_ACCOUNT": rq.account, "HTTP_X_THEN": rq.then,
            "HTTP_AUTHORIZATION": "Bearer " + rq.account}
     if rq.keys:
@@ -164,6 +180,7 @@ class Asgi:
         not_executed_on_validation_errors(app)
 
         @app.post("/t")
+        @app.post("/t/{rest:path}")
         async def t(request: Request):
             r = await handler(self, get_context(request), request.headers["x-then"], len(await request.body()))
             return StarletteResponse(r.body, r.status, dict(r.headers))
@@ -236,8 +253,10 @@ async def asgi_request(app, rq):
         else:
             got.append(message.get("body", b""))
 
+    target, path, query = rq.raw()
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": rq.path, "raw_path": rq.path.encode(), "root_path": "", "query_string": rq.query.encode(),
+             "path": path.decode(), "raw_path": target.partition("?")[0].encode(), "root_path": "",
+             "query_string": query.encode(),
              "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80)}
     await app(scope, receive, send)
     return answered(Response(start["status"], start["headers"], b"".join(got)), read[0])
@@ -297,7 +316,7 @@ def adapter(request, database_url, pool):
     return Django()
 
 
-@pytest.mark.parametrize("then", ["created", "text"])
+@pytest.mark.parametrize("then", ["created", "text", "binary"])
 def test_the_answer_is_stored_as_sent_and_replayed_byte_for_byte(adapter, db, account, then):
     first, again = adapter.send([Req(account, then), Req(account, then)])
     want = ANSWERS[then]
@@ -324,6 +343,33 @@ def test_the_query_string_and_the_body_are_in_the_fingerprint(adapter, db, accou
     same = db.execute("SELECT encode(request_hash, 'hex') = idem_fingerprint('POST', '/t', 'ref=1', NULL, %s) "
                       "FROM idempotency_keys WHERE scope = %s AND key = 'k'", (PAY, account))
     assert same.fetchone() == (True,)
+
+
+def fingerprint_is(db, account, key, path, query=None, body=PAY):
+    return db.execute("SELECT encode(request_hash, 'hex') = idem_fingerprint('POST', %s, %s, NULL, %s) "
+                      "FROM idempotency_keys WHERE scope = %s AND key = %s", (path, query, body, account, key)
+                      ).fetchone() == (True,)
+
+
+def test_the_path_is_fingerprinted_as_the_request_line_has_it(adapter, db, account):
+    """CONTRACT.md "raw-target": the path undecoded, as sent.  /t/a%2Fb and /t/a/b are two requests (one key: a
+    422), so are /t/%41 and /t/A; a trailing ? is no query (a replay); each stored fingerprint is the one of the
+    target as sent."""
+    a = dict(keys=("a",))
+    b = dict(keys=("b",))
+    c = dict(keys=("c",))
+    first, slash, again, upper, letter, space, q = adapter.send([
+        Req(account, target="/t/a%2Fb", **a), Req(account, target="/t/a/b", **a), Req(account, target="/t/a%2Fb?", **a),
+        Req(account, target="/t/%41", **b), Req(account, target="/t/A", **b),
+        Req(account, target="/t/caf%C3%A9%20x", **c), Req(account, target="/t/x?q=a%2Fb&r", keys=("d",))])
+    assert first.status == upper.status == space.status == q.status == 201, (first, upper, space, q)
+    assert slash.status == letter.status == 422, (slash, letter)
+    assert json.loads(slash.body)["type"].endswith("/idempotency-key-reused")
+    assert again.header("Idempotent-Replayed") == "true" and again.body == first.body
+    assert fingerprint_is(db, account, "a", "/t/a%2Fb") and fingerprint_is(db, account, "b", "/t/%41")
+    assert fingerprint_is(db, account, "c", "/t/caf%C3%A9%20x")
+    assert fingerprint_is(db, account, "d", "/t/x", "q=a%2Fb&r")
+    assert len(ledger(db, account)) == 4
 
 
 def test_the_frameworks_own_4xx_after_a_write_is_stored_as_sent(adapter, db, account):

@@ -81,7 +81,7 @@ void (async () => {
 // admit(): what every adapter checks before the database, for a framework of your own
 declare const incoming: import('node:http').IncomingMessage;
 const admitted = admit({ scope: () => 'acct', bodyLimit: DEFAULT_BODY_LIMIT }, {
-  scopeArg: incoming, keyHeader: incoming.headers['idempotency-key'], method: 'POST', path: '/p',
+  scopeArg: incoming, keyHeader: incoming.headers['idempotency-key'], method: 'POST', path: '/p', query: 'a=%2F',
   body: () => readBody(incoming, { bodyLimit: DEFAULT_BODY_LIMIT }, incoming.headers['content-length']),
 });
-void admitted.then((r) => (r instanceof CapturedResponse ? r.status : r.bodyText.length));
+void admitted.then((r) => (r instanceof CapturedResponse ? r.status : r.bodyText.length + (r.query ?? '').length));

@@ -149,9 +149,10 @@ class IdempotencyASGIMiddleware(core.Options):
             return await run_asgi(self.app, inner, raw, receive)
 
         keys = [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"idempotency-key"]
-        return await self.respond(scope, scope["method"].upper(), scope.get("root_path", "") + scope["path"],
-                                  keys or None, lambda limit: read_body(scope, receive, limit),
-                                  self.backend.transaction, run, answer, query=scope.get("query_string"))
+        path, query = core.asgi_target(scope)  # as the request line had them (CONTRACT.md "raw-target")
+        return await self.respond(scope, scope["method"].upper(), path, keys or None,
+                                  lambda limit: read_body(scope, receive, limit), self.backend.transaction, run,
+                                  answer, query=query)
 
 
 async def read_body(scope, receive, limit=MAX_BODY_BYTES):

@@ -27,6 +27,7 @@ import secrets
 import weakref
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -294,6 +295,57 @@ class Options:
         return problem(500, "internal-error", "Internal Server Error", detail, (), self.problem_base)
 
 
+#: What a request target carries unencoded in its path (RFC 3986: unreserved, sub-delims, ":", "@", "/"): a path
+#: rebuilt from a decoded one (:func:`asgi_target`, :func:`wsgi_target` without the raw target) percent-encodes every
+#: other byte.
+PATH_SAFE = "/:@!$&'()*+,;=-._~"
+
+
+def _native_text(value):
+    """Bytes, or a WSGI native string (the bytes as latin-1), as text: UTF-8 decoded (invalid bytes replaced)."""
+    if isinstance(value, str):
+        value = value.encode("latin-1", "replace")
+    return bytes(value).decode("utf-8", "replace")
+
+
+def split_target(target):
+    """``(path, query)`` of a request target as sent (CONTRACT.md "raw-target"): the path up to the first ``?``,
+    undecoded, as text (``/`` if empty), and the query after it, as it came (:func:`raw_query` takes it: an empty
+    one is none, so a trailing ``?`` is no query).  ``target``: bytes or a WSGI native string."""
+    sep = "?" if isinstance(target, str) else b"?"
+    path, _, query = target.partition(sep)
+    return _native_text(path) or "/", query
+
+
+def asgi_target(scope):
+    """``(path, query)`` of an ASGI request as its request line had them (the query as it came, for
+    :func:`raw_query`): ``raw_path``, the undecoded path the server received (a ``root_path`` the server was given
+    is not part of it), and ``query_string``.  A server that gives no ``raw_path`` (it is optional in ASGI):
+    ``root_path`` + ``path`` percent-encoded again (:data:`PATH_SAFE`), which cannot tell ``%2F`` from ``/`` nor
+    ``%41`` from ``A``."""
+    raw = scope.get("raw_path")
+    if raw is not None:
+        path, _ = split_target(bytes(raw))  # a server that left the query in raw_path: the path before it
+        return path, scope.get("query_string")
+    path = quote((scope.get("root_path", "") + scope.get("path", "")).encode("utf-8", "surrogateescape"),
+                 safe=PATH_SAFE)
+    return path or "/", scope.get("query_string")
+
+
+def wsgi_target(environ):
+    """``(path, query)`` of a WSGI request as its request line had them (the query as it came, for
+    :func:`raw_query`): ``RAW_URI`` (gunicorn, Werkzeug) or ``REQUEST_URI`` (waitress, gunicorn, uWSGI, mod_wsgi,
+    Werkzeug), the target as received, split at its first ``?`` (:func:`split_target`).  A server that sets
+    neither (wsgiref): ``SCRIPT_NAME`` + ``PATH_INFO`` (decoded by the server) percent-encoded again
+    (:data:`PATH_SAFE`), which cannot tell ``%2F`` from ``/`` nor ``%41`` from ``A``, and ``QUERY_STRING``."""
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if raw:
+        return split_target(raw)
+    path = quote((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")).encode("latin-1", "replace"),
+                 safe=PATH_SAFE)
+    return path or "/", environ.get("QUERY_STRING")
+
+
 def raw_query(value):
     """The request's raw query string as the fingerprint takes it (CONTRACT.md "Statements of 1.3"): without the
     ``?``, as sent (no decoding, no reordering), None when there is none.  ``value``: bytes (ASGI's
@@ -320,10 +372,45 @@ def complete_args(params, response, replay_headers):
     return (params["key"], params["scope"], response.status, content_type, json.dumps(headers), response.body)
 
 
-def claim_fields(value):
-    r"""The fields ``(outcome, http_status, content_type, headers as JSON text, body bytes)`` of an
-    ``idem_request_claim`` in its text form, the record literal ``(f1,f2,f3,f4,f5)``: an empty field is NULL, a
-    quoted one has ``""`` and ``\\`` for ``"`` and ``\``; the body is bytea's hex form ``\x...``."""
+def claim_fields(value, encoding="utf-8"):
+    """The fields ``(outcome, http_status, content_type, headers as JSON text, body bytes)`` of an
+    ``idem_request_claim`` as a driver hands it over: bytes are its binary form (:func:`claim_fields_binary`, what
+    psycopg 3 reads), a string its text form (:func:`claim_fields_text`, psycopg2's)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return claim_fields_binary(bytes(value), encoding)
+    return claim_fields_text(value)
+
+
+def claim_fields_binary(data, encoding="utf-8"):
+    """The fields of an ``idem_request_claim`` in PostgreSQL's binary composite layout (CONTRACT.md "Statements of
+    1.3"): an int32 field count, then per field a uint32 type OID, an int32 length (-1: NULL) and the value (text:
+    its bytes in the client encoding; integer: int32 big-endian; jsonb: version byte 1 then the JSON text; bytea:
+    the bytes).  No session setting (bytea_output, DateStyle, ...) changes any of it."""
+    count = int.from_bytes(data[0:4], "big", signed=True)
+    if count < 5:
+        raise ValueError("idem_request_claim: %d fields in its binary form, 5 expected" % count)
+    fields, pos = [], 4
+    for _ in range(5):
+        length = int.from_bytes(data[pos + 4:pos + 8], "big", signed=True)
+        pos += 8
+        if length < 0:
+            fields.append(None)
+        else:
+            fields.append(data[pos:pos + length])
+            pos += length
+    outcome, status, content_type, headers, body = fields
+    if headers is not None:
+        if headers[:1] != b"\x01":
+            raise ValueError("idem_request_claim: jsonb binary version %r, 1 expected" % headers[:1])
+        headers = headers[1:].decode(encoding)
+    return (outcome.decode(encoding), int.from_bytes(status, "big", signed=True) if status is not None else None,
+            content_type.decode(encoding) if content_type is not None else None, headers, body)
+
+
+def claim_fields_text(value):
+    r"""The fields of an ``idem_request_claim`` in its text form, the record literal ``(f1,f2,f3,f4,f5)``: an empty
+    field is NULL, a quoted one has ``""`` and ``\\`` for ``"`` and ``\``; the body is bytea's text form, in
+    either of the two that ``bytea_output`` chooses (:func:`bytea_from_text`)."""
     fields, i, end = [], 1, len(value) - 1
     while i <= end:
         if value[i] == '"':
@@ -340,7 +427,28 @@ def claim_fields(value):
             i = j + 1
     outcome, status, content_type, headers, body = fields
     return (outcome, int(status) if status else None, content_type, headers,
-            bytes.fromhex(body[2:]) if body is not None else None)
+            bytea_from_text(body) if body is not None else None)
+
+
+def bytea_from_text(text):
+    r"""bytea's text form as bytes: ``\x`` and hex digits (``bytea_output = hex``), or the escape form
+    (``bytea_output = escape``: printable ASCII as itself, ``\\`` for a backslash, ``\ooo`` in octal for any
+    other byte).  A value in escape form never starts with ``\x`` (its backslash would be doubled)."""
+    if text.startswith("\\x"):
+        return bytes.fromhex(text[2:])
+    out, i = bytearray(), 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\":
+            out.append(ord(c))
+            i += 1
+        elif text[i + 1] == "\\":
+            out.append(0x5C)
+            i += 2
+        else:
+            out.append(int(text[i + 1:i + 4], 8))
+            i += 4
+    return bytes(out)
 
 
 class Preparing:
@@ -441,11 +549,13 @@ class PgTx:
         self.preparing.on = False  # for every connection of the pool: the pooler is the same
 
     async def _one_row(self, sql, params, before=None, after=None):
+        """``before``, ``sql``, ``after`` (one round trip, or one each); the row of ``sql``, read in binary: no
+        session setting (bytea_output, DateStyle, TimeZone, IntervalStyle, extra_float_digits) changes a value."""
         conn = self.handle
         async with entered(conn.pipeline() if self.pipeline else nullcontext()):  # one round trip, or one each
             if before:
                 await aw(conn.execute(before))
-            cur = await aw(conn.execute(sql, params, prepare=False))
+            cur = await aw(conn.execute(sql, params, prepare=False, binary=True))
             if after:
                 await aw(conn.execute(after))
         return await aw(cur.fetchone())
@@ -453,7 +563,7 @@ class PgTx:
     async def _named_row(self, which, args, before=None, after=None):
         """``before``, the named statement ``which`` of :class:`Named` (both parsed first if this connection has
         not), ``after``: one round trip through libpq (``pipeline=False``: one each, until one fails); the
-        statement's value as text."""
+        statement's value in binary, as bytes (no session setting changes it)."""
         conn = self.handle
         pgconn, named = conn.pgconn, named_of(conn)
         values, formats = _native_params(conn, args)
@@ -465,7 +575,7 @@ class PgTx:
             sends.append(lambda: pgconn.send_prepare(named.claim, CLAIM_NATIVE))
             sends.append(lambda: pgconn.send_prepare(named.complete, COMPLETE_NATIVE))
             parses = 2
-        sends.append(lambda: pgconn.send_query_prepared(getattr(named, which), values, formats))
+        sends.append(lambda: pgconn.send_query_prepared(getattr(named, which), values, formats, result_format=1))
         if after:
             sends.append(lambda: pgconn.send_query_params(after, None))
         results = []
@@ -481,7 +591,7 @@ class PgTx:
         _raise_first_error(conn, results)
         row = results[first + parses][0]
         value = row.get_value(0, 0)
-        return None if value is None else bytes(value).decode(conn.info.encoding)
+        return None if value is None else bytes(value)
 
     async def begin_with(self, sql, params):
         return await self._one_row(sql, params, before="BEGIN")
@@ -490,15 +600,15 @@ class PgTx:
         return await self._one_row(sql, params, after="COMMIT")
 
     async def claim(self, params):
-        """``BEGIN`` and the claim: its fields (:func:`claim_fields`); :class:`BadBody` if the body is not JSON,
-        :class:`PreparedLost` if the named statement is lost to a pooler (nothing has run)."""
+        """``BEGIN`` and the claim: its fields (:func:`claim_fields`, read in binary); :class:`BadBody` if the body
+        is not JSON, :class:`PreparedLost` if the named statement is lost to a pooler (nothing has run)."""
         named = self.preparing.on  # as sent: another request may turn preparing off meanwhile
         try:
             if named:
                 value = await self._named_row("claim", claim_args(params), before=b"BEGIN")
             else:
                 value = (await self.begin_with(CLAIM_REQUEST, claim_args(params)))[0]
-            return claim_fields(value)
+            return claim_fields(value, self.handle.info.encoding)
         except pgerrors.Error as e:
             if e.sqlstate in BAD_BODY_STATES:
                 raise BadBody() from e

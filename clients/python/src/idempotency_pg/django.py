@@ -38,6 +38,14 @@ def from_django(dresp):
     return Response(dresp.status_code, list(dresp.items()), dresp.content)
 
 
+def request_target(request):
+    """``(path, query)`` of a Django request as its request line had them (CONTRACT.md "raw-target"), not
+    ``request.path`` (decoded): under ASGI its scope's (:func:`idempotency_pg.core.asgi_target`), under WSGI its
+    environ's, ``request.META`` (:func:`idempotency_pg.core.wsgi_target`)."""
+    scope = getattr(request, "scope", None)
+    return core.asgi_target(scope) if scope is not None else core.wsgi_target(request.META)
+
+
 def read_body(request, limit):
     """The whole body: a ``Content-Length`` over the limit refused before Django reads it, and fewer bytes than it
     (the client hung up) refused as incomplete."""
@@ -115,10 +123,11 @@ def idempotent(scope=None, *, using="default", **options):
                 sent["django"], sent["response"] = dresp, from_django(dresp)
                 return sent["response"]
 
-            out = core.drive(opts.respond(request, request.method.upper(), request.path,
+            path, query = request_target(request)
+            out = core.drive(opts.respond(request, request.method.upper(), path,
                                           request.META.get("HTTP_IDEMPOTENCY_KEY"),
                                           lambda limit: read_body(request, limit), lambda: _transaction(using), run,
-                                          query=request.META.get("QUERY_STRING")))
+                                          query=query))
             if out is not None and out is sent.get("response"):
                 return sent["django"]  # the view's own response object, sent as it made it
             return to_django(out)
@@ -180,4 +189,4 @@ class _DjangoConnection:
         return transaction.atomic(using=self.using)
 
 
-__all__ = ["idempotent", "lease_pool", "to_django", "from_django"]
+__all__ = ["idempotent", "lease_pool", "request_target", "to_django", "from_django"]

@@ -60,7 +60,12 @@ from .responses import claim_response, problem
 
 log = logging.getLogger("idempotency_pg")
 
-LEASE_SQL = ("SELECT l.*, l.response_body::text AS body_text, l.response_headers::text AS headers_text "
+#: The lease's fields that the steps use, none that a session setting changes in its text form (the timestamps
+#: ``expires_at`` and ``lease_until`` are left out: psycopg 3 cannot parse them under ``DateStyle = 'SQL'`` and
+#: psycopg2 misreads them); psycopg 3 reads them in binary anyway (:meth:`_DB.lease`).
+LEASE_SQL = ("SELECT l.outcome, l.http_status, l.lease_token, l.recovery_point, l.recovery_state, l.fencing_number, "
+             "l.response_content_type, l.response_bytes, "
+             "l.response_body::text AS body_text, l.response_headers::text AS headers_text "
              "FROM idem_lease(%(key)s::text, idem_hash(jsonb_build_object('method', %(method)s::text, "
              "'path', %(path)s::text, 'body', %(body)s::jsonb)), make_interval(secs => %(lease)s), "
              "%(ttl)s::interval, %(scope)s::text) AS l")
@@ -238,7 +243,8 @@ class _DB:
 
     async def lease(self, params):
         async with entered(self.pool.connection()) as conn:
-            cur = await aw(conn.execute(LEASE_SQL, params))
+            binary = {"binary": True} if isinstance(conn, (psycopg.Connection, psycopg.AsyncConnection)) else {}
+            cur = await aw(conn.execute(LEASE_SQL, params, **binary))
             row = await aw(cur.fetchone())
             return dict(zip([d.name for d in cur.description], row))
 

@@ -53,12 +53,11 @@ class IdempotencyMiddleware(core.Options):
                                    CONNECTION: ctx.handle, KEY: ctx.key, SCOPE: ctx.scope, ATTEMPT: ctx.attempt})
             return run_wsgi(self.app, env)
 
+        path, query = core.wsgi_target(environ)  # as the request line had them (CONTRACT.md "raw-target")
         return core.drive(self.respond(
-            environ, environ.get("REQUEST_METHOD", "POST").upper(),
-            environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""), environ.get("HTTP_IDEMPOTENCY_KEY"),
+            environ, environ.get("REQUEST_METHOD", "POST").upper(), path, environ.get("HTTP_IDEMPOTENCY_KEY"),
             lambda limit: read_body(environ, limit),
-            lambda: core.pool_transaction(self.pool, self.preparing, self.pipeline), run, answer,
-            query=environ.get("QUERY_STRING")))
+            lambda: core.pool_transaction(self.pool, self.preparing, self.pipeline), run, answer, query=query))
 
 
 def read_body(environ, limit=MAX_BODY_BYTES):

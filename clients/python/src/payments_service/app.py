@@ -32,7 +32,8 @@ def _send(start_response, response):
 
 
 class PaymentsApp:
-    """Routes: POST /payments (idempotent), POST /rides (lease mode), POST /payments-unprotected, GET /healthz."""
+    """Routes: POST /payments (idempotent), POST /files/<name> (the same, at another path: CONTRACT.md
+    "raw-target"), POST /rides (lease mode), POST /payments-unprotected, GET /healthz."""
 
     def __init__(self, pool, faults=False):
         self.pool, self.faults = pool, faults
@@ -80,9 +81,12 @@ class PaymentsApp:
         if path == "/healthz":
             ok = method in ("GET", "HEAD")
             return _send(start_response, json_response(200, {"ok": True}) if ok else not_allowed("GET, HEAD"))
-        if path == "/payments" and method == "POST":
+        files = path.startswith("/files/") and len(path) > len("/files/")  # PATH_INFO is decoded: a%2Fb is a/b here
+        if (path == "/payments" or files) and method == "POST":
             return self.protected(environ, start_response)
         routes = {"/payments": None, "/rides": self.rides, "/payments-unprotected": self.unprotected}
+        if files:
+            return _send(start_response, not_allowed())
         if path not in routes:
             return _send(start_response, not_found(path))
         return _send(start_response, routes[path](environ) if method == "POST" else not_allowed())

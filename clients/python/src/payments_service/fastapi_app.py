@@ -92,6 +92,7 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
         backend = PsycopgBackend(pool)
 
         @app.post("/payments")
+        @app.post("/files/{name:path}")  # CONTRACT.md "raw-target": /payments at another path
         async def payments(request: Request):
             ctx = get_context(request)
             return to_fastapi(await process_payment(ctx.connection, ctx.scope, ctx.key, await request.body(),
@@ -141,6 +142,7 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
                 created(row.id, account, amount, currency)
 
         @app.post("/payments")
+        @app.post("/files/{name:path}")  # CONTRACT.md "raw-target": /payments at another path
         def payments(request: Request):  # def: FastAPI runs it in a thread, where the sync Session belongs
             from anyio import from_thread
 
@@ -158,5 +160,5 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
         raise ValueError("variant must be psycopg or sqlalchemy, not %r" % (variant,))
 
     mw = IdempotencyASGIMiddleware(app, backend, scope=account_of, methods=("POST",),
-                                   when=lambda scope: scope["path"] == "/payments")
+                                   when=lambda s: s["path"] == "/payments" or s["path"].startswith("/files/"))
     return mw
