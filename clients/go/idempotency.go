@@ -2,8 +2,9 @@
 // the Idempotency-Key request header by claiming the key, running the handler and storing its response in one
 // database transaction, the same transaction as the handler's own writes.
 //
-// Per request: the key is parsed (400 problem+json when missing or invalid), the body is read whole and must be
-// JSON (400 otherwise, 413 over Options.MaxBodyBytes, before any claim), then, with the statements of extension 1.3
+// Per request: the key is parsed (400 problem+json when missing or invalid), the body is read whole, whatever its
+// type, and never parsed (413 over Options.MaxBodyBytes, before any claim); its bytes and Content-Type go to the
+// claim, and the handler reads the body as it would without the middleware. With the statements of extension 1.3
 //
 //	BEGIN
 //	idem_claim_request(key, scope, method, path, query, content type, body, ttl)
@@ -13,6 +14,9 @@
 //	  replay      -> ROLLBACK; the stored response, plus Idempotent-Replayed: true
 //	  mismatch    -> ROLLBACK; 422 problem+json (idempotency-key-reused)
 //	  in_progress -> ROLLBACK; 409 problem+json, Retry-After: 1
+//	  expired     -> ROLLBACK; 410 problem+json (idempotency-key-expired)
+//
+// The answers the middleware writes itself go through Options.RenderProblem (default problem+json).
 //
 // Pipelined over prepared statements (the default with a *pgxpool.Pool or a *pgx.Conn), the claim goes first and
 // BEGIN follows it for a claimed key only, taking the claim into the transaction; any other outcome ends the
@@ -71,6 +75,17 @@ type Options struct {
 	MaxBodyBytes int64
 	// ProblemBase prefixes problem types; "" means DefaultProblemBase.
 	ProblemBase string
+	// RenderProblem writes the answers the middleware writes itself (CONTRACT.md "error-shape": key missing,
+	// invalid or several, in progress, expired, too large, reused, internal error) in the API's own shape, with
+	// p.Header (Retry-After on 409). nil means application/problem+json.
+	RenderProblem RenderProblemFunc
+	// Redact are JSON Pointers (RFC 6901: /card/number) of members dropped from a JSON object response before it
+	// is stored (CONTRACT.md "store-less"); the first answer is sent whole, the stored headers gain
+	// Idempotent-Replay-Redacted with the pointers dropped, and a replay answers the body without them.
+	Redact []string
+	// OmitBody stores only the status and the headers of a response (its body NULL, no content type); the stored
+	// headers gain Idempotent-Replay-Body: omitted and a replay answers an empty body.
+	OmitBody bool
 	// Logger for database and handler errors; nil means log.Default().
 	Logger *log.Logger
 	// NoPipeline sends BEGIN, idem_claim, idem_complete and COMMIT as four round trips instead of two batches (BEGIN
@@ -265,8 +280,15 @@ func (g *Guard) Guards(method string) bool {
 	return false
 }
 
-func (g *Guard) problem(status int, slug, title, detail string) *Response {
-	return Problem(g.opts.ProblemBase, status, slug, title, detail)
+// problem is an answer the middleware writes itself, through Options.RenderProblem.
+func (g *Guard) problem(r *http.Request, status int, slug, title, detail string) *Response {
+	return g.Render(r, ProblemDetails{Status: status, Type: slug, Title: title, Detail: detail, Header: http.Header{}})
+}
+
+// Render is the answer to p as Options.RenderProblem writes it (problem+json when it is nil), for a service's own
+// refusals in the shape of the Guard's.
+func (g *Guard) Render(r *http.Request, p ProblemDetails) *Response {
+	return RenderProblem(g.opts.RenderProblem, g.opts.ProblemBase, r, p)
 }
 
 func (g *Guard) handle(passthrough http.Handler, h TxHandlerFunc) http.Handler {
@@ -283,10 +305,7 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h TxHandlerFunc) {
 	key, refused := g.ReadKey(r)
 	if refused == nil {
 		var raw []byte
-		if raw, refused = g.ReadBody(r); refused == nil && !ValidRequestBody(raw) {
-			refused = g.badBody()
-		}
-		if refused == nil {
+		if raw, refused = g.ReadBody(r); refused == nil {
 			g.run(w, r, key, raw, h)
 			return
 		}
@@ -304,7 +323,7 @@ func (g *Guard) ReadKey(r *http.Request) (string, *Response) {
 		if ke.Missing {
 			title = "Idempotency-Key required"
 		}
-		return "", g.problem(http.StatusBadRequest, ke.Slug(), title, ke.Reason)
+		return "", g.problem(r, http.StatusBadRequest, ke.Slug(), title, ke.Reason)
 	}
 	return key, nil
 }
@@ -316,7 +335,7 @@ func (g *Guard) ReadKey(r *http.Request) (string, *Response) {
 // server reads no more of the body.
 func (g *Guard) ReadBody(r *http.Request) ([]byte, *Response) {
 	var (
-		refused *Response
+		refused *ProblemDetails
 		raw     []byte
 		err     error
 	)
@@ -325,19 +344,20 @@ func (g *Guard) ReadBody(r *http.Request) ([]byte, *Response) {
 	}
 	switch {
 	case r.ContentLength > g.opts.MaxBodyBytes || int64(len(raw)) > g.opts.MaxBodyBytes:
-		refused = g.problem(http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large",
-			fmt.Sprintf("the request body is over %d bytes (Options.MaxBodyBytes)", g.opts.MaxBodyBytes))
+		refused = &ProblemDetails{Status: http.StatusRequestEntityTooLarge, Type: "request-too-large",
+			Title:  "Request body too large",
+			Detail: fmt.Sprintf("the request body is over %d bytes (Options.MaxBodyBytes)", g.opts.MaxBodyBytes)}
 	case err == nil && int64(len(raw)) < r.ContentLength:
 		err = fmt.Errorf("%d bytes of a body of %d (Content-Length)", len(raw), r.ContentLength)
 		fallthrough
 	case err != nil:
-		refused = g.problem(http.StatusBadRequest, "request-body-unreadable", "Unreadable request body",
-			"the request body did not arrive whole: "+err.Error())
+		refused = &ProblemDetails{Status: http.StatusBadRequest, Type: "request-body-unreadable",
+			Title: "Unreadable request body", Detail: "the request body did not arrive whole: " + err.Error()}
 	default:
 		return raw, nil
 	}
-	refused.Header.Set("Connection", "close")
-	return nil, refused
+	refused.Header = http.Header{"Connection": {"close"}}
+	return nil, g.Render(r, *refused)
 }
 
 // run runs the attempts of a request whose key and body were read: the transaction, again after 40001/40P01.
@@ -346,10 +366,11 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 	if g.opts.Scope != nil {
 		scope = g.opts.Scope(r)
 	}
-	// The content type goes as NULL (CONTRACT.md, "A request, as a client sends it"): the body is fingerprinted as
-	// JSON whatever the header says, which is 1.2's fingerprint for a request without a query string.
+	// The body's bytes and its Content-Type (NULL when absent) as they came (CONTRACT.md "any-body"): the claim
+	// fingerprints a JSON media type (or a body with no type) canonically, anything else as bytes.
 	path, query := RequestTarget(r)
-	req := attemptInput{key: key, scope: scope, method: r.Method, path: path, query: query, body: raw}
+	req := attemptInput{key: key, scope: scope, method: r.Method, path: path, query: query, body: raw,
+		contentType: RequestContentType(r)}
 
 	for attempt := 0; ; attempt++ {
 		resp, err := g.attempt(r, req, attempt, h)
@@ -365,13 +386,12 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 			g.opts.Logger.Printf("idempotency: %v on attempt %d, running the transaction again", err, attempt+1)
 			continue
 		case IsRetryable(err):
-			p := g.problem(http.StatusConflict, "transaction-conflict", "Conflict",
-				"the request kept conflicting with concurrent requests; retry it")
-			p.Header.Set("Retry-After", "1")
-			p.Write(w)
+			g.Render(r, ProblemDetails{Status: http.StatusConflict, Type: "transaction-conflict", Title: "Conflict",
+				Detail: "the request kept conflicting with concurrent requests; retry it",
+				Header: http.Header{"Retry-After": {"1"}}}).Write(w)
 			return
 		case errors.Is(err, errBadBody):
-			g.badBody().Write(w)
+			g.badBody(r).Write(w)
 			return
 		case errors.Is(err, errNoResponse):
 			g.opts.Logger.Printf("%v", err)
@@ -387,7 +407,7 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 				detail = fmt.Sprintf("database error (SQLSTATE %s); the request was rolled back", pg.Code)
 			}
 		}
-		g.problem(http.StatusInternalServerError, "internal-error", "Internal Server Error", detail).Write(w)
+		g.problem(r, http.StatusInternalServerError, "internal-error", "Internal Server Error", detail).Write(w)
 		return
 	}
 }
@@ -407,13 +427,24 @@ func RequestTarget(r *http.Request) (path, query string) {
 	return path, query
 }
 
-func (g *Guard) badBody() *Response {
-	return g.problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body",
+// RequestContentType is r's Content-Type as idem_claim_request takes it: nil (NULL) when the request has none,
+// its lines joined with ", " when it has several.
+func RequestContentType(r *http.Request) any {
+	if v := r.Header.Values("Content-Type"); len(v) > 0 {
+		return strings.Join(v, ", ")
+	}
+	return nil
+}
+
+// badBody answers a body the claim cannot fingerprint: one of a JSON media type (or of none) that is not JSON.
+func (g *Guard) badBody(r *http.Request) *Response {
+	return g.problem(r, http.StatusBadRequest, "request-body-not-json", "Malformed request body",
 		"the request body is not JSON")
 }
 
 type attemptInput struct {
 	key, scope, method, path, query string
+	contentType                     any
 	body                            []byte
 }
 
@@ -448,7 +479,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 	if g.opts.ClaimTimeout > 0 {
 		cctx, cancel = context.WithTimeout(ctx, g.opts.ClaimTimeout)
 	}
-	c, err := s.claim(cctx, []any{in.key, in.scope, in.method, in.path, in.query, nil, in.body, g.ttl()})
+	c, err := s.claim(cctx, []any{in.key, in.scope, in.method, in.path, in.query, in.contentType, in.body, g.ttl()})
 	cancel()
 	if err != nil {
 		var pg *pgconn.PgError
@@ -457,8 +488,12 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		}
 		return nil, err
 	}
-	if early, err := ClaimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
-		return early, err // replay, mismatch, in_progress: close rolls the transaction back
+	early, p, err := ClaimAnswer(c)
+	if p != nil {
+		early = g.Render(r, *p)
+	}
+	if early != nil || err != nil {
+		return early, err // replay, mismatch, in_progress, expired: close rolls the transaction back
 	}
 
 	tx, q := s.handlerTx()
@@ -483,7 +518,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 			title = http.StatusText(he.Status)
 		}
 		rec = NewRecorder()
-		g.problem(he.Status, "http-"+strconv.Itoa(he.Status), title, he.Detail).Write(rec)
+		Problem(g.opts.ProblemBase, he.Status, "http-"+strconv.Itoa(he.Status), title, he.Detail).Write(rec)
 		if he.Status >= 500 {
 			g.opts.Logger.Printf("idempotency: %v (rolled back)", err)
 		}
@@ -498,9 +533,10 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		// Not stored: close rolls back the handler's writes and the claim, so the key is free for a retry.
 		return resp, nil
 	}
-	// The bytes sent are the bytes stored: every replay is the first answer, byte for byte.
-	contentType, headers := StoredHeaders(resp.Header, g.opts.ReplayHeaders)
-	if err := s.finish(ctx, []any{in.key, in.scope, resp.Status, contentType, headers, resp.Body}); err != nil {
+	// The bytes sent are the bytes stored: every replay is the first answer, byte for byte (but for the members
+	// Options.Redact drops and a body Options.OmitBody leaves out, which never reach the row).
+	contentType, headers, body := StoreLess{Redact: g.opts.Redact, OmitBody: g.opts.OmitBody}.Stored(resp, g.opts.ReplayHeaders)
+	if err := s.finish(ctx, []any{in.key, in.scope, resp.Status, contentType, headers, body}); err != nil {
 		return nil, err
 	}
 	return resp, nil

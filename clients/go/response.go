@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strconv"
@@ -63,12 +64,56 @@ func Problem(base string, status int, slug, title, detail string) *Response {
 	return &Response{Status: status, Header: http.Header{"Content-Type": {"application/problem+json"}}, Body: body}
 }
 
+// ProblemDetails is an answer the middleware writes itself (CONTRACT.md "error-shape"): a key missing, invalid or
+// several (400), a request in progress (409), an expired key (410), a body too large (413) or unreadable (400), a
+// key reused (422), an internal error (500). Type is the problem type's last segment (idempotency-key-missing,
+// idempotency-key-invalid, idempotency-key-in-progress, idempotency-key-expired, request-too-large,
+// idempotency-key-reused, internal-error, ...); Header holds the headers the middleware adds (Retry-After: 1 on
+// 409, Connection: close on a refused body), which a renderer should send.
+type ProblemDetails struct {
+	Status int
+	Type   string
+	Title  string
+	Detail string
+	Header http.Header
+}
+
+// RenderProblemFunc writes a ProblemDetails as the API wants it (status, headers, body): Options.RenderProblem,
+// lease.Runner.RenderProblem. r is the request answered (nil where none is known).
+type RenderProblemFunc func(w http.ResponseWriter, r *http.Request, p ProblemDetails)
+
+// Response is p as application/problem+json (RFC 9457), its type base + p.Type (DefaultProblemBase when base is
+// empty), with p.Header: the default rendering.
+func (p ProblemDetails) Response(base string) *Response {
+	resp := Problem(base, p.Status, p.Type, p.Title, p.Detail)
+	for k, vs := range p.Header {
+		resp.Header[k] = append([]string(nil), vs...)
+	}
+	return resp
+}
+
+// RenderProblem is the answer to p: render's, recorded, or the default problem+json (base as in
+// ProblemDetails.Response) when render is nil.
+func RenderProblem(render RenderProblemFunc, base string, r *http.Request, p ProblemDetails) *Response {
+	if render == nil {
+		return p.Response(base)
+	}
+	rec := NewRecorder()
+	if p.Header == nil {
+		p.Header = http.Header{}
+	}
+	render(rec, r, p)
+	return rec.Response()
+}
+
 // Claim outcomes of idem_claim.
 const (
 	OutcomeClaimed    = "claimed"
 	OutcomeReplay     = "replay"
 	OutcomeMismatch   = "mismatch"
 	OutcomeInProgress = "in_progress"
+	// OutcomeExpired (1.4, idempotency.tombstone_ttl): the key's stored response expired; answered 410.
+	OutcomeExpired = "expired"
 )
 
 // ClaimRow is one row of idem_claim, with the jsonb columns as their text (nil for SQL NULL); on 1.3, ResponseBody
@@ -83,34 +128,49 @@ type ClaimRow struct {
 
 // ClaimResponse maps a claim to the HTTP answer: nil for "claimed" (run the handler), the stored response (with
 // ContentType when there is one) plus Idempotent-Replayed for "replay", 422 (or the status the extension gives) for "mismatch", 409 with
-// Retry-After: 1 for "in_progress".
+// Retry-After: 1 for "in_progress", 410 for "expired"; the problems as problem+json (ClaimAnswer gives them as
+// ProblemDetails, for a RenderProblemFunc).
 func ClaimResponse(base string, c ClaimRow) (*Response, error) {
+	resp, p, err := ClaimAnswer(c)
+	if p != nil {
+		return p.Response(base), nil
+	}
+	return resp, err
+}
+
+// ClaimAnswer maps a claim to the HTTP answer: nothing for "claimed", the stored response for "replay", the
+// problem of "mismatch", "in_progress" or "expired".
+func ClaimAnswer(c ClaimRow) (*Response, *ProblemDetails, error) {
 	switch c.Outcome {
 	case OutcomeClaimed:
-		return nil, nil
+		return nil, nil, nil
 	case OutcomeReplay:
 		if c.HTTPStatus == nil {
-			return nil, fmt.Errorf("idempotency: replay without a stored status")
+			return nil, nil, fmt.Errorf("idempotency: replay without a stored status")
 		}
 		r, err := replayResponse(int(*c.HTTPStatus), c.ResponseBody, c.ResponseHeaders)
 		if err == nil && c.ContentType != nil {
 			r.Header.Set("Content-Type", *c.ContentType)
 		}
-		return r, err
+		return r, nil, err
 	case OutcomeMismatch:
 		status := http.StatusUnprocessableEntity
 		if c.HTTPStatus != nil {
 			status = int(*c.HTTPStatus)
 		}
-		return Problem(base, status, "idempotency-key-reused", "Idempotency-Key reused",
-			"this Idempotency-Key was already used with a different request"), nil
+		return nil, &ProblemDetails{Status: status, Type: "idempotency-key-reused", Title: "Idempotency-Key reused",
+			Detail: "this Idempotency-Key was already used with a different request", Header: http.Header{}}, nil
 	case OutcomeInProgress:
-		p := Problem(base, http.StatusConflict, "idempotency-key-in-progress", "Request in progress",
-			"a request with this Idempotency-Key is still being processed; retry later")
-		p.Header.Set("Retry-After", "1")
-		return p, nil
+		return nil, &ProblemDetails{Status: http.StatusConflict, Type: "idempotency-key-in-progress",
+			Title: "Request in progress", Detail: "a request with this Idempotency-Key is still being processed; retry later",
+			Header: http.Header{"Retry-After": {"1"}}}, nil
+	case OutcomeExpired:
+		return nil, &ProblemDetails{Status: http.StatusGone, Type: "idempotency-key-expired",
+			Title:  "Idempotency-Key expired",
+			Detail: "the response stored for this Idempotency-Key has expired; send the request with a new key",
+			Header: http.Header{}}, nil
 	}
-	return nil, fmt.Errorf("idempotency: unknown idem_claim outcome %q", c.Outcome)
+	return nil, nil, fmt.Errorf("idempotency: unknown idem_claim outcome %q", c.Outcome)
 }
 
 func replayResponse(status int, bodyText, headersText *string) (*Response, error) {
@@ -165,6 +225,12 @@ func replayResponse(status int, bodyText, headersText *string) (*Response, error
 // idem_complete_request and idem_lease_complete_request store for a replay: allow, when not nil, is the allow-list
 // (case-insensitive); otherwise every header but the per-connection ones. Repeated headers are joined with ", ".
 func StoredHeaders(h http.Header, allow []string) (contentType any, headers string) {
+	contentType, out := storedHeaderMap(h, allow)
+	b, _ := json.Marshal(out)
+	return contentType, string(b)
+}
+
+func storedHeaderMap(h http.Header, allow []string) (contentType any, out map[string]string) {
 	var allowed map[string]bool
 	if allow != nil {
 		allowed = map[string]bool{}
@@ -172,7 +238,7 @@ func StoredHeaders(h http.Header, allow []string) (contentType any, headers stri
 			allowed[http.CanonicalHeaderKey(a)] = true
 		}
 	}
-	out := map[string]string{}
+	out = map[string]string{}
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)
@@ -193,8 +259,164 @@ func StoredHeaders(h http.Header, allow []string) (contentType any, headers stri
 		contentType = ct
 		delete(out, "Content-Type")
 	}
-	b, _ := json.Marshal(out)
-	return contentType, string(b)
+	return contentType, out
+}
+
+// Headers a stored response gains when a route stores less (CONTRACT.md "store-less").
+const (
+	// RedactedHeader lists the JSON Pointers dropped from the stored body, in the order given.
+	RedactedHeader = "Idempotent-Replay-Redacted"
+	// BodyOmittedHeader ("omitted") says the body was not stored: a replay answers an empty body.
+	BodyOmittedHeader = "Idempotent-Replay-Body"
+)
+
+// StoreLess says what a route leaves out of the stored response (CONTRACT.md "store-less"): Options.Redact and
+// Options.OmitBody, lease.Runner's.
+type StoreLess struct {
+	// Redact are JSON Pointers (RFC 6901: /card/number, /api_key) of members dropped from a JSON object response
+	// body before it is stored; the answer sent keeps them.
+	Redact []string
+	// OmitBody stores only the status and the headers (body NULL, no content type).
+	OmitBody bool
+}
+
+// Stored is what is stored of resp: its content type (nil for none), its headers as a JSON object (allow as in
+// StoredHeaders) and its body (nil for NULL), with sl's members dropped or its body omitted, and the headers that
+// say so.
+func (sl StoreLess) Stored(resp *Response, allow []string) (contentType any, headers string, body []byte) {
+	contentType, h := storedHeaderMap(resp.Header, allow)
+	body = resp.Body
+	switch {
+	case sl.OmitBody:
+		contentType, body = nil, nil
+		h[BodyOmittedHeader] = "omitted"
+	case len(sl.Redact) > 0:
+		var dropped []string
+		if body, dropped = RedactJSON(resp.Body, sl.Redact); len(dropped) > 0 {
+			h[RedactedHeader] = strings.Join(dropped, ", ")
+		}
+	}
+	b, _ := json.Marshal(h)
+	return contentType, string(b), body
+}
+
+// RedactJSON drops the members named by pointers (RFC 6901 JSON Pointers) from a JSON object and returns the
+// object without them and the pointers of the members actually dropped, in the order given. Members the pointers
+// do not name keep their bytes, in their order (the object's own white space between members is not kept); a
+// pointer may pass through arrays by index. A body that is not a JSON object comes back as it is, nothing dropped.
+func RedactJSON(body []byte, pointers []string) ([]byte, []string) {
+	if _, ok := parseObject(body); !ok {
+		return body, nil
+	}
+	var dropped []string
+	for _, ptr := range pointers {
+		path, ok := parsePointer(ptr)
+		if !ok || len(path) == 0 {
+			continue
+		}
+		if out, ok := dropMember(body, path); ok {
+			body = out
+			dropped = append(dropped, ptr)
+		}
+	}
+	return body, dropped
+}
+
+// parsePointer splits a JSON Pointer into its reference tokens (~1 is /, ~0 is ~).
+func parsePointer(p string) ([]string, bool) {
+	if p == "" || p[0] != '/' {
+		return nil, false
+	}
+	parts := strings.Split(p[1:], "/")
+	for i, t := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	return parts, true
+}
+
+type member struct {
+	key   string
+	value json.RawMessage
+}
+
+// parseObject reads a JSON object's members in their order, each value as its bytes.
+func parseObject(b []byte) ([]member, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, false
+	}
+	var out []member
+	for dec.More() {
+		t, err := dec.Token()
+		k, ok := t.(string)
+		if err != nil || !ok {
+			return nil, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false
+		}
+		out = append(out, member{k, v})
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	return out, true
+}
+
+// dropMember removes the member at path from the JSON value b, reporting whether it was there.
+func dropMember(b []byte, path []string) ([]byte, bool) {
+	if members, ok := parseObject(b); ok {
+		for i, m := range members {
+			if m.key != path[0] {
+				continue
+			}
+			if len(path) == 1 {
+				return writeObject(append(members[:i:i], members[i+1:]...)), true
+			}
+			v, ok := dropMember(m.value, path[1:])
+			if !ok {
+				return b, false
+			}
+			members[i].value = v
+			return writeObject(members), true
+		}
+		return b, false
+	}
+	var items []json.RawMessage
+	if len(path) == 1 || json.Unmarshal(b, &items) != nil {
+		return b, false // only members are dropped; an array is passed through by index
+	}
+	i, err := strconv.Atoi(path[0])
+	if err != nil || i < 0 || i >= len(items) || strconv.Itoa(i) != path[0] {
+		return b, false
+	}
+	v, ok := dropMember(items[i], path[1:])
+	if !ok {
+		return b, false
+	}
+	items[i] = v
+	out, _ := json.Marshal(items)
+	return out, true
+}
+
+func writeObject(members []member) []byte {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	for i, m := range members {
+		if i > 0 {
+			buf.WriteString(", ")
+		}
+		k, _ := json.Marshal(m.key)
+		buf.Write(k)
+		buf.WriteString(": ")
+		buf.Write(bytes.TrimSpace(m.value))
+	}
+	buf.WriteByte('}')
+	return buf.Bytes()
 }
 
 // The claim's value, idem_request_claim, is read in binary over prepared statements (decodeClaim: the composite's

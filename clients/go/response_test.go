@@ -231,3 +231,26 @@ func TestDecodeClaimText(t *testing.T) {
 		}
 	}
 }
+
+// RedactJSON drops the members its pointers name (RFC 6901, ~0 and ~1 escapes, through arrays by index), keeps
+// the rest in order, reports the pointers dropped in the order given, and leaves anything but an object alone.
+func TestRedactJSON(t *testing.T) {
+	for _, tc := range []struct {
+		body     string
+		pointers []string
+		want     string
+		dropped  string
+	}{
+		{`{"a": 1, "b": {"c": 2, "d": 3}}`, []string{"/b/c", "/a"}, `{"b": {"d": 3}}`, "/b/c,/a"},
+		{`{"a": 1}`, []string{"/x", "/a/b", "", "a"}, `{"a": 1}`, ""},
+		{`{"x/y": 1, "m~n": 2, "k": 3}`, []string{"/x~1y", "/m~0n"}, `{"k": 3}`, "/x~1y,/m~0n"},
+		{`{"items": [{"s": 1, "t": 2}, {"s": 3}]}`, []string{"/items/1/s", "/items/01/s", "/items/0"}, `{"items": [{"s":1,"t":2},{}]}`, "/items/1/s"},
+		{`[{"a": 1}]`, []string{"/0/a"}, `[{"a": 1}]`, ""},
+		{`not json`, []string{"/a"}, `not json`, ""},
+	} {
+		got, dropped := RedactJSON([]byte(tc.body), tc.pointers)
+		if string(got) != tc.want || strings.Join(dropped, ",") != tc.dropped {
+			t.Errorf("RedactJSON(%s, %q) = %s %q, want %s %q", tc.body, tc.pointers, got, dropped, tc.want, tc.dropped)
+		}
+	}
+}

@@ -164,3 +164,44 @@ func TestOneRequestLineOneFingerprint(t *testing.T) {
 	a.Serve(e)
 	testdb.CheckRequestLines(t, a.Srv.URL)
 }
+
+// CONTRACT.md "any-body": the middleware never parses the body, so echo's c.Bind reads a form, also on the run
+// after a 40001 (the body handed to each run whole); the same bytes replay, the same bytes as another type are
+// another request (422). Before 1.4 the middleware refused a form with 400 request-body-not-json.
+func TestBindReadsAFormOnEveryRun(t *testing.T) {
+	a := testdb.NewApp(t, "go_echo_")
+	e := echo.New()
+	e.HideBanner = true
+	e.Logger.SetOutput(io.Discard)
+	e.POST("/p", func(c echo.Context) error {
+		run := a.Runs.Add(1)
+		var in struct {
+			Amount int    `form:"amount_cents"`
+			Note   string `form:"note"`
+		}
+		if err := c.Bind(&in); err != nil {
+			return err
+		}
+		ctx := c.Request().Context()
+		if run == 1 {
+			_, err := idempotency.Tx(ctx).Exec(ctx, testdb.SerializationFailure)
+			return err
+		}
+		return c.JSON(http.StatusCreated, map[string]any{"amount": in.Amount, "note": in.Note})
+	}, echoidem.Middleware(idempotency.New(a.Pool, a.Options())))
+	a.Serve(e)
+	key := testdb.Unique("k")
+	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	first := testdb.Request(t, http.MethodPost, a.Srv.URL+"/p", &key, "amount_cents=250&note=a%20b", form)
+	second := testdb.Request(t, http.MethodPost, a.Srv.URL+"/p", &key, "amount_cents=250&note=a%20b", form)
+	if first.Status != 201 || first.Body != "{\"amount\":250,\"note\":\"a b\"}\n" || !second.Replayed() || second.Body != first.Body {
+		t.Fatalf("first %+v second %+v", first, second)
+	}
+	if r := testdb.Request(t, http.MethodPost, a.Srv.URL+"/p", &key, "amount_cents=250&note=a%20b",
+		map[string]string{"Content-Type": "text/plain"}); r.Status != 422 || r.ProblemType() != "idempotency-key-reused" {
+		t.Fatalf("another type: %+v", r)
+	}
+	if a.Runs.Load() != 2 {
+		t.Fatalf("runs %d, want 2", a.Runs.Load())
+	}
+}

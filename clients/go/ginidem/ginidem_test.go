@@ -140,3 +140,42 @@ func TestOneRequestLineOneFingerprint(t *testing.T) {
 	a.Serve(r)
 	testdb.CheckRequestLines(t, a.Srv.URL)
 }
+
+// CONTRACT.md "any-body": the middleware never parses the body, so gin's ShouldBind reads a multipart form, also
+// on the run after a 40001 (the body handed to each run whole); the same bytes replay. Before 1.4 the middleware
+// refused it with 400 request-body-not-json.
+func TestShouldBindReadsMultipartOnEveryRun(t *testing.T) {
+	a := testdb.NewApp(t, "go_gin_")
+	r := gin.New()
+	r.POST("/p", ginidem.Handle(idempotency.New(a.Pool, a.Options()), func(c *gin.Context) {
+		run := a.Runs.Add(1)
+		var in struct {
+			Amount int    `form:"amount_cents"`
+			Note   string `form:"note"`
+		}
+		if err := c.ShouldBind(&in); err != nil {
+			_ = c.AbortWithError(http.StatusBadRequest, err)
+			return
+		}
+		ctx := c.Request.Context()
+		if run == 1 {
+			_, err := idempotency.Tx(ctx).Exec(ctx, testdb.SerializationFailure)
+			_ = c.Error(err)
+			return
+		}
+		c.JSON(http.StatusCreated, gin.H{"amount": in.Amount, "note": in.Note})
+	}))
+	a.Serve(r)
+	key := testdb.Unique("k")
+	body := "--b\r\nContent-Disposition: form-data; name=\"amount_cents\"\r\n\r\n250\r\n" +
+		"--b\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nx\r\n--b--\r\n"
+	hdr := map[string]string{"Content-Type": "multipart/form-data; boundary=b"}
+	first := testdb.Request(t, http.MethodPost, a.Srv.URL+"/p", &key, body, hdr)
+	second := testdb.Request(t, http.MethodPost, a.Srv.URL+"/p", &key, body, hdr)
+	if first.Status != 201 || first.Body != `{"amount":250,"note":"x"}` || !second.Replayed() || second.Body != first.Body {
+		t.Fatalf("first %+v second %+v", first, second)
+	}
+	if a.Runs.Load() != 2 {
+		t.Fatalf("runs %d, want 2", a.Runs.Load())
+	}
+}

@@ -53,16 +53,26 @@ type Runner struct {
 	ProblemBase string
 	// Logger; nil means log.Default().
 	Logger *log.Logger
+	// RenderProblem writes the answers the runner writes itself (409 in progress or lease lost, 410 expired, 422
+	// mismatch, 500) in the API's shape, as idempotency.Options.RenderProblem; nil means problem+json.
+	RenderProblem idempotency.RenderProblemFunc
+	// StoreLess drops members from the stored response (Redact, JSON Pointers) or stores no body (OmitBody), as
+	// idempotency.Options.Redact and OmitBody do (CONTRACT.md "store-less"): Finish stores the response without them.
+	StoreLess idempotency.StoreLess
 }
 
 // Request identifies the leased request: its key, its scope (the authenticated tenant) and its fingerprint,
-// computed in SQL from method, path and the JSON body (idem_fingerprint of 1.3, in its JSON form: the value 1.2's
-// idem_hash composition gives).
+// computed in SQL from method, path, content type and body (idem_fingerprint of 1.3: a JSON media type, or none,
+// canonically, the value 1.2's idem_hash composition gives; any other type as bytes).
 //
 // Path is the request line's path as sent, undecoded (idempotency.RequestTarget), or a fixed route such as "/rides".
+// ContentType is the request's Content-Type (idempotency.RequestContentType: nil when it has none). HTTP, when set,
+// is handed to Runner.RenderProblem.
 type Request struct {
 	Key, Scope, Method, Path string
+	ContentType              any
 	Body                     []byte
+	HTTP                     *http.Request
 }
 
 // ErrLeaseLost: a holder call got SQLSTATE 55000, the lease is someone else's now.
@@ -125,10 +135,11 @@ func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Respo
 			failed = resp
 			return errServerError // rolls fn's writes back
 		}
-		// The bytes sent are the bytes stored, as the middleware stores them: every replay is the first answer.
-		contentType, headers := idempotency.StoredHeaders(resp.Header, nil)
+		// The bytes sent are the bytes stored, as the middleware stores them: every replay is the first answer
+		// (less what Runner.StoreLess drops, which never reaches the row).
+		contentType, headers, body := r.runner.StoreLess.Stored(resp, nil)
 		if _, err := tx.Exec(ctx, `SELECT idem_lease_complete_request($1::text, $2::text, $3::uuid, $4::int, $5::text, $6::jsonb, $7::bytea)`,
-			r.Key, r.Scope, r.token, resp.Status, contentType, headers, resp.Body); err != nil {
+			r.Key, r.Scope, r.token, resp.Status, contentType, headers, body); err != nil {
 			return err
 		}
 		r.response, r.recorded = resp, true
@@ -191,11 +202,15 @@ func (rn *Runner) Run(ctx context.Context, req Request, steps []Step) *idempoten
 	if leaseLen <= 0 {
 		leaseLen = 30 * time.Second
 	}
+	problem := func(status int, slug, title, detail string, h http.Header) *idempotency.Response {
+		return idempotency.RenderProblem(rn.RenderProblem, rn.ProblemBase, req.HTTP,
+			idempotency.ProblemDetails{Status: status, Type: slug, Title: title, Detail: detail, Header: h})
+	}
 	r, early, err := rn.lease(ctx, req, leaseLen)
 	if err != nil {
 		logger.Printf("lease: %v", err)
-		return idempotency.Problem(rn.ProblemBase, http.StatusInternalServerError, "internal-error",
-			"Internal Server Error", "the lease could not be taken")
+		return problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+			"the lease could not be taken", http.Header{})
 	}
 	if early != nil {
 		return early
@@ -213,10 +228,8 @@ func (rn *Runner) Run(ctx context.Context, req Request, steps []Step) *idempoten
 	case err == nil && r.response != nil:
 		return r.response
 	case errors.Is(err, ErrLeaseLost):
-		p := idempotency.Problem(rn.ProblemBase, http.StatusConflict, "idempotency-key-in-progress",
-			"Request in progress", "this request's lease was taken over by a retry; retry later")
-		p.Header.Set("Retry-After", "1")
-		return p
+		return problem(http.StatusConflict, "idempotency-key-in-progress", "Request in progress",
+			"this request's lease was taken over by a retry; retry later", http.Header{"Retry-After": {"1"}})
 	case err == nil:
 		err = errors.New("the last step did not call Finish")
 	}
@@ -224,8 +237,8 @@ func (rn *Runner) Run(ctx context.Context, req Request, steps []Step) *idempoten
 	if rerr := rn.release(r); rerr != nil {
 		logger.Printf("lease: release %q: %v", r.Key, rerr)
 	}
-	return idempotency.Problem(rn.ProblemBase, http.StatusInternalServerError, "internal-error",
-		"Internal Server Error", "the request failed; retry it with the same key to resume")
+	return problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
+		"the request failed; retry it with the same key to resume", http.Header{})
 }
 
 func (rn *Runner) steps(ctx context.Context, r *Run, steps []Step) error {
@@ -288,9 +301,9 @@ func (rn *Runner) lease(ctx context.Context, req Request, leaseLen time.Duration
 	err := rn.Pool.QueryRow(ctx, `SELECT l.outcome, l.http_status, l.response_content_type, l.response_headers::text,
   encode(coalesce(l.response_bytes, convert_to(l.response_body::text, 'UTF8')), 'base64'), coalesce(l.lease_token::text, ''),
   coalesce(l.recovery_point, ''), l.recovery_state, l.fencing_number
-FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, NULL, $4::bytea),
+FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, $8::text, $4::bytea),
   $5::interval, $6::interval, $7::text) AS l`,
-		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope).Scan(&c.Outcome, &c.HTTPStatus,
+		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope, req.ContentType).Scan(&c.Outcome, &c.HTTPStatus,
 		&c.ContentType, &c.ResponseHeaders, &body, &r.token, &r.Point, &r.State, &r.Fencing)
 	if err != nil {
 		return nil, nil, err
@@ -304,7 +317,10 @@ FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, NULL, $4::b
 		c.ResponseBody = &s
 	}
 	if c.Outcome != idempotency.OutcomeClaimed {
-		resp, err := idempotency.ClaimResponse(rn.ProblemBase, c)
+		resp, p, err := idempotency.ClaimAnswer(c)
+		if p != nil {
+			resp = idempotency.RenderProblem(rn.RenderProblem, rn.ProblemBase, req.HTTP, *p)
+		}
 		return nil, resp, err
 	}
 	if r.State == nil {

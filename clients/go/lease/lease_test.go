@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -178,6 +179,52 @@ func TestAKeyCompletedAsJSONBReplays(t *testing.T) {
 		if again.Status != http.StatusCreated || string(again.Body) != tc.want || again.Header.Get("Content-Type") != tc.contentType ||
 			again.Header.Get(idempotency.BodyEncodingHeader) != "" || again.Header.Get(idempotency.ReplayedHeader) != "true" {
 			t.Errorf("%s: replayed %d %v %q", tc.body, again.Status, again.Header, again.Body)
+		}
+	}
+}
+
+// CONTRACT.md "store-less" in lease mode: Runner.StoreLess drops the members Redact names from the completion's
+// body before it is stored (the first answer is sent whole), or stores no body with OmitBody; the replay says
+// which. Also any-body: a form request is fingerprinted with its Content-Type, so the same bytes as JSON are
+// another request (422). Fails before 1.4 (no StoreLess, no ContentType).
+func TestStoreLessAndContentType(t *testing.T) {
+	pool := testdb.Pool(t)
+	finish := []lease.Step{{Name: "done", Do: func(ctx context.Context, r *lease.Run) error {
+		return r.Finish(ctx, func(tx pgx.Tx) (*idempotency.Response, error) {
+			return &idempotency.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: []byte(`{"ride_id": 1, "token": "secret"}`)}, nil
+		})
+	}}}
+	for _, tc := range []struct {
+		sl         idempotency.StoreLess
+		stored     *string
+		header     string
+		replayBody string
+	}{
+		{idempotency.StoreLess{Redact: []string{"/token"}}, testdb.Ptr(`{"ride_id": 1}`), idempotency.RedactedHeader, `{"ride_id": 1}`},
+		{idempotency.StoreLess{OmitBody: true}, nil, idempotency.BodyOmittedHeader, ""},
+	} {
+		rn := &lease.Runner{Pool: pool, Lease: 5 * time.Second, Logger: log.New(io.Discard, "", 0), StoreLess: tc.sl}
+		req := request()
+		req.ContentType, req.Body = "application/x-www-form-urlencoded", []byte("amount_cents=100&currency=EUR")
+		if resp := rn.Run(context.Background(), req, finish); resp.Status != 201 || string(resp.Body) != `{"ride_id": 1, "token": "secret"}` {
+			t.Fatalf("%+v: first %d %s", tc.sl, resp.Status, resp.Body)
+		}
+		var body *string
+		var headers map[string]string
+		if err := pool.QueryRow(context.Background(), `SELECT convert_from(response_bytes, 'UTF8'), response_headers
+FROM idempotency_keys WHERE key = $1 AND scope = $2`, req.Key, req.Scope).Scan(&body, &headers); err != nil ||
+			fmt.Sprint(body) != fmt.Sprint(tc.stored) && (body == nil || tc.stored == nil || *body != *tc.stored) || headers[tc.header] == "" {
+			t.Fatalf("%+v: stored %v %v %v", tc.sl, body, headers, err)
+		}
+		replay := rn.Run(context.Background(), req, finish)
+		if replay.Header.Get(idempotency.ReplayedHeader) != "true" || string(replay.Body) != tc.replayBody || replay.Header.Get(tc.header) == "" {
+			t.Fatalf("%+v: replay %d %v %s", tc.sl, replay.Status, replay.Header, replay.Body)
+		}
+		req.ContentType = nil
+		req.Body = []byte(`"amount_cents=100&currency=EUR"`)
+		if r := rn.Run(context.Background(), req, finish); r.Status != 422 {
+			t.Fatalf("%+v: another request: %d %s", tc.sl, r.Status, r.Body)
 		}
 	}
 }

@@ -1,15 +1,19 @@
-// Package payments is the payment service of clients/CONTRACT.md: POST /payments (and POST /files/<name>)
-// behind the idempotency middleware, POST /payments-unprotected without it (the benchmark baseline), GET /healthz.
+// Package payments is the payment service of clients/CONTRACT.md: POST /payments (and POST /files/<name>, whose
+// payment comes as JSON, a form or multipart) and POST /documents (any body, stored as it came) behind the
+// idempotency middleware, POST /payments-unprotected without it (the benchmark baseline), GET /healthz.
 package payments
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"mime"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -125,6 +129,7 @@ func NewHandler(db idempotency.DB, cfg Config) (http.Handler, error) {
 	mux.Handle("/payments", onlyMethods(authenticate(payments), http.MethodPost))
 	// POST /payments at any path under /files/ (CONTRACT.md, rule raw-target): the fingerprint has the target as sent.
 	mux.Handle("/files/", onlyMethods(authenticate(payments), http.MethodPost))
+	mux.Handle("/documents", onlyMethods(authenticate(payments), http.MethodPost))
 	if pool, ok := db.(*pgxpool.Pool); ok {
 		mux.Handle("/rides", onlyMethods(authenticate(s.ridesHandler(pool, guard)), http.MethodPost))
 	}
@@ -138,17 +143,27 @@ func NewHandler(db idempotency.DB, cfg Config) (http.Handler, error) {
 // MaxBodyBytes is the request body limit of every route (CONTRACT.md "body-limit"): 1 MiB.
 const MaxBodyBytes = 1 << 20
 
-// paymentsHandler serves POST /payments with the framework of the configuration. Each answers the X-Fault
-// throw-<status> with its own framework's error, raised after the ledger insert.
+// paymentsHandler serves POST /payments, /files/* and /documents with the framework of the configuration. Each
+// answers the X-Fault throw-<status> with its own framework's error, raised after the ledger insert.
 func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error) {
 	switch s.cfg.Framework {
 	case "", "net/http":
-		return guard.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+		pay := guard.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
 			thrown, err := s.createPayment(w, r, tx)
 			if thrown != 0 {
 				return &idempotency.HTTPError{Status: thrown, Detail: "thrown by the handler"}
 			}
 			return err
+		})
+		docs := guard.HandleTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+			return s.createDocument(w, r, tx)
+		})
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/documents" {
+				docs.ServeHTTP(w, r)
+			} else {
+				pay.ServeHTTP(w, r)
+			}
 		}), nil
 	case "chi":
 		r := chi.NewRouter()
@@ -164,6 +179,11 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 		}
 		r.With(guard.Middleware).Post("/payments", pay)
 		r.With(guard.Middleware).Post("/files/*", pay)
+		r.With(guard.Middleware).Post("/documents", func(w http.ResponseWriter, r *http.Request) {
+			if err := s.createDocument(w, r, idempotency.Tx(r.Context())); err != nil {
+				idempotency.Fail(r.Context(), err)
+			}
+		})
 		return r, nil
 	case "echo":
 		e := echo.New()
@@ -192,6 +212,9 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 		}
 		e.POST("/payments", pay, echoidem.Middleware(guard))
 		e.POST("/files/*", pay, echoidem.Middleware(guard))
+		e.POST("/documents", func(c echo.Context) error {
+			return s.createDocument(c.Response(), c.Request(), idempotency.Tx(c.Request().Context()))
+		}, echoidem.Middleware(guard))
 		return e, nil
 	case "gin":
 		gin.SetMode(gin.ReleaseMode)
@@ -207,6 +230,11 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 		})
 		r.POST("/payments", pay)
 		r.POST("/files/*name", pay)
+		r.POST("/documents", ginidem.Handle(guard, func(c *gin.Context) {
+			if err := s.createDocument(c.Writer, c.Request, idempotency.Tx(c.Request.Context())); err != nil {
+				_ = c.Error(err)
+			}
+		}))
 		return r, nil
 	}
 	return nil, fmt.Errorf("payments: unknown framework %q (one of %s)", s.cfg.Framework, strings.Join(Frameworks, ", "))
@@ -233,41 +261,85 @@ type payment struct {
 	Currency    string `json:"currency"`
 }
 
-// validate returns the amount and currency of a payment body, or the detail of a 422.
+// validate returns the amount and currency of a JSON payment body, or the detail of a 422.
 func validate(body []byte) (int64, string, string) {
 	var req paymentRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return 0, "", "the body must be a JSON object {\"amount_cents\": <integer > 0>, \"currency\": \"<ISO 4217>\"}"
 	}
-	amount, err := strconv.ParseInt(string(bytes.TrimSpace(req.AmountCents)), 10, 64)
-	if err != nil || amount <= 0 || amount > MaxAmountCents {
+	var currency *string
+	if json.Unmarshal(req.Currency, &currency) != nil || currency == nil {
+		currency = new(string)
+	}
+	return validFields(string(bytes.TrimSpace(req.AmountCents)), *currency)
+}
+
+// integerRE is a JSON integer literal: no sign but -, no leading zero, no fraction, no exponent.
+var integerRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
+
+// validFields checks the payment's fields as text: amount_cents a JSON integer literal from 1 to 2^53 - 1, currency
+// 3 upper-case letters; it returns them or the detail of a 422.
+func validFields(amountText, currency string) (int64, string, string) {
+	amount, err := strconv.ParseInt(amountText, 10, 64)
+	if !integerRE.MatchString(amountText) || err != nil || amount <= 0 || amount > MaxAmountCents {
 		return 0, "", "amount_cents must be an integer from 1 to 9007199254740991"
 	}
-	var currency string
-	if json.Unmarshal(req.Currency, &currency) != nil || !currencyRE.MatchString(currency) {
+	if !currencyRE.MatchString(currency) {
 		return 0, "", "currency must be 3 upper-case letters"
 	}
 	return amount, currency, ""
+}
+
+// readPayment reads a payment request as the handler gets it (CONTRACT.md "any-body"): a form
+// (application/x-www-form-urlencoded) or multipart/form-data body with net/http's own parsers, which the
+// middleware left the body to, any other body as a JSON object. It returns the amount and currency, or the
+// not-executed answer: 400 request-body-not-json for a body it cannot read, 422 invalid-payment.
+func readPayment(r *http.Request) (int64, string, *idempotency.Response) {
+	media, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var amount, currency string
+	switch media {
+	case "application/x-www-form-urlencoded":
+		if err := r.ParseForm(); err != nil {
+			return 0, "", notJSON()
+		}
+		amount, currency = r.PostForm.Get("amount_cents"), r.PostForm.Get("currency")
+	case "multipart/form-data":
+		if err := r.ParseMultipartForm(MaxBodyBytes); err != nil {
+			return 0, "", notJSON()
+		}
+		defer func() { _ = r.MultipartForm.RemoveAll() }()
+		amount, currency = r.FormValue("amount_cents"), r.FormValue("currency")
+	default:
+		body, err := io.ReadAll(r.Body)
+		if err != nil || !idempotency.ValidRequestBody(body) {
+			return 0, "", notJSON()
+		}
+		a, c, detail := validate(body)
+		if detail != "" {
+			return 0, "", invalidPayment(detail)
+		}
+		return a, c, nil
+	}
+	a, c, detail := validFields(amount, currency)
+	if detail != "" {
+		return 0, "", invalidPayment(detail)
+	}
+	return a, c, nil
+}
+
+func invalidPayment(detail string) *idempotency.Response {
+	return problem(http.StatusUnprocessableEntity, "invalid-payment", "Invalid payment", detail)
 }
 
 // createPayment is the handler: it runs inside the request's transaction. thrown is the status of an X-Fault
 // throw-<status>, which the caller raises as its framework's own HTTP error.
 func (s *service) createPayment(w http.ResponseWriter, r *http.Request, tx pgx.Tx) (thrown int, err error) {
 	ctx := r.Context()
-	var body bytes.Buffer
-	if _, err := body.ReadFrom(r.Body); err != nil {
-		return 0, err
-	}
-	if !idempotency.ValidRequestBody(body.Bytes()) {
-		idempotency.NotExecuted(ctx)
-		notJSON().Write(w)
-		return 0, nil
-	}
-	amount, currency, detail := validate(body.Bytes())
-	if detail != "" {
+	amount, currency, refused := readPayment(r)
+	if refused != nil {
 		// Refused before any write: sent, not stored, the key released for the corrected request.
 		idempotency.NotExecuted(ctx)
-		problem(http.StatusUnprocessableEntity, "invalid-payment", "Invalid payment", detail).Write(w)
+		refused.Write(w)
 		return 0, nil
 	}
 	account := Account(ctx)
@@ -305,6 +377,38 @@ VALUES ($1::text, $2::bigint, $3::text, $4::text) RETURNING id`, account, -amoun
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(b)
 	return 0, nil
+}
+
+// createDocument is POST /documents (CONTRACT.md "any-body"): it stores the body as it came, of any type, empty
+// included, with its Content-Type, and answers 201 with the document's id, content type, length and SHA-256.
+func (s *service) createDocument(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+	ctx := r.Context()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	var contentType *string
+	if v, ok := idempotency.RequestContentType(r).(string); ok {
+		contentType = &v
+	}
+	var id int64
+	if err := tx.QueryRow(ctx, `INSERT INTO documents (account, idempotency_key, content_type, body)
+VALUES ($1::text, $2::text, $3::text, $4::bytea) RETURNING id`, Account(ctx), idempotency.Key(ctx), contentType,
+		body).Scan(&id); err != nil {
+		return fmt.Errorf("documents insert: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	b, _ := json.Marshal(struct {
+		DocumentID  int64   `json:"document_id"`
+		ContentType *string `json:"content_type"`
+		Bytes       int     `json:"bytes"`
+		SHA256      string  `json:"sha256"`
+	}{id, contentType, len(body), hex.EncodeToString(sum[:])})
+	w.Header().Set("Location", "/documents/"+strconv.FormatInt(id, 10))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, err = w.Write(b)
+	return err
 }
 
 // unprotected runs the same handler in one transaction without the idempotency middleware (the body read as the

@@ -1,6 +1,11 @@
 package payments
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -66,9 +71,6 @@ func TestAnswersWithoutDatabase(t *testing.T) {
 	}
 	if r := c.post("/payments", "Bearer alice", ptr(`"bad`), `{}`, nil); r.Status != 400 || r.ProblemType() != "idempotency-key-invalid" {
 		t.Fatalf("bad key: %+v", r)
-	}
-	if r := c.post("/payments", "Bearer alice", ptr("k1"), `amount=1`, nil); r.Status != 400 || r.ProblemType() != "request-body-not-json" {
-		t.Fatalf("not JSON: %+v", r)
 	}
 	if r := c.get("/payments"); r.Status != 405 || r.Header.Get("Allow") != "POST" {
 		t.Fatalf("GET /payments: %+v", r)
@@ -194,5 +196,83 @@ func TestFaultsNeedTheSwitch(t *testing.T) {
 		map[string]string{"X-Fault": "503"})
 	if r.Status != 201 {
 		t.Fatalf("X-Fault without PAYMENTS_FAULTS=1: %+v", r)
+	}
+}
+
+// CONTRACT.md "any-body", in every framework: a form or multipart payment is read by net/http's parsers after the
+// middleware (which passes the bytes and the Content-Type to the claim), replays, and is another request with
+// another content type (422); a body the handler cannot read is a not-executed 400 that frees the key; POST
+// /documents stores any body as it came. Before 1.4 the middleware refused every non-JSON body with 400.
+func TestAnyBodyEveryFramework(t *testing.T) {
+	const form = "application/x-www-form-urlencoded"
+	const multi = "multipart/form-data; boundary=b41"
+	multipart := "--b41\r\nContent-Disposition: form-data; name=\"currency\"\r\n\r\nEUR\r\n" +
+		"--b41\r\nContent-Disposition: form-data; name=\"amount_cents\"\r\n\r\n321\r\n--b41--\r\n"
+	for _, fw := range Frameworks {
+		t.Run(fw, func(t *testing.T) {
+			pool, c := startFramework(t, fw)
+			auth := "Bearer " + testdb.Unique("acct_")
+			for _, tc := range []struct{ ctype, body string }{
+				{form, "currency=EUR&amount_cents=321"}, {multi, multipart},
+				{"text/plain", `{"amount_cents": 321, "currency": "EUR"}`},
+			} {
+				key := testdb.Unique("pay-")
+				hdr := map[string]string{"Content-Type": tc.ctype}
+				first := c.post("/payments", auth, ptr(key), tc.body, hdr)
+				var p payment
+				if first.Status != 201 || json.Unmarshal([]byte(first.Body), &p) != nil || p.AmountCents != 321 || p.Currency != "EUR" {
+					t.Fatalf("%s: %+v", tc.ctype, first)
+				}
+				if again := c.post("/payments", auth, ptr(key), tc.body, hdr); !again.Replayed() || again.Body != first.Body {
+					t.Fatalf("%s replay: %+v", tc.ctype, again)
+				}
+				other := map[string]string{"Content-Type": "application/octet-stream"}
+				if r := c.post("/payments", auth, ptr(key), tc.body, other); r.Status != 422 || r.ProblemType() != "idempotency-key-reused" {
+					t.Fatalf("%s as another type: %+v", tc.ctype, r)
+				}
+			}
+			key := testdb.Unique("pay-")
+			if r := c.post("/payments", auth, ptr(key), "one hundred euros", map[string]string{"Content-Type": "text/plain"}); r.Status != 400 || r.ProblemType() != "request-body-not-json" {
+				t.Fatalf("text: %+v", r)
+			}
+			if r := c.post("/payments", auth, ptr(key), "amount_cents=1e2&currency=EUR", map[string]string{"Content-Type": form}); r.Status != 422 || r.ProblemType() != "invalid-payment" {
+				t.Fatalf("form 1e2: %+v", r)
+			}
+			if r := c.post("/payments", auth, ptr(key), "amount_cents=100&currency=EUR", map[string]string{"Content-Type": form}); r.Status != 201 || r.Replayed() {
+				t.Fatalf("corrected after two not-executed answers: %+v", r)
+			}
+			for _, tc := range []struct {
+				ctype *string
+				body  string
+			}{{ptr("application/octet-stream"), "\x00\xff\x01binary"}, {nil, ""}, {ptr("text/plain; charset=utf-8"), "caf\u00e9\n"}} {
+				key := testdb.Unique("doc-")
+				hdr := map[string]string{"Content-Type": ""}
+				if tc.ctype != nil {
+					hdr["Content-Type"] = *tc.ctype
+				}
+				first := c.post("/documents", auth, ptr(key), tc.body, hdr)
+				sum := sha256.Sum256([]byte(tc.body))
+				var doc struct {
+					ID          int64   `json:"document_id"`
+					ContentType *string `json:"content_type"`
+					Bytes       int     `json:"bytes"`
+					SHA256      string  `json:"sha256"`
+				}
+				if first.Status != 201 || json.Unmarshal([]byte(first.Body), &doc) != nil || doc.Bytes != len(tc.body) ||
+					doc.SHA256 != hex.EncodeToString(sum[:]) || fmt.Sprint(doc.ContentType) != fmt.Sprint(tc.ctype) && *doc.ContentType != *tc.ctype ||
+					first.Header.Get("Location") != fmt.Sprintf("/documents/%d", doc.ID) {
+					t.Fatalf("documents %v: %+v", tc.ctype, first)
+				}
+				if again := c.post("/documents", auth, ptr(key), tc.body, hdr); !again.Replayed() || again.Body != first.Body {
+					t.Fatalf("documents %v replay: %+v", tc.ctype, again)
+				}
+				var stored []byte
+				var ctype *string
+				if err := pool.QueryRow(context.Background(), `SELECT body, content_type FROM documents WHERE id = $1`, doc.ID).Scan(&stored, &ctype); err != nil ||
+					string(stored) != tc.body || (ctype == nil) != (tc.ctype == nil) {
+					t.Fatalf("documents row %v: %q %v %v", tc.ctype, stored, ctype, err)
+				}
+			}
+		})
 	}
 }

@@ -1,8 +1,10 @@
 package payments
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -25,16 +27,15 @@ func (s *service) ridesHandler(pool *pgxpool.Pool, guard *idempotency.Guard) htt
 		if refused == nil {
 			body, refused = guard.ReadBody(r)
 		}
-		if refused == nil && !idempotency.ValidRequestBody(body) {
-			refused = notJSON()
+		var amount int64
+		var currency string
+		if refused == nil { // a form, multipart or JSON payment (CONTRACT.md "any-body"), read from the bytes read
+			hr := r.Clone(r.Context())
+			hr.Body = io.NopCloser(bytes.NewReader(body))
+			amount, currency, refused = readPayment(hr) // not executed: no lease taken, nothing stored
 		}
 		if refused != nil {
 			refused.Write(w)
-			return
-		}
-		amount, currency, detail := validate(body)
-		if detail != "" { // not executed: no lease taken, nothing stored
-			problem(http.StatusUnprocessableEntity, "invalid-payment", "Invalid payment", detail).Write(w)
 			return
 		}
 		account := Account(r.Context())
@@ -103,7 +104,7 @@ VALUES ($1::text, $2::text, $3::bigint) ON CONFLICT DO NOTHING`, account, key, r
 			}},
 		}
 		runner.Run(r.Context(), lease.Request{Key: key, Scope: account, Method: r.Method, Path: "/rides",
-			Body: body}, steps).Write(w)
+			ContentType: idempotency.RequestContentType(r), Body: body, HTTP: r}, steps).Write(w)
 	})
 }
 

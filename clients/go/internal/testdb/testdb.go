@@ -125,7 +125,7 @@ func (r Result) ProblemType() string {
 func Ptr(s string) *string { return &s }
 
 // Request sends method to url with the Idempotency-Key *key (none when key is nil) and the headers hdr; any
-// method but GET and HEAD says its body is JSON.
+// method but GET and HEAD says its body is JSON, unless hdr gives another Content-Type ("" for none).
 func Request(t testing.TB, method, url string, key *string, body string, hdr map[string]string) Result {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -139,7 +139,11 @@ func Request(t testing.TB, method, url string, key *string, body string, hdr map
 		req.Header.Set("Idempotency-Key", *key)
 	}
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
