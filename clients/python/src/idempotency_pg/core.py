@@ -37,7 +37,7 @@ from psycopg.pq import ExecStatus, TransactionStatus
 
 from .header import KeyHeaderError, parse_idempotency_key
 from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted,
-                        body_too_large, claim_response, parse_json_body, problem, replayed_headers)
+                        body_too_large, claim_response, problem, replayed_headers)
 
 log = logging.getLogger("idempotency_pg")
 
@@ -57,7 +57,8 @@ PREPARED_LOST_STATES = ("26000", "42P05")
 
 
 class BadBody(Exception):
-    """PostgreSQL refused the request body as jsonb (the claim rolled back; answered 400)."""
+    """PostgreSQL refused the request body as jsonb (a JSON media type, or none, with a body that is not JSON: the
+    claim rolled back, nothing claimed; answered 400 ``request-body-not-json``)."""
 
 
 class PreparedLost(Exception):
@@ -190,31 +191,32 @@ class Options:
         self.problem_base = problem_base
         self.max_body_bytes = max_body_bytes
 
-    async def intake(self, request, method, path, key_header, read_body, need_key=True, query=None):
+    async def intake(self, request, method, path, key_header, read_body, need_key=True, query=None,
+                     content_type=None):
         """The claim's parameters (with the body as ``params["raw"]``), or the answer that refuses the request:
-        the scope, the key (unless not ``need_key``), the whole body (``read_body(limit)``), JSON.  ``query``: the
-        raw query string (:func:`raw_query`).  Nothing is claimed yet."""
+        the scope, the key (unless not ``need_key``), the whole body (``read_body(limit)``), never parsed
+        (CONTRACT.md "any-body": its bytes and ``content_type``, the request's ``Content-Type`` or None, go to the
+        claim).  ``query``: the raw query string (:func:`raw_query`).  Nothing is claimed yet."""
         try:
             tenant = await aw(self.scope(request))
             key = parse_idempotency_key(key_header) if need_key else ""
             raw = await aw(read_body(self.max_body_bytes))
-            try:
-                body_text = parse_json_body(raw)
-            except ValueError:
-                raise BadBody() from None
         except REFUSED as e:
             return self.refused(e)
-        return {"key": key, "method": method, "path": path or "/", "query": raw_query(query), "body": body_text,
-                "ttl": self.ttl, "scope": tenant, "raw": raw}
+        return {"key": key, "method": method, "path": path or "/", "query": raw_query(query),
+                "content_type": _native_text(content_type) if content_type else None, "ttl": self.ttl,
+                "scope": tenant, "raw": raw}
 
     async def respond(self, request, method, path, key_header, read_body, transaction, run, answer=None,
-                      query=None):
-        """The answer to one request, or None if ``answer`` sent it already (``query``: as :meth:`intake`).  ``transaction()``: an (async) context
+                      query=None, content_type=None):
+        """The answer to one request, or None if ``answer`` sent it already (``query``, ``content_type``: as
+        :meth:`intake`).  ``transaction()``: an (async) context
         manager giving a transaction object (``handle``, ``claim``, ``complete``, ``rollback``: :class:`PgTx`);
         ``run(ctx, raw)``: the handler, returns a :class:`Response` (or raises :class:`NotExecuted`,
         :class:`HTTPProblem`); ``answer(response)`` (optional): sends a replay, mismatch or in_progress answer at
         once, before the transaction's ROLLBACK."""
-        params = await self.intake(request, method, path, key_header, read_body, query=query)
+        params = await self.intake(request, method, path, key_header, read_body, query=query,
+                                   content_type=content_type)
         if not isinstance(params, dict):
             return params
         try:
@@ -359,10 +361,11 @@ def raw_query(value):
 
 
 def claim_args(params):
-    """``idem_claim_request``'s arguments: the raw query, NULL as the content type (the body is hashed as JSON:
-    1.2's fingerprint when there is no query) and the raw body."""
-    return (params["key"], params["scope"], params["method"], params["path"], params.get("query"), None,
-            params["raw"], params["ttl"])
+    """``idem_claim_request``'s arguments: the raw query, the request's content type (a JSON media type, or none
+    with a body, is hashed as JSON: 1.2's fingerprint when there is no query; any other as bytes) and the raw
+    body."""
+    return (params["key"], params["scope"], params["method"], params["path"], params.get("query"),
+            params.get("content_type"), params["raw"], params["ttl"])
 
 
 def complete_args(params, response, replay_headers):
