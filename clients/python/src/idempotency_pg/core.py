@@ -37,7 +37,7 @@ from psycopg.pq import ExecStatus, TransactionStatus
 
 from .header import KeyHeaderError, parse_idempotency_key
 from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted,
-                        body_too_large, claim_response, problem, replayed_headers)
+                        Problem, claim_response, renderer, replayed_headers, stored_body)
 
 log = logging.getLogger("idempotency_pg")
 
@@ -179,10 +179,15 @@ class Options:
     answer is kept (an interval; the extension's default if None); ``max_retries``: runs again after 40001/40P01;
     ``replay_headers``: the response headers stored and replayed (:func:`.responses.replayed_headers`);
     ``problem_base``: the prefix of problem+json ``type``; ``max_body_bytes``: over it, 413.
+    ``render_problem(problem) -> Response`` (CONTRACT.md "error-shape"): writes every answer the middleware makes
+    itself (a :class:`.responses.Problem`: 400 key, 409, 410, 413, 422 mismatch, 500) in the API's own shape;
+    default problem+json.  ``redact`` (JSON Pointers) and ``store_body`` (CONTRACT.md "store-less"): what the
+    route's stored answer leaves out (:func:`.responses.stored_body`); the first answer is sent whole.
     """
 
     def __init__(self, *, scope=None, methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None, max_retries=3,
-                 replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES):
+                 replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES,
+                 render_problem=None, redact=(), store_body=True):
         self.scope = scope or (lambda request: "")
         self.methods = frozenset(m.upper() for m in methods)
         self.ttl = ttl
@@ -190,6 +195,11 @@ class Options:
         self.replay_headers = replay_headers
         self.problem_base = problem_base
         self.max_body_bytes = max_body_bytes
+        self.render_problem = renderer(render_problem, problem_base)
+        self.redact, self.store_body = tuple(redact), bool(store_body)
+        for pointer in self.redact:
+            if not pointer.startswith("/"):
+                raise ValueError("redact: %r is not a JSON Pointer (RFC 6901: it starts with /)" % (pointer,))
 
     async def intake(self, request, method, path, key_header, read_body, need_key=True, query=None,
                      content_type=None):
@@ -205,7 +215,7 @@ class Options:
             return self.refused(e)
         return {"key": key, "method": method, "path": path or "/", "query": raw_query(query),
                 "content_type": _native_text(content_type) if content_type else None, "ttl": self.ttl,
-                "scope": tenant, "raw": raw}
+                "scope": tenant, "raw": raw, "redact": self.redact, "store_body": self.store_body}
 
     async def respond(self, request, method, path, key_header, read_body, transaction, run, answer=None,
                       query=None, content_type=None):
@@ -246,7 +256,8 @@ class Options:
         """One transaction: the response to send, committed or rolled back as it says."""
         try:
             outcome, status, content_type, headers, body = await tx.claim(params)
-            early = claim_response(outcome, status, body, headers, self.problem_base, content_type)
+            early = claim_response(outcome, status, body, headers, self.problem_base, content_type,
+                                   self.render_problem)
             if early is not None:
                 if answer is not None:
                     await aw(answer(early))
@@ -270,31 +281,31 @@ class Options:
 
     def refused(self, exc):
         """The answer to one of :data:`REFUSED`."""
-        base = self.problem_base
+        render = self.render_problem
         if isinstance(exc, (HTTPProblem, NotExecuted)):
-            return exc.response
+            return exc.response  # the application's own answer, in its own shape already
         if isinstance(exc, KeyHeaderError):
-            return problem(400, exc.slug, "Invalid Idempotency-Key" if exc.slug.endswith("invalid")
-                           else "Idempotency-Key required", str(exc), (), base)
+            return render(Problem(400, exc.slug, "Invalid Idempotency-Key" if exc.slug.endswith("invalid")
+                                  else "Idempotency-Key required", str(exc)))
         if isinstance(exc, BodyTooLarge):
-            return body_too_large(self.max_body_bytes, base)
+            return render(Problem(413, "request-too-large", "Request body too large",
+                                  "the request body is over %d bytes" % self.max_body_bytes))
         if isinstance(exc, BodyIncomplete):
-            return problem(400, "request-body-incomplete", "Incomplete request body",
-                           "the request body ended before its Content-Length (%s)" % exc, (), base)
-        return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON",
-                       (), base)
+            return render(Problem(400, "request-body-incomplete", "Incomplete request body",
+                                  "the request body ended before its Content-Length (%s)" % exc))
+        return render(Problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON"))
 
     def conflict(self):
         """Every attempt ended in 40001/40P01."""
-        return problem(409, "transaction-conflict", "Conflict",
-                       "the request kept conflicting with concurrent requests; retry it", [("Retry-After", "1")],
-                       self.problem_base)
+        return self.render_problem(Problem(409, "transaction-conflict", "Conflict",
+                                           "the request kept conflicting with concurrent requests; retry it",
+                                           [("Retry-After", "1")]))
 
     def failed(self, state=None):
         """The request failed (a database error with SQLSTATE ``state``, or an exception) and rolled back."""
         detail = ("database error (SQLSTATE %s); the request was rolled back" % state if state
                   else "the request failed and was rolled back")
-        return problem(500, "internal-error", "Internal Server Error", detail, (), self.problem_base)
+        return self.render_problem(Problem(500, "internal-error", "Internal Server Error", detail))
 
 
 #: What a request target carries unencoded in its path (RFC 3986: unreserved, sub-delims, ":", "@", "/"): a path
@@ -369,10 +380,15 @@ def claim_args(params):
 
 
 def complete_args(params, response, replay_headers):
-    """``idem_complete_request``'s arguments: the bytes sent, the content type apart from the other headers."""
+    """``idem_complete_request``'s arguments: the bytes sent, the content type apart from the other headers, less
+    what the route does not store (``params["redact"]``, ``params["store_body"]``: :func:`.responses.stored_body`,
+    dropped here, before the completing statement, so the row never holds it)."""
     headers = replayed_headers(response, replay_headers)
     content_type = next((headers.pop(k) for k in list(headers) if k.lower() == "content-type"), None)
-    return (params["key"], params["scope"], response.status, content_type, json.dumps(headers), response.body)
+    body, headers = stored_body(response.body, headers, params.get("redact") or (), params.get("store_body", True))
+    if body is None:
+        content_type = None  # store body: no -> only the status and the headers
+    return (params["key"], params["scope"], response.status, content_type, json.dumps(headers), body)
 
 
 def claim_fields(value, encoding="utf-8"):

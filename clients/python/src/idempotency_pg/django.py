@@ -20,7 +20,7 @@ import functools
 from contextlib import contextmanager
 
 from . import core
-from .responses import Response, problem
+from .responses import Problem, Response
 
 
 def to_django(response):
@@ -119,8 +119,8 @@ def idempotent(scope=None, *, using="default", **options):
                 except Exception as exc:  # noqa: BLE001 - answered as Django would, at its own boundary
                     dresp = response_for_exception(request, exc)
                 if getattr(dresp, "streaming", False):
-                    return problem(500, "internal-error", "Internal Server Error",
-                                   "a streaming response cannot be stored", (), opts.problem_base)
+                    return opts.render_problem(Problem(500, "internal-error", "Internal Server Error",
+                                                       "a streaming response cannot be stored"))
                 sent["django"], sent["response"] = dresp, from_django(dresp)
                 return sent["response"]
 

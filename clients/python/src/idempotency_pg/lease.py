@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from .core import PgTx, Rollback, aw, complete_args, drive, entered, fetchone, sqlstate
-from .responses import claim_response, problem
+from .responses import Problem, claim_response, renderer
 
 log = logging.getLogger("idempotency_pg")
 
@@ -108,7 +108,7 @@ class LeaseContext:
 # --------------------------------------------------------------------------- the steps, written once
 
 async def _run(db, *, key, scope, method, path, steps, finish, body_text=None, body=None, content_type=None,
-               lease_seconds=30.0, ttl=None, replay_headers=None):
+               lease_seconds=30.0, ttl=None, replay_headers=None, render_problem=None, redact=(), store_body=True):
     # the fingerprint of idem_claim_request (CONTRACT.md "any-body"): the body's bytes and content type; a JSON
     # body_text (content type None) has 1.2's fingerprint, idem_hash of the jsonb
     if body is None:
@@ -119,7 +119,7 @@ async def _run(db, *, key, scope, method, path, steps, finish, body_text=None, b
     if row["outcome"] != "claimed":  # a replay: 1.3's bytes and content type, else the jsonb body's text
         body = row["body_text"] if row.get("response_bytes") is None else bytes(row["response_bytes"])
         return claim_response(row["outcome"], row["http_status"], body, row["headers_text"],
-                              content_type=row.get("response_content_type"))
+                              content_type=row.get("response_content_type"), render_problem=render_problem)
     state = row["recovery_state"]
     if isinstance(state, str):
         state = json.loads(state)  # Django's psycopg2 connection leaves jsonb as text
@@ -143,7 +143,8 @@ async def _run(db, *, key, scope, method, path, steps, finish, body_text=None, b
             response = await db.call(finish, tx.handle, ctx)
             if 500 <= response.status <= 599:
                 raise Rollback(response)  # finish's writes roll back: the retry runs finish again
-            args = complete_args({"key": key, "scope": scope}, response, replay_headers)  # the bytes sent
+            args = complete_args({"key": key, "scope": scope, "redact": redact, "store_body": store_body}, response,
+                                 replay_headers)  # the bytes sent, less what the route does not store
             await tx.commit_with(COMPLETE_SQL, args[:2] + (ctx.token,) + args[2:])
         return response
     except Rollback as e:
@@ -152,7 +153,7 @@ async def _run(db, *, key, scope, method, path, steps, finish, body_text=None, b
     except BaseException as e:
         if isinstance(e, Exception) and sqlstate(e) == LEASE_LOST:
             log.info("idempotency: lease of %r lost at step %s", key, ctx.attempt_step)
-            return _lost()
+            return _lost(render_problem)
         await db.release(ctx)
         raise
 
@@ -179,9 +180,10 @@ class _InAtomic:
         return await fetchone(self.handle, sql, params)  # the block commits on exit
 
 
-def _lost():
-    return problem(409, "idempotency-key-in-progress", "Request in progress",
-                   "another attempt took this request over; retry later", [("Retry-After", "1")])
+def _lost(render_problem=None):
+    return renderer(render_problem)(Problem(409, "idempotency-key-in-progress", "Request in progress",
+                                            "another attempt took this request over; retry later",
+                                            [("Retry-After", "1")]))
 
 
 class _Heartbeat:
