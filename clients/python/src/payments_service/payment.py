@@ -65,7 +65,8 @@ def wsgi_form(environ):
     headers = {"Content-Type": environ.get("CONTENT_TYPE", ""), "Content-Length": environ.get("CONTENT_LENGTH", "0")}
     try:
         multipart.parse_form(headers, environ["wsgi.input"],
-                             lambda f: fields.setdefault(f.field_name.decode("utf-8"), (f.value or b"").decode("utf-8")),
+                             lambda f: fields.__setitem__(f.field_name.decode("utf-8"),  # the last one wins,
+                                                          (f.value or b"").decode("utf-8")),  # as in Starlette, Django
                              lambda f: None)
     except Exception:  # noqa: BLE001 - a body the parser refuses (bad boundary, bad UTF-8): not readable
         raise not_json() from None
