@@ -149,3 +149,85 @@ def test_lease_mode_stores_less_too(pool, db, account, options):
     _, stored, headers = stored_row(db, account)
     assert stored is None or b"sk_live" not in stored
     assert "sk_live" not in headers and b"sk_live" not in again.body
+
+
+async def _asgi_post(app, path, key):
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "root_path": "", "headers": [(b"idempotency-key", key.encode()), (b"content-type", b"application/json")]}
+    await app(scope, receive, send)
+    headers = {k.decode().lower(): v.decode() for k, v in sent[0]["headers"]}
+    return sent[0]["status"], headers, b"".join(m.get("body", b"") for m in sent[1:])
+
+
+@needs_db
+def test_asgi_store_options_per_route_and_render_problem(database_url, db, account):
+    """One ASGI middleware over several routes: ``store_options`` redacts on one route and stores no body on
+    another; ``render_problem`` writes the 422 mismatch in Stripe's shape."""
+    import asyncio
+
+    from idempotency_pg.asgi import IdempotencyASGIMiddleware, PsycopgBackend, async_connection_pool
+
+    async def app(scope, receive, send):
+        r = json_response(201, SECRET)
+        await send({"type": "http.response.start", "status": 201,
+                    "headers": [(k.encode(), v.encode()) for k, v in r.wsgi_headers()]})
+        await send({"type": "http.response.body", "body": r.body})
+
+    routes = {"/redacted": {"redact": ["/api_key"]}, "/bodiless": {"store_body": False}}
+
+    async def main():
+        pool = async_connection_pool(database_url, min_size=1, max_size=2)
+        await pool.open(wait=True, timeout=30)
+        try:
+            mw = IdempotencyASGIMiddleware(app, PsycopgBackend(pool), scope=lambda s: account,
+                                           store_options=lambda s, path: routes.get(path),
+                                           render_problem=stripe_error)
+            out = {}
+            for path in ("/redacted", "/bodiless", "/whole"):
+                out[path] = [await _asgi_post(mw, path, path) for _ in range(2)]
+            out["mismatch"] = await _asgi_post(mw, "/whole", "/redacted")
+            return out
+        finally:
+            await pool.close()
+    out = asyncio.run(main())
+    (s1, _, b1), (s2, h2, b2) = out["/redacted"]
+    assert (s1, json.loads(b1), s2, json.loads(b2)) == (201, SECRET, 201, {k: v for k, v in SECRET.items()
+                                                                           if k != "api_key"})
+    assert h2["idempotent-replay-redacted"] == "/api_key"
+    (_, _, b1), (s2, h2, b2) = out["/bodiless"]
+    assert (json.loads(b1), s2, b2, h2["idempotent-replay-body"]) == (SECRET, 201, b"", "omitted")
+    (_, _, b1), (_, h2, b2) = out["/whole"]
+    assert b1 == b2 and h2["idempotent-replayed"] == "true" and "idempotent-replay-redacted" not in h2
+    status, headers, body = out["mismatch"]
+    assert (status, headers["stripe-should-retry"], json.loads(body)["error"]["type"]) == (422, "false",
+                                                                                            "idempotency_error")
+    assert b"sk_live" not in stored_row(db, account, "/redacted")[1]
+
+
+@needs_db
+def test_django_decorator_options(django_configured, db, account):
+    """``@idempotent(redact=..., render_problem=...)``: the stored row lacks the member, the 400 is Stripe's."""
+    from django.core.handlers.wsgi import WSGIRequest
+    from django.http import HttpResponse
+
+    from idempotency_pg.django import idempotent
+    from wsgi_client import environ_of
+
+    @idempotent(scope=lambda request: account, redact=["/card/number"], render_problem=stripe_error)
+    def view(request):
+        return HttpResponse(json.dumps(SECRET), status=201, content_type="application/json")
+
+    first = view(WSGIRequest(environ_of("POST", "/d", b"{}", {"Idempotency-Key": "k"})))
+    again = view(WSGIRequest(environ_of("POST", "/d", b"{}", {"Idempotency-Key": "k"})))
+    missing = view(WSGIRequest(environ_of("POST", "/d", b"{}", {})))
+    assert json.loads(first.content) == SECRET and json.loads(again.content)["card"] == {"last4": "4242"}
+    assert again["Idempotent-Replay-Redacted"] == "/card/number"
+    assert (missing.status_code, missing["Stripe-Should-Retry"]) == (400, "false")
+    assert b"4242424242424242" not in stored_row(db, account)[1]

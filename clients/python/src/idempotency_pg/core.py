@@ -187,7 +187,7 @@ class Options:
 
     def __init__(self, *, scope=None, methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None, max_retries=3,
                  replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES,
-                 render_problem=None, redact=(), store_body=True):
+                 render_problem=None, redact=(), store_body=True, store_options=None):
         self.scope = scope or (lambda request: "")
         self.methods = frozenset(m.upper() for m in methods)
         self.ttl = ttl
@@ -196,10 +196,8 @@ class Options:
         self.problem_base = problem_base
         self.max_body_bytes = max_body_bytes
         self.render_problem = renderer(render_problem, problem_base)
-        self.redact, self.store_body = tuple(redact), bool(store_body)
-        for pointer in self.redact:
-            if not pointer.startswith("/"):
-                raise ValueError("redact: %r is not a JSON Pointer (RFC 6901: it starts with /)" % (pointer,))
+        self.redact, self.store_body = _pointers(redact), bool(store_body)
+        self.store_options = store_options
 
     async def intake(self, request, method, path, key_header, read_body, need_key=True, query=None,
                      content_type=None):
@@ -211,11 +209,16 @@ class Options:
             tenant = await aw(self.scope(request))
             key = parse_idempotency_key(key_header) if need_key else ""
             raw = await aw(read_body(self.max_body_bytes))
+            store = {"redact": self.redact, "store_body": self.store_body}
+            if self.store_options is not None:
+                override = await aw(self.store_options(request, path or "/")) or {}
+                store.update((k, _pointers(v) if k == "redact" else bool(v)) for k, v in override.items()
+                             if k in store)
         except REFUSED as e:
             return self.refused(e)
-        return {"key": key, "method": method, "path": path or "/", "query": raw_query(query),
-                "content_type": _native_text(content_type) if content_type else None, "ttl": self.ttl,
-                "scope": tenant, "raw": raw, "redact": self.redact, "store_body": self.store_body}
+        return dict({"key": key, "method": method, "path": path or "/", "query": raw_query(query),
+                     "content_type": _native_text(content_type) if content_type else None, "ttl": self.ttl,
+                     "scope": tenant, "raw": raw}, **store)
 
     async def respond(self, request, method, path, key_header, read_body, transaction, run, answer=None,
                       query=None, content_type=None):
@@ -306,6 +309,15 @@ class Options:
         detail = ("database error (SQLSTATE %s); the request was rolled back" % state if state
                   else "the request failed and was rolled back")
         return self.render_problem(Problem(500, "internal-error", "Internal Server Error", detail))
+
+
+def _pointers(redact):
+    """``redact`` as a tuple of JSON Pointers; ValueError for one that is not (RFC 6901: each starts with /)."""
+    redact = (redact,) if isinstance(redact, str) else tuple(redact or ())
+    for pointer in redact:
+        if not isinstance(pointer, str) or not pointer.startswith("/"):
+            raise ValueError("redact: %r is not a JSON Pointer (RFC 6901: it starts with /)" % (pointer,))
+    return redact
 
 
 #: What a request target carries unencoded in its path (RFC 3986: unreserved, sub-delims, ":", "@", "/"): a path

@@ -40,8 +40,9 @@ def _send(start_response, response):
 
 
 class PaymentsApp:
-    """Routes: POST /payments (idempotent), POST /documents (idempotent, any body), POST /files/<name> (the same, at another path: CONTRACT.md
-    "raw-target"), POST /rides (lease mode), POST /payments-unprotected, GET /healthz."""
+    """Routes: POST /payments (idempotent), POST /documents (idempotent, any body), POST /files/<name> (the same
+    as /payments, at another path: CONTRACT.md "raw-target"), POST /rides (lease
+    mode), POST /payments-unprotected, GET /healthz."""
 
     def __init__(self, pool, faults=False):
         self.pool, self.faults = pool, faults
@@ -98,7 +99,8 @@ class PaymentsApp:
         files = path.startswith("/files/") and len(path) > len("/files/")  # PATH_INFO is decoded: a%2Fb is a/b here
         if (path in ("/payments", "/documents") or files) and method == "POST":
             return self.protected(environ, start_response)
-        routes = {"/payments": None, "/documents": None, "/rides": self.rides, "/payments-unprotected": self.unprotected}
+        routes = {"/payments": None, "/documents": None, "/rides": self.rides,
+                  "/payments-unprotected": self.unprotected}
         if files:
             return _send(start_response, not_allowed())
         if path not in routes:

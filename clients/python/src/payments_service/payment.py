@@ -81,7 +81,8 @@ def payment_from_wsgi(environ):
 
 
 def payment_from_bytes(content_type, raw):
-    """``(amount, currency)`` of a body read whole (the middleware's ``params["raw"]``), as :func:`payment_from_wsgi`."""
+    """``(amount, currency)`` of a body read whole (the middleware's ``params["raw"]``), as
+    :func:`payment_from_wsgi`."""
     return payment_from_wsgi({"CONTENT_TYPE": content_type or "", "CONTENT_LENGTH": str(len(raw)),
                               "wsgi.input": io.BytesIO(raw)})
 
@@ -132,7 +133,8 @@ def document_created(document_id, content_type, raw):
     if isinstance(content_type, bytes):
         content_type = content_type.decode("latin-1")
     return json_response(201, {"document_id": document_id, "content_type": content_type, "bytes": len(raw),
-                               "sha256": hashlib.sha256(raw).hexdigest()}, [("Location", "/documents/%d" % document_id)])
+                               "sha256": hashlib.sha256(raw).hexdigest()},
+                         [("Location", "/documents/%d" % document_id)])
 
 
 def not_allowed(allow="POST"):
