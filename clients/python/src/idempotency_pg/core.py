@@ -440,7 +440,8 @@ def claim_fields_binary(data, encoding="utf-8"):
 
 def claim_fields_text(value):
     r"""The fields of an ``idem_request_claim`` in its text form, the record literal ``(f1,f2,f3,f4,f5)``: an empty
-    field is NULL, a quoted one has ``""`` and ``\\`` for ``"`` and ``\``; the body is bytea's text form, in
+    field is NULL, a quoted one has ``""`` and ``\\`` for ``"`` and ``\``; trailing fields past the five (a later
+    version's) are not read; the body is bytea's text form, in
     either of the two that ``bytea_output`` chooses (:func:`bytea_from_text`)."""
     fields, i, end = [], 1, len(value) - 1
     while i <= end:
@@ -456,7 +457,7 @@ def claim_fields_text(value):
             j = end if j < 0 else j
             fields.append(value[i:j] or None)
             i = j + 1
-    outcome, status, content_type, headers, body = fields
+    outcome, status, content_type, headers, body = fields[:5]  # fields a later version adds after them: not read
     return (outcome, int(status) if status else None, content_type, headers,
             bytea_from_text(body) if body is not None else None)
 
