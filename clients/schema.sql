@@ -40,3 +40,13 @@ CREATE TABLE receipts (
     sent_at         timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (account, idempotency_key)
 );
+
+-- POST /documents (CONTRACT.md "any-body"): a body of any type, stored as it came.
+CREATE TABLE documents (
+    id              bigserial PRIMARY KEY,
+    account         text NOT NULL,
+    idempotency_key text NOT NULL,
+    content_type    text,
+    body            bytea NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now()
+);

@@ -368,11 +368,12 @@ def test_409_at_once_after_an_idle_spell(service, idle_spell, client, db, accoun
 
 # --------------------------------------------------------------------------- the request line
 
-def fingerprint_of(db, target, body):
-    """The fingerprint of POST ``target`` (as sent) with a JSON ``body``: the path up to the first ?, the query
-    after it (none when empty)."""
+def fingerprint_of(db, target, body, content_type=None):
+    """The fingerprint of POST ``target`` (as sent) with ``body`` of ``content_type`` (None: hashed as JSON): the
+    path up to the first ?, the query after it (none when empty)."""
     path, _, query = target.partition("?")
-    return db.execute("SELECT idem_fingerprint('POST', %s, %s, NULL, %s)", (path, query or None, body)).fetchone()[0]
+    return db.execute("SELECT idem_fingerprint('POST', %s, %s, %s, %s)",
+                      (path, query or None, content_type, body)).fetchone()[0]
 
 
 @rule("raw-target")
@@ -517,6 +518,16 @@ def test_ride_stalled_holder_is_fenced_off(service, client, db, account):
 # --------------------------------------------------------------------------- one request, one answer
 
 _J = "application/json"
+_F = "application/x-www-form-urlencoded"
+_BOUNDARY = "e2e41boundary"
+_M = "multipart/form-data; boundary=" + _BOUNDARY
+
+
+def _multipart(*fields):
+    """A multipart/form-data body of text ``fields`` ((name, value), ...) with boundary ``_BOUNDARY``."""
+    parts = [f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="{n}"\r\n\r\n{v}\r\n' for n, v in fields]
+    return ("".join(parts) + f"--{_BOUNDARY}--\r\n").encode()
+
 _V = b'{"amount_cents": 100, "currency": "EUR"}'
 # name: (body, Content-Type or None for none[, X-Fault[, target]]): sent to every service, each must answer the same;
 # a request with a target (default /payments) is stored under the fingerprint of that target as sent
@@ -564,7 +575,95 @@ CORPUS = {
     "target-%41": (_V, _J, None, "/files/%41"),
     "target-utf8": (_V, _J, None, "/files/caf%C3%A9"),
     "target-%2F-trailing-?": (_V, _J, None, "/files/a%2Fb?"),
+    # CONTRACT.md "any-body" (1.4): forms, multipart, text and binary to /payments and /documents, fingerprinted
+    # with their content type (checked where answered 201: these name their target)
+    "form": (b"amount_cents=100&currency=EUR", _F, None, "/payments"),
+    "form-charset": (b"currency=EUR&amount_cents=100", _F + "; charset=utf-8", None, "/payments"),
+    "form-amount-1e2": (b"amount_cents=1e2&currency=EUR", _F, None, "/payments"),
+    "form-amount-1.0": (b"amount_cents=1.0&currency=EUR", _F, None, "/payments"),
+    "form-amount-zero": (b"amount_cents=0&currency=EUR", _F, None, "/payments"),
+    "form-amount-missing": (b"currency=EUR", _F, None, "/payments"),
+    "form-currency-lower": (b"amount_cents=100&currency=eur", _F, None, "/payments"),
+    "multipart": (_multipart(("amount_cents", "100"), ("currency", "EUR")), _M, None, "/payments"),
+    "multipart-amount-1.5": (_multipart(("amount_cents", "1.5"), ("currency", "EUR")), _M, None, "/payments"),
+    "multipart-currency-missing": (_multipart(("amount_cents", "100")), _M, None, "/payments"),
+    "text-not-json": (b"one hundred euros", "text/plain", None, "/payments"),
+    "binary-payment": (bytes(range(256)), "application/octet-stream", None, "/payments"),
+    "documents-text": ("caf\u00e9\n".encode(), "text/plain; charset=utf-8", None, "/documents"),
+    "documents-binary": (bytes(range(256)), "application/octet-stream", None, "/documents"),
+    "documents-empty": (b"", None, None, "/documents"),
+    "documents-empty-text": (b"", "text/plain", None, "/documents"),
+    "documents-json": (b'{"b": [1, 2], "a": "x"}', _J, None, "/documents"),
+    "documents-json-invalid": (b"{nope", _J, None, "/documents"),
+    "documents-form": (b"a=1&b=2", _F, None, "/documents"),
+    "documents-multipart": (_multipart(("a", "1"), ("b", "two")), _M, None, "/documents"),
 }
+
+
+ANY_BODY_CASES = frozenset(list(CORPUS)[list(CORPUS).index("form"):])
+
+
+@rule("any-body")
+@pytest.mark.parametrize("ctype,body,amount", [
+    (_F, b"currency=EUR&amount_cents=321", 321),
+    (_M, _multipart(("currency", "EUR"), ("amount_cents", "321")), 321),
+    ("text/plain", b'{"amount_cents": 321, "currency": "EUR"}', 321),
+], ids=["form", "multipart", "text-json"])
+def test_any_body_payment_is_read_by_the_framework_and_replays(client, db, account, ctype, body, amount):
+    """A form or multipart payment is read by the framework's own parser (the amount answered is the field's), a
+    JSON body sent as text/plain as JSON; the same bytes replay; other bytes, or the same bytes as another content
+    type, are another request (422); one debit."""
+    key = new_key()
+    first = client.pay(key, body=body, headers={"Content-Type": ctype})
+    assert_created(first, account, amount=amount)
+    again = client.pay(key, body=body, headers={"Content-Type": ctype})
+    assert again.status == 201 and again.replayed and again.body == first.body, (first, again)
+    assert_problem(client.pay(key, body=body.replace(b"321", b"322"), headers={"Content-Type": ctype}), 422,
+                   "idempotency-key-reused")
+    other = "application/octet-stream" if ctype != "application/octet-stream" else "text/plain"
+    assert_problem(client.pay(key, body=body, headers={"Content-Type": other}), 422, "idempotency-key-reused")
+    assert stored(db, account, key, "encode(request_hash, 'hex')") == [(fingerprint_of(db, "/payments", body,
+                                                                                          ctype),)]
+    assert len(debits(db, account, key)) == 1
+
+
+@rule("any-body")
+def test_any_body_unreadable_payment_is_not_executed(client, db, account):
+    """A body the payment handler cannot read (text that is not JSON) -> not-executed 400: the key is released,
+    the corrected retry with the same key runs."""
+    key = new_key()
+    assert_problem(client.pay(key, body=b"one hundred euros", headers={"Content-Type": "text/plain"}), 400,
+                   "request-body-not-json")
+    assert stored(db, account, key) == [] and debits(db, account, key) == []
+    assert_created(client.pay(key, body=b"amount_cents=100&currency=EUR", headers={"Content-Type": _F}), account)
+
+
+@rule("any-body")
+@pytest.mark.parametrize("ctype,body", [
+    ("text/plain; charset=utf-8", "caf\u00e9\n".encode()), ("application/octet-stream", bytes(range(256))),
+    (None, b""), (_J, b'{"b": [1, 2], "a": "x"}'), (_F, b"a=1&b=2"), (_M, _multipart(("a", "1"))),
+], ids=["text", "binary", "empty", "json", "form", "multipart"])
+def test_any_body_documents_stores_the_bytes_and_replays(client, db, account, ctype, body):
+    """POST /documents stores any body as it came (the row holds the bytes and the content type), answers their
+    length and SHA-256; the same bytes replay; other bytes or another content type -> 422."""
+    import hashlib
+    key = new_key()
+    hdrs = {"Content-Type": ctype}
+    first = client.pay(key, body=body, headers=hdrs, path="/documents")
+    assert first.status == 201 and first.content_type == "application/json" and not first.replayed, first
+    doc = first.json
+    assert doc == {"document_id": doc["document_id"], "content_type": ctype, "bytes": len(body),
+                   "sha256": hashlib.sha256(body).hexdigest()}, first
+    assert first.header("Location") == f"/documents/{doc['document_id']}", first
+    again = client.pay(key, body=body, headers=hdrs, path="/documents")
+    assert again.status == 201 and again.replayed and again.body == first.body, (first, again)
+    other = b"[]" if ctype in (None, _J) else body + b"x"  # still JSON where the fingerprint wants JSON
+    assert_problem(client.pay(key, body=other, headers=hdrs, path="/documents"), 422, "idempotency-key-reused")
+    assert_problem(client.pay(key, body=body, headers={"Content-Type": "application/x-other"}, path="/documents"),
+                   422, "idempotency-key-reused")
+    rows = db.execute("SELECT content_type, body FROM documents WHERE account = %s AND idempotency_key = %s",
+                      (account, key)).fetchall()
+    assert rows == [(ctype, body)]
 
 
 def _answer(r):
@@ -592,8 +691,10 @@ def test_same_request_same_answer_everywhere(stack, _service_registry, db, case)
             fingerprints.setdefault(rows[0][0] if rows else None, []).append(lang)
     assert len(answers) == 1, f"{case}: {body!r} ({ctype}) {target or ''} answered differently:\n" + "\n".join(
         f"  {', '.join(langs)}: {a}" for a, langs in answers.items())
-    if target:
-        want = fingerprint_of(db, target, body)
+    if fingerprints:
+        # 1.3 cases hash the body as JSON (content type NULL, as 1.3 clients sent it: the same hash for a JSON
+        # type); the any-body cases with their content type
+        want = fingerprint_of(db, target, body, ctype if case in ANY_BODY_CASES else None)
         assert list(fingerprints) == [want], f"{case}: {target} not fingerprinted as sent ({want}):\n" + "\n".join(
             f"  {', '.join(langs)}: {f}" for f, langs in fingerprints.items())
 

@@ -210,7 +210,7 @@ def test_a_key_completed_as_jsonb_by_a_1_2_client_still_replays(mode, db, accoun
     """A key completed with idem_lease_complete as the 1.2 runner did (stored_form: text as a JSON string, its
     encoding in a header) replays its bytes and headers."""
     sent = Response(201, [("Content-Type", "text/plain; charset=utf-8"), ("Location", "/x")], "café\n".encode())
-    lease = dict(key="k", method="POST", path="/t", body='{"a": 1}', lease=5.0, ttl=None, scope=account)
+    lease = dict(key="k", method="POST", path="/t", body=b'{"a": 1}', content_type=None, lease=5.0, ttl=None, scope=account)
     token = db.execute("SELECT lease_token FROM (%s) AS l" % LEASE_SQL, lease).fetchone()[0]
     assert db.execute("SELECT idem_lease_complete(%s, %s, 201, %s::jsonb, %s::jsonb, %s)",
                       ("k", token, *stored_form(sent), account)).fetchone()[0]

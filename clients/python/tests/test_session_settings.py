@@ -49,6 +49,10 @@ def test_the_claim_in_text_and_in_binary():
         oid.to_bytes(4, "big") + (len(v).to_bytes(4, "big", signed=True) + v if v is not None else b"\xff" * 4)
         for oid, v in fields)
     assert claim_fields(binary) == ("replay", 201, None, '{"A": "1"}', body)
+    # a value with a field past the five (a later version's) is read as its five, in either form
+    assert claim_fields(text[:-1] + ',"Tue, 08 Dec 2026 10:30:00 GMT")') == claim_fields(text)
+    sixth = b"".join(oid.to_bytes(4, "big") + len(v).to_bytes(4, "big") + v for oid, v in [(25, b"x y")])
+    assert claim_fields((6).to_bytes(4, "big") + binary[4:] + sixth) == claim_fields(binary)
 
 
 # --------------------------------------------------------------------------- against the database

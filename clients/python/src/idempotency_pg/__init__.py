@@ -4,14 +4,14 @@
 
 from .header import InvalidKey, KeyHeaderError, MissingKey, parse_idempotency_key
 from .middleware import ATTEMPT, CONNECTION, KEY, SCOPE, IdempotencyMiddleware, get_connection, run_wsgi
-from .responses import (MAX_BODY_BYTES, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted, Response,
-                        claim_response, json_response, problem, stored_form)
+from .responses import (MAX_BODY_BYTES, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted, Problem, Response,
+                        claim_response, json_response, problem, problem_json, stored_form)
 
 __all__ = [
     "ATTEMPT", "CONNECTION", "KEY", "MAX_BODY_BYTES", "SCOPE", "BodyIncomplete", "BodyTooLarge", "HTTPProblem",
-    "IdempotencyMiddleware", "InvalidKey", "KeyHeaderError", "MissingKey", "NotExecuted", "Response",
+    "IdempotencyMiddleware", "InvalidKey", "KeyHeaderError", "MissingKey", "NotExecuted", "Problem", "Response",
     "claim_response", "connection_pool", "connect_kwargs", "get_connection", "json_response",
-    "parse_idempotency_key", "problem", "run_wsgi", "stored_form",
+    "parse_idempotency_key", "problem", "problem_json", "run_wsgi", "stored_form",
 ]
 
 

@@ -152,7 +152,12 @@ class IdempotencyASGIMiddleware(core.Options):
         path, query = core.asgi_target(scope)  # as the request line had them (CONTRACT.md "raw-target")
         return await self.respond(scope, scope["method"].upper(), path, keys or None,
                                   lambda limit: read_body(scope, receive, limit), self.backend.transaction, run,
-                                  answer, query=query)
+                                  answer, query=query, content_type=content_type(scope))
+
+
+def content_type(scope):
+    """The request's ``Content-Type`` value as sent (bytes), or None."""
+    return next((v for k, v in scope["headers"] if k.lower() == b"content-type"), None)
 
 
 async def read_body(scope, receive, limit=MAX_BODY_BYTES):
@@ -174,7 +179,8 @@ async def read_body(scope, receive, limit=MAX_BODY_BYTES):
 
 
 async def run_asgi(app, scope, body, receive):
-    """Call an ASGI app with ``body`` as its request body, and buffer what it sends."""
+    """Call an ASGI app with ``body`` as its request body (its first ``receive``: the framework's JSON, form and
+    multipart parsers read it as they would without the middleware), and buffer what it sends."""
     given, start, chunks = [], {}, []
 
     async def inner_receive():

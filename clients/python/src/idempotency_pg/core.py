@@ -37,7 +37,7 @@ from psycopg.pq import ExecStatus, TransactionStatus
 
 from .header import KeyHeaderError, parse_idempotency_key
 from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted,
-                        body_too_large, claim_response, parse_json_body, problem, replayed_headers)
+                        Problem, claim_response, renderer, replayed_headers, stored_body)
 
 log = logging.getLogger("idempotency_pg")
 
@@ -57,7 +57,8 @@ PREPARED_LOST_STATES = ("26000", "42P05")
 
 
 class BadBody(Exception):
-    """PostgreSQL refused the request body as jsonb (the claim rolled back; answered 400)."""
+    """PostgreSQL refused the request body as jsonb (a JSON media type, or none, with a body that is not JSON: the
+    claim rolled back, nothing claimed; answered 400 ``request-body-not-json``)."""
 
 
 class PreparedLost(Exception):
@@ -178,10 +179,15 @@ class Options:
     answer is kept (an interval; the extension's default if None); ``max_retries``: runs again after 40001/40P01;
     ``replay_headers``: the response headers stored and replayed (:func:`.responses.replayed_headers`);
     ``problem_base``: the prefix of problem+json ``type``; ``max_body_bytes``: over it, 413.
+    ``render_problem(problem) -> Response`` (CONTRACT.md "error-shape"): writes every answer the middleware makes
+    itself (a :class:`.responses.Problem`: 400 key, 409, 410, 413, 422 mismatch, 500) in the API's own shape;
+    default problem+json.  ``redact`` (JSON Pointers) and ``store_body`` (CONTRACT.md "store-less"): what the
+    route's stored answer leaves out (:func:`.responses.stored_body`); the first answer is sent whole.
     """
 
     def __init__(self, *, scope=None, methods=("POST", "PUT", "PATCH", "DELETE"), ttl=None, max_retries=3,
-                 replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES):
+                 replay_headers=None, problem_base=PROBLEM_BASE, max_body_bytes=MAX_BODY_BYTES,
+                 render_problem=None, redact=(), store_body=True, store_options=None):
         self.scope = scope or (lambda request: "")
         self.methods = frozenset(m.upper() for m in methods)
         self.ttl = ttl
@@ -189,32 +195,41 @@ class Options:
         self.replay_headers = replay_headers
         self.problem_base = problem_base
         self.max_body_bytes = max_body_bytes
+        self.render_problem = renderer(render_problem, problem_base)
+        self.redact, self.store_body = _pointers(redact), bool(store_body)
+        self.store_options = store_options
 
-    async def intake(self, request, method, path, key_header, read_body, need_key=True, query=None):
+    async def intake(self, request, method, path, key_header, read_body, need_key=True, query=None,
+                     content_type=None):
         """The claim's parameters (with the body as ``params["raw"]``), or the answer that refuses the request:
-        the scope, the key (unless not ``need_key``), the whole body (``read_body(limit)``), JSON.  ``query``: the
-        raw query string (:func:`raw_query`).  Nothing is claimed yet."""
+        the scope, the key (unless not ``need_key``), the whole body (``read_body(limit)``), never parsed
+        (CONTRACT.md "any-body": its bytes and ``content_type``, the request's ``Content-Type`` or None, go to the
+        claim).  ``query``: the raw query string (:func:`raw_query`).  Nothing is claimed yet."""
         try:
             tenant = await aw(self.scope(request))
             key = parse_idempotency_key(key_header) if need_key else ""
             raw = await aw(read_body(self.max_body_bytes))
-            try:
-                body_text = parse_json_body(raw)
-            except ValueError:
-                raise BadBody() from None
+            store = {"redact": self.redact, "store_body": self.store_body}
+            if self.store_options is not None:
+                override = await aw(self.store_options(request, path or "/")) or {}
+                store.update((k, _pointers(v) if k == "redact" else bool(v)) for k, v in override.items()
+                             if k in store)
         except REFUSED as e:
             return self.refused(e)
-        return {"key": key, "method": method, "path": path or "/", "query": raw_query(query), "body": body_text,
-                "ttl": self.ttl, "scope": tenant, "raw": raw}
+        return dict({"key": key, "method": method, "path": path or "/", "query": raw_query(query),
+                     "content_type": _native_text(content_type) if content_type else None, "ttl": self.ttl,
+                     "scope": tenant, "raw": raw}, **store)
 
     async def respond(self, request, method, path, key_header, read_body, transaction, run, answer=None,
-                      query=None):
-        """The answer to one request, or None if ``answer`` sent it already (``query``: as :meth:`intake`).  ``transaction()``: an (async) context
+                      query=None, content_type=None):
+        """The answer to one request, or None if ``answer`` sent it already (``query``, ``content_type``: as
+        :meth:`intake`).  ``transaction()``: an (async) context
         manager giving a transaction object (``handle``, ``claim``, ``complete``, ``rollback``: :class:`PgTx`);
         ``run(ctx, raw)``: the handler, returns a :class:`Response` (or raises :class:`NotExecuted`,
         :class:`HTTPProblem`); ``answer(response)`` (optional): sends a replay, mismatch or in_progress answer at
         once, before the transaction's ROLLBACK."""
-        params = await self.intake(request, method, path, key_header, read_body, query=query)
+        params = await self.intake(request, method, path, key_header, read_body, query=query,
+                                   content_type=content_type)
         if not isinstance(params, dict):
             return params
         try:
@@ -244,7 +259,8 @@ class Options:
         """One transaction: the response to send, committed or rolled back as it says."""
         try:
             outcome, status, content_type, headers, body = await tx.claim(params)
-            early = claim_response(outcome, status, body, headers, self.problem_base, content_type)
+            early = claim_response(outcome, status, body, headers, self.problem_base, content_type,
+                                   self.render_problem)
             if early is not None:
                 if answer is not None:
                     await aw(answer(early))
@@ -268,31 +284,40 @@ class Options:
 
     def refused(self, exc):
         """The answer to one of :data:`REFUSED`."""
-        base = self.problem_base
+        render = self.render_problem
         if isinstance(exc, (HTTPProblem, NotExecuted)):
-            return exc.response
+            return exc.response  # the application's own answer, in its own shape already
         if isinstance(exc, KeyHeaderError):
-            return problem(400, exc.slug, "Invalid Idempotency-Key" if exc.slug.endswith("invalid")
-                           else "Idempotency-Key required", str(exc), (), base)
+            return render(Problem(400, exc.slug, "Invalid Idempotency-Key" if exc.slug.endswith("invalid")
+                                  else "Idempotency-Key required", str(exc)))
         if isinstance(exc, BodyTooLarge):
-            return body_too_large(self.max_body_bytes, base)
+            return render(Problem(413, "request-too-large", "Request body too large",
+                                  "the request body is over %d bytes" % self.max_body_bytes))
         if isinstance(exc, BodyIncomplete):
-            return problem(400, "request-body-incomplete", "Incomplete request body",
-                           "the request body ended before its Content-Length (%s)" % exc, (), base)
-        return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON",
-                       (), base)
+            return render(Problem(400, "request-body-incomplete", "Incomplete request body",
+                                  "the request body ended before its Content-Length (%s)" % exc))
+        return render(Problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON"))
 
     def conflict(self):
         """Every attempt ended in 40001/40P01."""
-        return problem(409, "transaction-conflict", "Conflict",
-                       "the request kept conflicting with concurrent requests; retry it", [("Retry-After", "1")],
-                       self.problem_base)
+        return self.render_problem(Problem(409, "transaction-conflict", "Conflict",
+                                           "the request kept conflicting with concurrent requests; retry it",
+                                           [("Retry-After", "1")]))
 
     def failed(self, state=None):
         """The request failed (a database error with SQLSTATE ``state``, or an exception) and rolled back."""
         detail = ("database error (SQLSTATE %s); the request was rolled back" % state if state
                   else "the request failed and was rolled back")
-        return problem(500, "internal-error", "Internal Server Error", detail, (), self.problem_base)
+        return self.render_problem(Problem(500, "internal-error", "Internal Server Error", detail))
+
+
+def _pointers(redact):
+    """``redact`` as a tuple of JSON Pointers; ValueError for one that is not (RFC 6901: each starts with /)."""
+    redact = (redact,) if isinstance(redact, str) else tuple(redact or ())
+    for pointer in redact:
+        if not isinstance(pointer, str) or not pointer.startswith("/"):
+            raise ValueError("redact: %r is not a JSON Pointer (RFC 6901: it starts with /)" % (pointer,))
+    return redact
 
 
 #: What a request target carries unencoded in its path (RFC 3986: unreserved, sub-delims, ":", "@", "/"): a path
@@ -359,17 +384,23 @@ def raw_query(value):
 
 
 def claim_args(params):
-    """``idem_claim_request``'s arguments: the raw query, NULL as the content type (the body is hashed as JSON:
-    1.2's fingerprint when there is no query) and the raw body."""
-    return (params["key"], params["scope"], params["method"], params["path"], params.get("query"), None,
-            params["raw"], params["ttl"])
+    """``idem_claim_request``'s arguments: the raw query, the request's content type (a JSON media type, or none
+    with a body, is hashed as JSON: 1.2's fingerprint when there is no query; any other as bytes) and the raw
+    body."""
+    return (params["key"], params["scope"], params["method"], params["path"], params.get("query"),
+            params.get("content_type"), params["raw"], params["ttl"])
 
 
 def complete_args(params, response, replay_headers):
-    """``idem_complete_request``'s arguments: the bytes sent, the content type apart from the other headers."""
+    """``idem_complete_request``'s arguments: the bytes sent, the content type apart from the other headers, less
+    what the route does not store (``params["redact"]``, ``params["store_body"]``: :func:`.responses.stored_body`,
+    dropped here, before the completing statement, so the row never holds it)."""
     headers = replayed_headers(response, replay_headers)
     content_type = next((headers.pop(k) for k in list(headers) if k.lower() == "content-type"), None)
-    return (params["key"], params["scope"], response.status, content_type, json.dumps(headers), response.body)
+    body, headers = stored_body(response.body, headers, params.get("redact") or (), params.get("store_body", True))
+    if body is None:
+        content_type = None  # store body: no -> only the status and the headers
+    return (params["key"], params["scope"], response.status, content_type, json.dumps(headers), body)
 
 
 def claim_fields(value, encoding="utf-8"):
@@ -409,7 +440,8 @@ def claim_fields_binary(data, encoding="utf-8"):
 
 def claim_fields_text(value):
     r"""The fields of an ``idem_request_claim`` in its text form, the record literal ``(f1,f2,f3,f4,f5)``: an empty
-    field is NULL, a quoted one has ``""`` and ``\\`` for ``"`` and ``\``; the body is bytea's text form, in
+    field is NULL, a quoted one has ``""`` and ``\\`` for ``"`` and ``\``; trailing fields past the five (a later
+    version's) are not read; the body is bytea's text form, in
     either of the two that ``bytea_output`` chooses (:func:`bytea_from_text`)."""
     fields, i, end = [], 1, len(value) - 1
     while i <= end:
@@ -425,7 +457,7 @@ def claim_fields_text(value):
             j = end if j < 0 else j
             fields.append(value[i:j] or None)
             i = j + 1
-    outcome, status, content_type, headers, body = fields
+    outcome, status, content_type, headers, body = fields[:5]  # fields a later version adds after them: not read
     return (outcome, int(status) if status else None, content_type, headers,
             bytea_from_text(body) if body is not None else None)
 

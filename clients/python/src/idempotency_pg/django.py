@@ -20,7 +20,7 @@ import functools
 from contextlib import contextmanager
 
 from . import core
-from .responses import Response, problem
+from .responses import Problem, Response
 
 
 def to_django(response):
@@ -48,7 +48,8 @@ def request_target(request):
 
 def read_body(request, limit):
     """The whole body: a ``Content-Length`` over the limit refused before Django reads it, and fewer bytes than it
-    (the client hung up) refused as incomplete."""
+    (the client hung up) refused as incomplete.  Django keeps the bytes read (``request.body``), so the view's
+    ``request.POST`` and ``request.FILES`` parse a form or multipart body from them as without the decorator."""
     length = core.content_length(request.META.get("CONTENT_LENGTH"))
     core.check_length(length, limit)
     return core.check_whole(request.body, length, limit)
@@ -118,8 +119,8 @@ def idempotent(scope=None, *, using="default", **options):
                 except Exception as exc:  # noqa: BLE001 - answered as Django would, at its own boundary
                     dresp = response_for_exception(request, exc)
                 if getattr(dresp, "streaming", False):
-                    return problem(500, "internal-error", "Internal Server Error",
-                                   "a streaming response cannot be stored", (), opts.problem_base)
+                    return opts.render_problem(Problem(500, "internal-error", "Internal Server Error",
+                                                       "a streaming response cannot be stored"))
                 sent["django"], sent["response"] = dresp, from_django(dresp)
                 return sent["response"]
 
@@ -127,7 +128,7 @@ def idempotent(scope=None, *, using="default", **options):
             out = core.drive(opts.respond(request, request.method.upper(), path,
                                           request.META.get("HTTP_IDEMPOTENCY_KEY"),
                                           lambda limit: read_body(request, limit), lambda: _transaction(using), run,
-                                          query=query))
+                                          query=query, content_type=request.META.get("CONTENT_TYPE")))
             if out is not None and out is sent.get("response"):
                 return sent["django"]  # the view's own response object, sent as it made it
             return to_django(out)

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from .core import PgTx, Rollback, aw, complete_args, drive, entered, fetchone, sqlstate
-from .responses import claim_response, problem
+from .responses import Problem, claim_response, renderer
 
 log = logging.getLogger("idempotency_pg")
 
@@ -66,8 +66,8 @@ log = logging.getLogger("idempotency_pg")
 LEASE_SQL = ("SELECT l.outcome, l.http_status, l.lease_token, l.recovery_point, l.recovery_state, l.fencing_number, "
              "l.response_content_type, l.response_bytes, "
              "l.response_body::text AS body_text, l.response_headers::text AS headers_text "
-             "FROM idem_lease(%(key)s::text, idem_hash(jsonb_build_object('method', %(method)s::text, "
-             "'path', %(path)s::text, 'body', %(body)s::jsonb)), make_interval(secs => %(lease)s), "
+             "FROM idem_lease(%(key)s::text, idem_fingerprint(%(method)s::text, %(path)s::text, NULL, "
+             "%(content_type)s::text, %(body)s::bytea), make_interval(secs => %(lease)s), "
              "%(ttl)s::interval, %(scope)s::text) AS l")
 EXTEND_SQL = "SELECT idem_lease_extend(%s::text, %s::uuid, make_interval(secs => %s), %s::text)"
 CHECKPOINT_SQL = "SELECT idem_checkpoint(%s::text, %s::uuid, %s::text, %s::jsonb, %s::text)"
@@ -107,14 +107,19 @@ class LeaseContext:
 
 # --------------------------------------------------------------------------- the steps, written once
 
-async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_seconds=30.0, ttl=None,
-               replay_headers=None):
-    row = await db.lease({"key": key, "method": method, "path": path, "body": body_text,
+async def _run(db, *, key, scope, method, path, steps, finish, body_text=None, body=None, content_type=None,
+               lease_seconds=30.0, ttl=None, replay_headers=None, render_problem=None, redact=(), store_body=True):
+    # the fingerprint of idem_claim_request (CONTRACT.md "any-body"): the body's bytes and content type; a JSON
+    # body_text (content type None) has 1.2's fingerprint, idem_hash of the jsonb
+    if body is None:
+        body = (body_text or "").encode("utf-8")
+    row = await db.lease({"key": key, "method": method, "path": path, "body": bytes(body),
+                          "content_type": content_type,
                           "lease": float(lease_seconds), "ttl": ttl, "scope": scope})
     if row["outcome"] != "claimed":  # a replay: 1.3's bytes and content type, else the jsonb body's text
         body = row["body_text"] if row.get("response_bytes") is None else bytes(row["response_bytes"])
         return claim_response(row["outcome"], row["http_status"], body, row["headers_text"],
-                              content_type=row.get("response_content_type"))
+                              content_type=row.get("response_content_type"), render_problem=render_problem)
     state = row["recovery_state"]
     if isinstance(state, str):
         state = json.loads(state)  # Django's psycopg2 connection leaves jsonb as text
@@ -138,7 +143,8 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
             response = await db.call(finish, tx.handle, ctx)
             if 500 <= response.status <= 599:
                 raise Rollback(response)  # finish's writes roll back: the retry runs finish again
-            args = complete_args({"key": key, "scope": scope}, response, replay_headers)  # the bytes sent
+            args = complete_args({"key": key, "scope": scope, "redact": redact, "store_body": store_body}, response,
+                                 replay_headers)  # the bytes sent, less what the route does not store
             await tx.commit_with(COMPLETE_SQL, args[:2] + (ctx.token,) + args[2:])
         return response
     except Rollback as e:
@@ -147,7 +153,7 @@ async def _run(db, *, key, scope, method, path, body_text, steps, finish, lease_
     except BaseException as e:
         if isinstance(e, Exception) and sqlstate(e) == LEASE_LOST:
             log.info("idempotency: lease of %r lost at step %s", key, ctx.attempt_step)
-            return _lost()
+            return _lost(render_problem)
         await db.release(ctx)
         raise
 
@@ -174,9 +180,10 @@ class _InAtomic:
         return await fetchone(self.handle, sql, params)  # the block commits on exit
 
 
-def _lost():
-    return problem(409, "idempotency-key-in-progress", "Request in progress",
-                   "another attempt took this request over; retry later", [("Retry-After", "1")])
+def _lost(render_problem=None):
+    return renderer(render_problem)(Problem(409, "idempotency-key-in-progress", "Request in progress",
+                                            "another attempt took this request over; retry later",
+                                            [("Retry-After", "1")]))
 
 
 class _Heartbeat:
@@ -290,13 +297,13 @@ class _DB:
             pass
 
 
-def run(pool, *, key, scope, method, path, body_text, steps, finish, lease_seconds=30.0, ttl=None,
-        replay_headers=None):
+def run(pool, **kwargs):
     """Lease the key, run the steps that are not done yet, complete; returns the :class:`Response` to send.
 
-    ``pool``: a ``psycopg_pool.ConnectionPool`` (or ``idempotency_pg.django.lease_pool()``)."""
-    return drive(_run(_DB(pool, False), key=key, scope=scope, method=method, path=path, body_text=body_text,
-                      steps=steps, finish=finish, lease_seconds=lease_seconds, ttl=ttl, replay_headers=replay_headers))
+    ``pool``: a ``psycopg_pool.ConnectionPool`` (or ``idempotency_pg.django.lease_pool()``).  The request is
+    fingerprinted as ``idem_claim_request`` does it: ``body`` (bytes) and ``content_type`` (the request's, or None),
+    or ``body_text`` (a JSON text, hashed as JSON)."""
+    return drive(_run(_DB(pool, False), **kwargs))
 
 
 async def run_async(pool, **kwargs):

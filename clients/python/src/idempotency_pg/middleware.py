@@ -23,7 +23,9 @@ class IdempotencyMiddleware(core.Options):
 
     ``pool`` is a ``psycopg_pool.ConnectionPool`` (:func:`idempotency_pg.connection_pool`); ``scope(environ)``
     and the other options: :class:`idempotency_pg.core.Options`.  The app runs with the connection in
-    ``environ[CONNECTION]``, inside the claim's transaction; its response is buffered, stored, committed, then sent.
+    ``environ[CONNECTION]``, inside the claim's transaction, and the body, read whole and never parsed, again in
+    ``wsgi.input`` (``CONTENT_LENGTH`` its length): it reads JSON, a form or multipart as it would without the
+    middleware; its response is buffered, stored, committed, then sent.
     ``prepare`` (None: until a pooler shows it cannot) and ``combine`` (False: one statement per round trip): how
     the statements travel (:class:`idempotency_pg.core.PgTx`).  A replay is sent with the WSGI ``write`` callable
     before the ROLLBACK (waitress sends it at once with ``send_bytes=1``).
@@ -57,7 +59,8 @@ class IdempotencyMiddleware(core.Options):
         return core.drive(self.respond(
             environ, environ.get("REQUEST_METHOD", "POST").upper(), path, environ.get("HTTP_IDEMPOTENCY_KEY"),
             lambda limit: read_body(environ, limit),
-            lambda: core.pool_transaction(self.pool, self.preparing, self.pipeline), run, answer, query=query))
+            lambda: core.pool_transaction(self.pool, self.preparing, self.pipeline), run, answer, query=query,
+            content_type=environ.get("CONTENT_TYPE")))
 
 
 def read_body(environ, limit=MAX_BODY_BYTES):

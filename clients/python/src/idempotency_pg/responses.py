@@ -88,6 +88,31 @@ def body_too_large(limit, base=PROBLEM_BASE):
                    "the request body is over %d bytes" % limit, (), base)
 
 
+@dataclass
+class Problem:
+    """An answer the middleware writes itself (CONTRACT.md "error-shape"), before it is given a shape: ``status``,
+    ``type`` (the problem type's last segment: ``idempotency-key-missing``, ``idempotency-key-invalid``,
+    ``idempotency-key-in-progress``, ``idempotency-key-expired``, ``request-too-large``, ``idempotency-key-reused``,
+    ``internal-error``, ...), ``title``, ``detail`` and the ``headers`` the middleware adds (``Retry-After: 1`` on
+    409).  The ``render_problem(problem) -> Response`` option writes it; the default is :func:`problem_json`."""
+
+    status: int
+    type: str
+    title: str
+    detail: str = ""
+    headers: list = field(default_factory=list)
+
+
+def problem_json(p, base=PROBLEM_BASE):
+    """The default ``render_problem``: RFC 9457 ``application/problem+json``, ``type`` under ``base``."""
+    return problem(p.status, p.type, p.title, p.detail, p.headers, base)
+
+
+def renderer(render_problem=None, base=PROBLEM_BASE):
+    """``render_problem``, or :func:`problem_json` under ``base``."""
+    return render_problem if render_problem is not None else (lambda p: problem_json(p, base))
+
+
 def problem(status, slug, title, detail="", headers=(), base=PROBLEM_BASE):
     """An RFC 9457 ``application/problem+json`` response."""
     body = {"type": base + slug, "title": title, "status": status, "detail": detail}
@@ -106,27 +131,30 @@ def json_response(status, obj, headers=()):
     )
 
 
-def claim_response(outcome, http_status, response_body, response_headers, base=PROBLEM_BASE, content_type=None):
+def claim_response(outcome, http_status, response_body, response_headers, base=PROBLEM_BASE, content_type=None,
+                   render_problem=None):
     """Map one claim row to the answer, or None for ``claimed`` (run the handler).
 
     ``response_body``: the stored body (bytes, or a 1.0-1.2 jsonb column as text); ``response_headers``: the stored
-    headers as JSON text, or None; ``content_type``: 1.3's stored content type, or None.
+    headers as JSON text, or None; ``content_type``: 1.3's stored content type, or None; ``render_problem``: writes
+    a mismatch, in_progress or expired answer (:class:`Problem`; default :func:`problem_json` under ``base``).
     """
+    render = renderer(render_problem, base)
     if outcome == "claimed":
         return None
     if outcome == "replay":
         return replay_response(http_status, response_body, response_headers, content_type)
     if outcome == "mismatch":
-        return problem(
-            http_status or 422, "idempotency-key-reused", "Idempotency-Key reused",
-            "this Idempotency-Key was already used with a different request", (), base,
-        )
+        return render(Problem(http_status or 422, "idempotency-key-reused", "Idempotency-Key reused",
+                              "this Idempotency-Key was already used with a different request"))
     if outcome == "in_progress":
-        return problem(
-            409, "idempotency-key-in-progress", "Request in progress",
-            "a request with this Idempotency-Key is still being processed; retry later",
-            [("Retry-After", "1")], base,
-        )
+        return render(Problem(409, "idempotency-key-in-progress", "Request in progress",
+                              "a request with this Idempotency-Key is still being processed; retry later",
+                              [("Retry-After", "1")]))
+    if outcome == "expired":  # 1.4, idempotency.tombstone_ttl: the stored response is gone for good
+        return render(Problem(410, "idempotency-key-expired", "Idempotency-Key expired",
+                              "the response stored for this Idempotency-Key has expired; send the request with a "
+                              "new key"))
     raise ValueError("unknown claim outcome %r" % (outcome,))
 
 
@@ -150,6 +178,65 @@ def replay_response(http_status, body, headers_text, content_type=None):
         body = value.encode("utf-8") if encoding == "text" else base64.b64decode(value)
     headers.append(("Idempotent-Replayed", "true"))
     return Response(http_status, headers, body)
+
+
+#: Stored headers saying what a route left out of the stored body (CONTRACT.md "store-less").
+REDACTED_HEADER = "Idempotent-Replay-Redacted"
+BODY_OMITTED_HEADER = "Idempotent-Replay-Body"
+
+
+def _pointer_tokens(pointer):
+    """An RFC 6901 JSON Pointer's reference tokens (``~1`` is ``/``, ``~0`` is ``~``)."""
+    if not pointer.startswith("/"):
+        raise ValueError("a JSON Pointer starts with /: %r" % (pointer,))
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+
+
+def _drop(value, tokens):
+    """Remove the member (or array element) ``tokens`` points at from ``value``; whether it was there."""
+    for i, token in enumerate(tokens):
+        last = i == len(tokens) - 1
+        if isinstance(value, dict):
+            if token not in value:
+                return False
+            if last:
+                del value[token]
+                return True
+            value = value[token]
+        elif isinstance(value, list) and token.isdigit() and (token == "0" or not token.startswith("0")):
+            if int(token) >= len(value):
+                return False
+            if last:
+                del value[int(token)]
+                return True
+            value = value[int(token)]
+        else:
+            return False
+    return False
+
+
+def stored_body(body, headers, redact=(), store_body=True):
+    """``(body, headers)`` to store for a route's answer (CONTRACT.md "store-less"); ``headers``: the dict of
+    :func:`replayed_headers` (changed in place).  ``store_body`` False: no body (None), and
+    ``Idempotent-Replay-Body: omitted``.  ``redact``: JSON Pointers dropped from a JSON object body; when any was
+    present, the rest is serialised again and ``Idempotent-Replay-Redacted`` lists the pointers dropped, in the
+    order given.  A body that is not a JSON object is stored as is."""
+    if not store_body:
+        headers[BODY_OMITTED_HEADER] = "omitted"
+        return None, headers
+    if not redact or not body:
+        return body, headers
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return body, headers
+    if not isinstance(value, dict):
+        return body, headers
+    dropped = [p for p in redact if _drop(value, _pointer_tokens(p))]
+    if not dropped:
+        return body, headers
+    headers[REDACTED_HEADER] = ", ".join(dropped)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), headers
 
 
 def replayed_headers(response, replay_headers=None):

@@ -15,8 +15,8 @@ from idempotency_pg import NotExecuted, Response, json_response, problem
 from idempotency_pg.core import drive
 from idempotency_pg.django import idempotent, lease_pool, read_body, to_django
 
-from .payment import account_from_authorization, after_write, created, not_allowed, not_found as _not_found, serve, \
-    validate_payment
+from .payment import DOCUMENT_SQL, account_from_authorization, after_write, created, document_created, is_form, \
+    json_payment, not_allowed, not_found as _not_found, not_json, payment_from_bytes, serve, validate_payment
 from .rides import handle_ride, ride_request
 
 
@@ -60,13 +60,25 @@ def _fault(request):
     return (request.META.get("HTTP_X_FAULT", "").strip() or None) if settings.PAYMENTS_FAULTS else None
 
 
-def _pay(request, account, key, raw):
-    """The handler: validation (not executed), the ORM insert, the faults; inside the caller's transaction."""
+def payment_of(request):
+    """``(amount, currency)`` of the request as Django reads it: ``request.POST`` (Django's form and multipart
+    parsers) when the Content-Type says a form, else ``request.body`` as JSON (NotExecuted if invalid)."""
+    if is_form(request.META.get("CONTENT_TYPE")):
+        try:
+            fields = {k: request.POST.get(k) for k in request.POST}
+        except Exception:  # noqa: BLE001 - a body Django's parser refuses
+            raise not_json() from None
+        return validate_payment(fields, form=True)
+    return validate_payment(json_payment(request.body))
+
+
+def _pay(request, account, key, payment):
+    """The handler: the ORM insert, the faults; inside the caller's transaction."""
     from django.db import connection
 
     from .djangoledger.models import Ledger
 
-    amount, currency = validate_payment(raw)
+    amount, currency = payment
     row = Ledger.objects.create(account=account, amount_cents=-amount, currency=currency, idempotency_key=key)
     with connection.cursor() as cur:
         early = drive(after_write(_fault(request), cur.execute))
@@ -95,7 +107,7 @@ def unprotected(request):
         return to_django(params)
     try:
         with transaction.atomic():
-            return _pay(request, params["scope"], "", params["raw"])
+            return _pay(request, params["scope"], "", payment_from_bytes(params["content_type"], params["raw"]))
     except NotExecuted as e:
         return to_django(e.response)
 
@@ -157,12 +169,33 @@ def server_error(request):
 
 
 _protected = idempotent(scope=account_scope, methods=("POST",))(
-    lambda request: _pay(request, request.idempotency.scope, request.idempotency.key, request.body))
+    lambda request: _pay(request, request.idempotency.scope, request.idempotency.key, payment_of(request)))
+
+
+def _document(request):
+    """POST /documents (CONTRACT.md "any-body"): the body, of any type, stored as it came."""
+    from django.db import connection
+
+    content_type, raw = request.META.get("CONTENT_TYPE") or None, request.body
+    with connection.cursor() as cur:
+        cur.execute(DOCUMENT_SQL, (request.idempotency.scope, request.idempotency.key, content_type, raw))
+        (document_id,) = cur.fetchone()
+    return to_django(document_created(document_id, content_type, raw))
+
+
+_protected_documents = idempotent(scope=account_scope, methods=("POST",))(_document)
+
+
+def documents(request):
+    if request.method != "POST":
+        return to_django(not_allowed())
+    return _protected_documents(request)
 
 
 def _urlpatterns():
     from django.urls import path, re_path
-    return [path("payments", payments), path("payments-unprotected", unprotected), path("rides", rides),
+    return [path("payments", payments), path("documents", documents), path("payments-unprotected", unprotected),
+            path("rides", rides),
             path("healthz", healthz),
             re_path(r"^files/.", payments)]  # CONTRACT.md "raw-target": /payments at another path
 

@@ -18,8 +18,9 @@ from idempotency_pg.asgi import (IdempotencyASGIMiddleware, PsycopgBackend, SQLA
                                  get_context, read_body)
 from idempotency_pg.core import drive
 
-from .app import process_payment
-from .payment import account_from_authorization, after_write, created, validate_payment
+from .app import process_payment, store_document
+from .payment import DOCUMENT_SQL, account_from_authorization, after_write, created, document_created, is_form, \
+    json_payment, not_json, payment_from_bytes, validate_payment
 from .rides import handle_ride_async, ride_request
 
 
@@ -31,6 +32,19 @@ def account_of(scope):
 
 def to_fastapi(response):
     return FastAPIResponse(response.body, status_code=response.status, headers=dict(response.headers))
+
+
+async def payment_of(request):
+    """``(amount, currency)`` of the request as FastAPI reads it: ``request.form()`` (Starlette's form and
+    multipart parsers) when the Content-Type says a form, else ``request.body()`` as JSON
+    (:func:`validate_payment`: NotExecuted if invalid)."""
+    if is_form(request.headers.get("content-type")):
+        try:
+            form = await request.form()
+        except Exception:  # noqa: BLE001 - a body Starlette's parser refuses
+            raise not_json() from None
+        return validate_payment(dict(form), form=True)
+    return validate_payment(json_payment(await request.body()))
 
 
 def thrown(status):
@@ -78,7 +92,8 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
         if isinstance(params, Response):
             return to_fastapi(params)
         try:
-            return to_fastapi(await pay_unprotected(params["scope"], params["raw"]))
+            return to_fastapi(await pay_unprotected(params["scope"], payment_from_bytes(params["content_type"],
+                                                                                       params["raw"])))
         except NotExecuted as e:
             return to_fastapi(e.response)
 
@@ -95,13 +110,20 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
         @app.post("/files/{name:path}")  # CONTRACT.md "raw-target": /payments at another path
         async def payments(request: Request):
             ctx = get_context(request)
-            return to_fastapi(await process_payment(ctx.connection, ctx.scope, ctx.key, await request.body(),
+            payment = await payment_of(request)  # NotExecuted goes up to the middleware: sent, not stored
+            return to_fastapi(await process_payment(ctx.connection, ctx.scope, ctx.key, payment,
                                                     fault_of(request), thrown))
 
-        async def pay_unprotected(account, raw):  # the same handler and insert, without any claim
+        @app.post("/documents")
+        async def documents(request: Request):
+            ctx = get_context(request)
+            return to_fastapi(await store_document(ctx.connection, ctx.scope, ctx.key,
+                                                   request.headers.get("content-type"), await request.body()))
+
+        async def pay_unprotected(account, payment):  # the same handler and insert, without any claim
             async with pool.connection() as conn:
                 async with conn.transaction():
-                    return await process_payment(conn, account, "", raw)
+                    return await process_payment(conn, account, "", payment)
 
     elif variant == "sqlalchemy":
         from sqlalchemy import create_engine
@@ -132,9 +154,9 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
         def dispose():
             engine.dispose()
 
-        def pay(session, account, key, raw, fault=None):
+        def pay(session, account, key, payment, fault=None):
             """The handler with the ORM, inside the caller's transaction in ``session``."""
-            amount, currency = validate_payment(raw)
+            amount, currency = payment
             row = Ledger(account=account, amount_cents=-amount, currency=currency, idempotency_key=key)
             session.add(row)
             session.flush()  # the INSERT, in the claim's transaction
@@ -147,18 +169,30 @@ def create_app(dsn, variant="psycopg", faults=False, pool_size=20):
             from anyio import from_thread
 
             ctx = get_context(request)  # the body was read by the middleware: Starlette hands it over in the loop
-            return to_fastapi(pay(ctx.session, ctx.scope, ctx.key, from_thread.run(request.body), fault_of(request)))
+            payment = from_thread.run(payment_of, request)  # NotExecuted goes up to the middleware
+            return to_fastapi(pay(ctx.session, ctx.scope, ctx.key, payment, fault_of(request)))
 
-        async def pay_unprotected(account, raw):
+        @app.post("/documents")
+        def documents(request: Request):
+            from anyio import from_thread
+
+            ctx = get_context(request)
+            raw, content_type = from_thread.run(request.body), request.headers.get("content-type")
+            (document_id,) = ctx.session.connection().exec_driver_sql(
+                DOCUMENT_SQL, (ctx.scope, ctx.key, content_type, raw)).fetchone()
+            return to_fastapi(document_created(document_id, content_type, raw))
+
+        async def pay_unprotected(account, payment):
             from starlette.concurrency import run_in_threadpool
 
             def write():
                 with Session.begin() as s:
-                    return pay(s, account, "", raw)
+                    return pay(s, account, "", payment)
             return await run_in_threadpool(write)
     else:
         raise ValueError("variant must be psycopg or sqlalchemy, not %r" % (variant,))
 
     mw = IdempotencyASGIMiddleware(app, backend, scope=account_of, methods=("POST",),
-                                   when=lambda s: s["path"] == "/payments" or s["path"].startswith("/files/"))
+                                   when=lambda s: s["path"] in ("/payments", "/documents")
+                                   or s["path"].startswith("/files/"))
     return mw

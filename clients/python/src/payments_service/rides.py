@@ -19,7 +19,7 @@ from idempotency_pg import NotExecuted, json_response, problem
 from idempotency_pg.core import aw, driven, entered, fetchone
 from idempotency_pg.lease import Step, run, run_async
 
-from .payment import validate_payment
+from .payment import payment_from_bytes
 
 log = logging.getLogger("payments_service")
 
@@ -57,11 +57,13 @@ class Ride:
     """A ride request read whole (``params`` of :meth:`idempotency_pg.core.Options.intake`) and validated."""
 
     def __init__(self, params, fault=None):
-        self.amount, self.currency = validate_payment(params["raw"])
-        self.account, self.key, self.body_text, self.fault = params["scope"], params["key"], params["body"], fault
+        self.amount, self.currency = payment_from_bytes(params["content_type"], params["raw"])
+        self.account, self.key, self.fault = params["scope"], params["key"], fault
+        self.body, self.content_type = params["raw"], params["content_type"]
 
     def run_args(self, steps, finish):
-        return dict(key=self.key, scope=self.account, method="POST", path="/rides", body_text=self.body_text,
+        return dict(key=self.key, scope=self.account, method="POST", path="/rides", body=self.body,
+                    content_type=self.content_type,
                     steps=steps, finish=finish, lease_seconds=lease_seconds())
 
     def charge_args(self):
