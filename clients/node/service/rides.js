@@ -36,7 +36,7 @@ export function ridesHandler({ pool, authenticate, validatePayment, leaseSeconds
   async function ride(req) {
     const request = await admit(cfg, {
       scopeArg: req, keyHeader: req.headers['idempotency-key'], method: 'POST', path: '/rides',
-      body: () => readRawBody(req, cfg),
+      body: () => readRawBody(req, cfg), json: true,
     });
     if (request instanceof CapturedResponse) return request; // 401, 400, 413: before any lease
     const { key, scope: account, bodyText } = request;

@@ -9,7 +9,7 @@
 // answered 500 problem+json.
 
 import { STATUS_CODES } from 'node:http';
-import { errorStatus, execute, options, pathOf, queryOf, readBody } from './engine.js';
+import { errorStatus, execute, options, pathOf, queryOf, readBody, refill } from './engine.js';
 import { CapturedResponse, bytesOf, wireHeaders } from './responses.js';
 
 function defaultRenderError(err, ctx) {
@@ -43,12 +43,15 @@ export function koaIdempotency(opts) {
         // a body parser that ran before (koa-bodyparser keeps rawBody), else the whole body from the socket
         if (request.rawBody !== undefined) return Buffer.from(request.rawBody);
         if (request.body !== undefined) return Buffer.from(JSON.stringify(request.body), 'utf8');
-        return readBody(ctx.req, cfg, ctx.req.headers['content-length']);
+        // read whole, then given back to ctx.req: a body parser after the middleware reads it as usual
+        const body = await readBody(ctx.req, cfg, ctx.req.headers['content-length']);
+        refill(ctx.req, body);
+        return body;
       },
+      contentType: ctx.req.headers['content-type'] ?? null,
     }, async (handle, req) => {
       ctx.idempotency = ctx.state.idempotency = handle;
-      request.body = req.bodyValue;
-      request.rawBody = req.bodyText;
+      if (request.rawBody === undefined) request.rawBody = req.raw;
       try {
         await next();
       } catch (err) {
