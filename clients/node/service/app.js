@@ -6,6 +6,7 @@ import {
 } from '../src/index.js';
 import { STATUS_CODES } from 'node:http';
 import { createHash } from 'node:crypto';
+import querystring from 'node:querystring';
 import { ridesHandler } from './rides.js';
 
 const CURRENCY = /^[A-Z]{3}$/;
@@ -71,24 +72,29 @@ function fieldsPayment(fields) {
 }
 
 /**
- * The payment a request's body says (CONTRACT.md any-body): a form as express.urlencoded() parsed it (in the route,
- * after the middleware), multipart's fields, else a JSON object as validatePayment reads it; null when the body
- * cannot be read as any of them.
+ * The payment a body says (CONTRACT.md any-body): form fields (`form`: as a body parser read them, else parsed
+ * here), multipart's fields, else a JSON object as validatePayment reads it; null when the body cannot be read as
+ * the one its Content-Type says.
  */
-export async function readPayment(req) {
-  const type = mediaType(req.headers['content-type']);
+export async function paymentOf(contentType, raw, form = undefined) {
+  const type = mediaType(contentType);
   try {
-    if (type === 'application/x-www-form-urlencoded') return fieldsPayment(req.body ?? {});
+    if (type === 'application/x-www-form-urlencoded') return fieldsPayment(form ?? querystring.parse(raw.toString('utf8')));
     if (type === 'multipart/form-data') {
-      const form = await new Response(req.rawBody, { headers: { 'Content-Type': req.headers['content-type'] } }).formData();
+      const parts = await new Response(raw, { headers: { 'Content-Type': contentType } }).formData();
       const fields = {};
-      for (const [name, value] of form) if (typeof value === 'string' && !(name in fields)) fields[name] = value;
+      for (const [name, value] of parts) fields[name] = name in fields ? [fields[name], value] : value;
       return fieldsPayment(fields);
     }
-    return validatePayment(req.rawBody.toString('utf8'));
+    return validatePayment(raw.toString('utf8'));
   } catch {
     return null;
   }
+}
+
+/** The payment of a request to /payments: a form as express.urlencoded() parsed it (in the route, after the middleware). */
+export function readPayment(req) {
+  return paymentOf(req.headers['content-type'], req.rawBody, req.body);
 }
 
 function paymentJson(id, account, { amount, currency }) {
@@ -185,7 +191,7 @@ export function createApp({
   app.all('/documents', notAllowed('POST'));
   app.post('/payments-unprotected', tx(form, pay));
   app.all('/payments-unprotected', notAllowed('POST'));
-  app.post('/rides', ridesHandler({ pool, authenticate, validatePayment, leaseSeconds: ridesLeaseSeconds, faults, logger }));
+  app.post('/rides', ridesHandler({ pool, authenticate, paymentOf, leaseSeconds: ridesLeaseSeconds, faults, logger }));
   app.all('/rides', notAllowed('POST'));
 
   if (bench) {

@@ -67,6 +67,23 @@ describe('1.4 rules against PostgreSQL', { skip }, () => {
     assert.deepEqual(rows.map((r) => Number(r.amount_cents)), [-1250, -300]);
   });
 
+  test('any-body: a form ride (lease mode) rides once and replays; the same fields as JSON are another request', async () => {
+    const acct = account();
+    const form = 'amount_cents=700&currency=GBP';
+    const first = await send(`${srv.url}/rides`, form, auth(acct, 'r1', 'application/x-www-form-urlencoded'));
+    assert.equal(first.status, 201, first.bytes.toString());
+    assert.equal(first.json.amount_cents, 700);
+    const again = await send(`${srv.url}/rides`, form, auth(acct, 'r1', 'application/x-www-form-urlencoded'));
+    assert.deepEqual([again.status, again.headers.get('idempotent-replayed')], [201, 'true']);
+    assert.deepEqual(again.bytes, first.bytes);
+    const json = await send(`${srv.url}/rides`, '{"amount_cents": 700, "currency": "GBP"}', auth(acct, 'r1', 'application/json'));
+    assert.equal(json.status, 422);
+    const bad = await send(`${srv.url}/rides`, 'amount_cents=1.0&currency=GBP', auth(acct, 'r2', 'application/x-www-form-urlencoded'));
+    assert.equal(bad.status, 422);
+    const { rows } = await pool.query('SELECT count(*)::int AS n FROM rides WHERE account = $1', [acct]);
+    assert.equal(rows[0].n, 1);
+  });
+
   test('any-body: POST /documents stores text, binary and empty bodies as their bytes', async () => {
     const acct = account();
     for (const [i, body, type] of [[1, 'plain words', 'text/plain'], [2, Buffer.from([0, 255, 1, 128]), 'application/octet-stream'],
