@@ -108,6 +108,7 @@ function makeRunner(opts, claim) {
           req.idempotency = handle;
           req.db = handle.client;
           req.rawBody = request.raw; // the body itself: the app's body parsers read it, as without the middleware
+          if (handle.attempt > 0) refill(req, request.raw); // a run again (40001): its parsers read the body again
           try {
             return await runChain(handlers, req, res, interceptor.begin(), handle, outerNext);
           } finally {

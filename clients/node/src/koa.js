@@ -23,7 +23,8 @@ function defaultRenderError(err, ctx) {
  * The Koa middleware. Options as idempotency() (scope is called with ctx), plus `methods` (default POST, PATCH:
  * other requests pass through untouched) and `renderError(err, ctx)` (how a thrown error with a status is
  * answered). Handlers find {client, key, scope, notExecuted()} in ctx.idempotency (also ctx.state.idempotency),
- * the parsed body in ctx.request.body and its bytes in ctx.request.rawBody.
+ * the body's bytes in ctx.request.rawBody; the request stream is handed back unread, so a body parser after the
+ * middleware parses it (CONTRACT.md any-body).
  */
 export function koaIdempotency(opts) {
   const cfg = options(opts);
