@@ -9,7 +9,7 @@ import multer from 'multer';
 import Koa from 'koa';
 import Fastify from 'fastify';
 import { fastifyIdempotency, idempotency, koaIdempotency } from '../src/index.js';
-import { fakePool, listen, quietLogger, withServer } from './helpers.js';
+import { fakePool, listen, pgError, quietLogger, withServer } from './helpers.js';
 
 const KEY = { 'Idempotency-Key': 'k1' };
 const EXPIRES = 'Tue, 08 Dec 2026 10:30:00 GMT';
@@ -85,6 +85,32 @@ for (const adapter of ['express', 'koa', 'fastify']) describe(adapter, () => {
       await srv.close();
     }
   });
+});
+
+test('express: a run again on 40001 hands the body to the route\'s parsers again (multer reads the stream anew)', async () => {
+  let inserts = 0;
+  const pool = fakePool({
+    query(sql) {
+      if (sql === 'INSERT' && ++inserts === 1) throw pgError('40001');
+    },
+  });
+  const app = express();
+  const seen = [];
+  app.post('/m', idempotency({ pool, logger: quietLogger })(multer().none(), async (req, res) => {
+    seen.push({ ...req.body });
+    await req.db.query('INSERT');
+    res.status(201).json(req.body);
+  }));
+  const srv = await listen(app);
+  try {
+    const fd = new FormData();
+    fd.append('amount_cents', '9');
+    const r = await send(`${srv.url}/m`, fd, KEY);
+    assert.equal(r.status, 201, r.text);
+    assert.deepEqual(seen, [{ amount_cents: '9' }, { amount_cents: '9' }]);
+  } finally {
+    await srv.close();
+  }
 });
 
 for (const adapter of ['express route', 'express app.use', 'koa', 'fastify']) describe(adapter, () => {
