@@ -62,7 +62,8 @@ export interface IdempotencyOptions<Req = any> {
    * 422 reused, 500) in the API's own shape (CONTRACT.md error-shape); default application/problem+json.
    */
   renderProblem?: RenderProblem | null;
-  /** Koa, Fastify (for Express give them per route: idem({redact}, handler)): see StoreOptions. */
+  /** Store-less (StoreOptions) for every route of this middleware; per route: Express idem({redact}, handler),
+   * Fastify config.idempotency = {redact}. */
   redact?: string[] | null;
   storeBody?: boolean;
 }
