@@ -146,6 +146,22 @@ for (const adapter of ['express route', 'express app.use', 'koa', 'fastify']) de
     }, { renderProblem: stripe });
   });
 
+  test('store-less: redact and storeBody: false reach the completion without what they drop; sent whole', async () => {
+    for (const [options, want] of [
+      [{ redact: ['/secret', '/none'] }, (p) => p[3] === 'application/json; charset=utf-8' &&
+        JSON.parse(p[4])['Idempotent-Replay-Redacted'] === '/secret' && p[5].toString() === '{"id":1}'],
+      [{ storeBody: false }, (p) => p[3] === null && JSON.parse(p[4])['Idempotent-Replay-Body'] === 'omitted' && p[5] === null],
+    ]) {
+      const pool = fakePool();
+      await served(pool, (h) => h.answer(201, { id: 1, secret: 's3' }), async (url) => {
+        const r = await send(url, '{}', { 'Content-Type': 'application/json', ...KEY });
+        assert.deepEqual(r.json, { id: 1, secret: 's3' });
+      }, options);
+      const complete = pool.log.find((x) => x.sql.includes('idem_complete_request'));
+      assert.ok(want(complete.params), JSON.stringify(complete.params));
+    }
+  });
+
   test('expired without a hook: 410 problem+json idempotency-key-expired, nothing run', async () => {
     const pool = fakePool({ claim: () => ({ outcome: 'expired', http_status: 410, key_expires: null }) });
     await served(pool, () => assert.fail('the handler ran'), async (url) => {
@@ -181,4 +197,21 @@ for (const adapter of ['express route', 'express app.use', 'koa', 'fastify']) de
       assert.equal(r.headers.get('idempotency-key-expires'), null);
     });
   });
+});
+
+test('fastify: store-less per route in config.idempotency', async () => {
+  const pool = fakePool();
+  const app = Fastify();
+  await app.register(fastifyIdempotency, { pool, logger: quietLogger });
+  app.post('/r', { config: { idempotency: { redact: ['/card/number'] } } }, async () => ({ card: { number: '42', last4: '2' } }));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  try {
+    const r = await send(`http://127.0.0.1:${app.server.address().port}/r`, '{}', { 'Content-Type': 'application/json', ...KEY });
+    assert.deepEqual(r.json, { card: { number: '42', last4: '2' } });
+    const complete = pool.log.find((x) => x.sql.includes('idem_complete_request'));
+    assert.equal(complete.params[5].toString(), '{"card":{"last4":"2"}}');
+    assert.equal(JSON.parse(complete.params[4])['Idempotent-Replay-Redacted'], '/card/number');
+  } finally {
+    await app.close();
+  }
 });
