@@ -315,7 +315,7 @@ async function begin(cfg, client, request) {
   }
   if (!request.lean) return claimResponse(row, cfg.problemBase);
   const fields = parseRecord(row.c);
-  request.keyExpires = fields[5] ?? null; // 1.4 (key-lifetime); 1.3's value has five fields
+  request.keyExpires = fields[5] ?? null; // CONTRACT.md key-lifetime, when a claim has a sixth field (1.3: five)
   return requestClaimResponse(fields, cfg.problemBase);
 }
 
@@ -341,7 +341,7 @@ async function commit(cfg, client, request, captured, store = cfg.store) {
   return withExpiry(sent, request);
 }
 
-/** `answer` with Idempotency-Key-Expires when the claim said (1.4, CONTRACT.md key-lifetime) until when its key is kept. */
+/** `answer` with Idempotency-Key-Expires when the claim said (a sixth field, CONTRACT.md key-lifetime) until when its key is kept. */
 function withExpiry(answer, request) {
   if (!request.keyExpires) return answer;
   return new CapturedResponse(answer.status, [...answer.headers, ['Idempotency-Key-Expires', request.keyExpires]], answer.body);

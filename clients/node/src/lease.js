@@ -286,7 +286,7 @@ async function complete(cfg, ctx) {
         : [LEASE_COMPLETE_SQL, [ctx.key, ctx.token, kept.status, b.body, b.headers, ctx.scope]] };
     });
     const sent = sentForm(response, stored, row);
-    // 1.4 (CONTRACT.md key-lifetime): until when the key is kept, as the lease's row said
+    // CONTRACT.md key-lifetime: until when the key is kept, when the lease's row says (key_expires)
     return ctx.keyExpires
       ? new CapturedResponse(sent.status, [...sent.headers, ['Idempotency-Key-Expires', ctx.keyExpires]], sent.body)
       : sent;

@@ -292,7 +292,7 @@ export function byteaFromText(text) {
  */
 export function requestClaimResponse([outcome, status, contentType, headersText, bytes, keyExpires], base = PROBLEM_BASE) {
   const answer = claimAnswer(outcome, status, contentType, headersText, bytes, base);
-  // 1.4 (CONTRACT.md key-lifetime): the key's expires_at as the server wrote it; 1.3's value has no sixth field
+  // CONTRACT.md key-lifetime (not built in 1.4): a sixth field, the key's expires_at as the server wrote it; 1.3: five
   if (answer && keyExpires && outcome !== 'expired') answer.headers.push(['Idempotency-Key-Expires', keyExpires]);
   if (answer && answer.problem && keyExpires && outcome !== 'expired') answer.problem.headers['Idempotency-Key-Expires'] = keyExpires;
   return answer;
