@@ -57,6 +57,40 @@ export interface IdempotencyOptions<Req = any> {
   /** Base URI of the problem types (default https://idempotency.dev/problems/). */
   problemBase?: string;
   logger?: Logger;
+  /**
+   * Writes the answers the middleware writes itself (400 key missing/invalid, 409 in progress, 410 expired, 413,
+   * 422 reused, 500) in the API's own shape (CONTRACT.md error-shape); default application/problem+json.
+   */
+  renderProblem?: RenderProblem | null;
+  /** Store-less (StoreOptions) for every route of this middleware; per route: Express idem({redact}, handler),
+   * Fastify config.idempotency = {redact}. */
+  redact?: string[] | null;
+  storeBody?: boolean;
+}
+
+/** One of the middleware's own answers, as renderProblem() is given it. */
+export interface Problem {
+  status: number;
+  /** The problem type's last segment: 'idempotency-key-missing', 'idempotency-key-in-progress', ... */
+  type: string;
+  title: string;
+  detail: string;
+  /** The headers the middleware adds (Retry-After: 1 on 409, Idempotency-Key-Expires, Connection: close on 413). */
+  headers: Record<string, string>;
+}
+/** The answer to write: body a Buffer, a string, or a value sent as JSON (Content-Type application/json). */
+export type RenderProblem = (problem: Problem) => CapturedResponse | {
+  status?: number;
+  headers?: Record<string, string> | Array<[string, string]>;
+  body?: Buffer | string | unknown;
+};
+
+/** Per route (CONTRACT.md store-less): what a replay needs, and no more, is stored. */
+export interface StoreOptions {
+  /** JSON Pointers (RFC 6901) of members dropped from a JSON object body before it is stored. */
+  redact?: string[] | null;
+  /** false: only the status and headers are stored (Idempotent-Replay-Body: omitted). Default true. */
+  storeBody?: boolean;
 }
 
 /** What a protected handler gets (req.idempotency, ctx.idempotency, request.idempotency). */
@@ -103,6 +137,9 @@ export type Handler<Req extends IncomingMessage = IncomingMessage, Res extends S
 export interface Idem {
   /** A route handler running `handlers` at most once per key, in one transaction with the claim. */
   (...handlers: Array<Handler<any, any> | Array<Handler<any, any>>>): (req: any, res: any, next: Next) => Promise<void>;
+  /** The same with the route's store-less options first. */
+  (store: StoreOptions, ...handlers: Array<Handler<any, any> | Array<Handler<any, any>>>):
+    (req: any, res: any, next: Next) => Promise<void>;
   /** No handlers: a middleware for app.use() that protects the routes after it. */
   (): (req: any, res: any, next: Next) => Promise<void>;
 }
@@ -149,6 +186,10 @@ export interface AdmitInput<Req = any> {
   /** What follows the target's first '?', as sent; null, undefined or '' for none. */
   query?: string | null;
   body(): Promise<Buffer>;
+  /** The request's Content-Type value (null: none): the claim fingerprints the bytes with it (1.3+). */
+  contentType?: string | null;
+  /** true: the body must be JSON (400 request-body-not-json otherwise); bodyText and bodyValue are set. */
+  json?: boolean;
   /** false: no key is parsed (a transaction without a claim). */
   claim?: boolean;
 }
@@ -160,11 +201,13 @@ export interface AdmittedRequest {
   /** The raw query string, or null for none (an empty one included). */
   query: string | null;
   raw: Buffer;
-  bodyText: string;
-  bodyValue: unknown;
+  contentType: string | null;
+  /** With `json: true` only. */
+  bodyText?: string;
+  bodyValue?: unknown;
 }
 /**
- * The scope (401 from scope()), the key (400), the whole body (413, 400) as JSON (400): resolves with the answer to
+ * The scope (401 from scope()), the key (400), the whole body (413, 400), with `json` as JSON (400): resolves with the answer to
  * send at once (nothing claimed) or the admitted request.
  */
 export function admit<Req = any>(cfg: { scope: (req: Req) => unknown; bodyLimit: number; problemBase?: string },
@@ -194,6 +237,8 @@ export interface LeaseContext<State extends Record<string, unknown> = Record<str
   readonly token: string;
   /** The lease's fencing number (1.2; strictly increasing across takeovers of a key), null on a 1.1 database. */
   readonly fencingNumber: bigint | null;
+  /** The key's expires_at as an IMF-fixdate (Idempotency-Key-Expires) when the lease's row has key_expires, else null. */
+  readonly keyExpires: string | null;
   /** The last step recorded before the current one (null: none yet). */
   recoveryPoint: string | null;
   /** The recovery state: what earlier steps recorded (restored on a takeover); recorded with each checkpoint. */
@@ -234,6 +279,11 @@ interface LeaseOptionsBase<State extends Record<string, unknown>> {
   replayHeaders?: string[] | null;
   problemBase?: string;
   logger?: Logger;
+  /** As the middleware's option: the lease's own answers (409, 410, 422) in the API's shape. */
+  renderProblem?: RenderProblem | null;
+  /** Store-less (CONTRACT.md): the completion's body without these members, or none at all. */
+  redact?: string[] | null;
+  storeBody?: boolean;
 }
 
 /**

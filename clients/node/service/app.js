@@ -5,6 +5,8 @@ import {
   DEFAULT_BODY_LIMIT, HttpProblem, errorStatus, idempotency, problem, readRawBody, sendResponse, transactional,
 } from '../src/index.js';
 import { STATUS_CODES } from 'node:http';
+import { createHash } from 'node:crypto';
+import querystring from 'node:querystring';
 import { ridesHandler } from './rides.js';
 
 const CURRENCY = /^[A-Z]{3}$/;
@@ -53,6 +55,48 @@ export function validatePayment(text) {
   return { amount: Number(written), currency };
 }
 
+/** The media type of a Content-Type value, lower-cased, without its parameters ('' when there is none). */
+function mediaType(value) {
+  return String(value ?? '').split(';', 1)[0].trim().toLowerCase();
+}
+
+/** The payment of form fields (text values): amount_cents written as the JSON rule allows, currency as there. */
+function fieldsPayment(fields) {
+  const amount = fields.amount_cents;
+  if (typeof amount !== 'string' || !/^[1-9][0-9]{0,15}$/.test(amount) || Number(amount) > Number.MAX_SAFE_INTEGER) {
+    return { error: AMOUNT };
+  }
+  const { currency } = fields;
+  if (typeof currency !== 'string' || !CURRENCY.test(currency)) return { error: 'currency must be 3 upper-case letters' };
+  return { amount: Number(amount), currency };
+}
+
+/**
+ * The payment a body says (CONTRACT.md any-body): form fields (`form`: as a body parser read them, else parsed
+ * here), multipart's fields, else a JSON object as validatePayment reads it; null when the body cannot be read as
+ * the one its Content-Type says.
+ */
+export async function paymentOf(contentType, raw, form = undefined) {
+  const type = mediaType(contentType);
+  try {
+    if (type === 'application/x-www-form-urlencoded') return fieldsPayment(form ?? querystring.parse(raw.toString('utf8')));
+    if (type === 'multipart/form-data') {
+      const parts = await new Response(raw, { headers: { 'Content-Type': contentType } }).formData();
+      const fields = {};
+      for (const [name, value] of parts) fields[name] = name in fields ? [fields[name], value] : value;
+      return fieldsPayment(fields);
+    }
+    return validatePayment(raw.toString('utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/** The payment of a request to /payments: a form as express.urlencoded() parsed it (in the route, after the middleware). */
+export function readPayment(req) {
+  return paymentOf(req.headers['content-type'], req.rawBody, req.body);
+}
+
 function paymentJson(id, account, { amount, currency }) {
   return JSON.stringify({ payment_id: id, account, amount_cents: amount, currency });
 }
@@ -61,7 +105,12 @@ function paymentJson(id, account, { amount, currency }) {
 export function paymentHandler({ faults = false } = {}) {
   return async function pay(req, res) {
     const { client, key, scope: account } = req.idempotency;
-    const payment = validatePayment(req.rawBody.toString('utf8'));
+    const payment = await readPayment(req);
+    if (payment === null) {
+      req.idempotency.notExecuted();
+      sendProblem(res, 400, 'request-body-not-json', 'Malformed request body', 'the request body is not JSON');
+      return;
+    }
     if (payment.error) {
       // validation before any write: answered, not stored, the key released for the corrected retry
       req.idempotency.notExecuted();
@@ -93,6 +142,21 @@ export function paymentHandler({ faults = false } = {}) {
   };
 }
 
+/** POST /documents (CONTRACT.md any-body): a body of any type, empty included, stored as its bytes. */
+export async function documentHandler(req, res) {
+  const { client, key, scope: account } = req.idempotency;
+  const contentType = req.headers['content-type'] ?? null;
+  const { rows } = await client.query(
+    'INSERT INTO documents (account, idempotency_key, content_type, body) VALUES ($1, $2, $3, $4) RETURNING id',
+    [account, key, contentType, req.rawBody],
+  );
+  const id = Number(rows[0].id);
+  sendJson(res, 201, JSON.stringify({
+    document_id: id, content_type: contentType, bytes: req.rawBody.length,
+    sha256: createHash('sha256').update(req.rawBody).digest('hex'),
+  }), { Location: `/documents/${id}` });
+}
+
 /**
  * The Express app. `pool` is a pg.Pool; `faults` enables the X-Fault header; `prepared` is the middleware's option
  * of that name; `bench` adds POST /payments-autocommit (the handler's one INSERT in autocommit: the benchmark's
@@ -116,14 +180,18 @@ export function createApp({
 
   app.get('/healthz', (req, res) => sendJson(res, 200, '{"ok":true}')); // Express answers HEAD with the GET route
   app.all('/healthz', notAllowed('GET, HEAD'));
-  app.post('/payments', idem(pay));
+  // a form body is parsed by Express's own parser after the middleware (CONTRACT.md any-body)
+  const form = express.urlencoded({ extended: false, limit: DEFAULT_BODY_LIMIT });
+  app.post('/payments', idem(form, pay));
   app.all('/payments', notAllowed('POST'));
   // POST /payments at any path under /files/ (CONTRACT.md, rule raw-target): the fingerprint has the target as sent.
-  app.post('/files/*name', idem(pay));
+  app.post('/files/*name', idem(form, pay));
   app.all('/files/*name', notAllowed('POST'));
-  app.post('/payments-unprotected', tx(pay));
+  app.post('/documents', idem(documentHandler));
+  app.all('/documents', notAllowed('POST'));
+  app.post('/payments-unprotected', tx(form, pay));
   app.all('/payments-unprotected', notAllowed('POST'));
-  app.post('/rides', ridesHandler({ pool, authenticate, validatePayment, leaseSeconds: ridesLeaseSeconds, faults, logger }));
+  app.post('/rides', ridesHandler({ pool, authenticate, paymentOf, leaseSeconds: ridesLeaseSeconds, faults, logger }));
   app.all('/rides', notAllowed('POST'));
 
   if (bench) {

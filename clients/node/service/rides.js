@@ -11,16 +11,17 @@ import {
   CapturedResponse, DEFAULT_BODY_LIMIT, HttpProblem, PROBLEM_BASE, admit, jsonResponse, problem, readRawBody, runLease,
   sendResponse,
 } from '../src/index.js';
+import { isJsonType } from '../src/responses.js';
 
 const STALL = /^stall=(\d{1,7})$/;
 /** The exit status of the crash-* faults. */
 export const CRASH_STATUS = 70;
 
 /**
- * The route handler. `authenticate(req)` gives the account (or throws HttpProblem 401), `validatePayment(body)`
- * {amount, currency} or {error}; `leaseSeconds` is the lease's length; `faults` enables X-Fault.
+ * The route handler. `authenticate(req)` gives the account (or throws HttpProblem 401), `paymentOf(contentType,
+ * raw)` {amount, currency}, {error}, or null for a body it cannot read; `leaseSeconds` is the lease's length; `faults` enables X-Fault.
  */
-export function ridesHandler({ pool, authenticate, validatePayment, leaseSeconds = 30, faults = false, logger = console }) {
+export function ridesHandler({ pool, authenticate, paymentOf, leaseSeconds = 30, faults = false, logger = console }) {
   const cfg = { scope: authenticate, bodyLimit: DEFAULT_BODY_LIMIT, problemBase: PROBLEM_BASE };
   return async function rides(req, res, next) {
     let answer;
@@ -36,11 +37,12 @@ export function ridesHandler({ pool, authenticate, validatePayment, leaseSeconds
   async function ride(req) {
     const request = await admit(cfg, {
       scopeArg: req, keyHeader: req.headers['idempotency-key'], method: 'POST', path: '/rides',
-      body: () => readRawBody(req, cfg),
+      body: () => readRawBody(req, cfg), contentType: req.headers['content-type'] ?? null,
     });
     if (request instanceof CapturedResponse) return request; // 401, 400, 413: before any lease
-    const { key, scope: account, bodyText } = request;
-    const payment = validatePayment(bodyText);
+    const { key, scope: account, raw, contentType } = request;
+    const payment = await paymentOf(contentType, raw);
+    if (payment === null) return problem(400, 'request-body-not-json', 'Malformed request body', 'the request body is not JSON');
     if (payment.error) {
       // not executed: answered before any lease, so nothing is stored and the corrected retry is claimed afresh
       return problem(422, 'invalid-payment', 'Invalid payment', payment.error);
@@ -88,11 +90,16 @@ export function ridesHandler({ pool, authenticate, validatePayment, leaseSeconds
           [account, key, ctx.state.ride_id]);
       },
     };
+    // the fingerprint: a JSON body's as idem_lease computes it from method, path and body (1.2's, which is
+    // idem_fingerprint's JSON form); any other body's bytes form from idem_fingerprint (1.3+)
+    const json = isJsonType(contentType) || !contentType;
+    const fingerprint = json ? { method: 'POST', path: '/rides', body: raw.toString('utf8') } : {
+      requestHash: (await pool.query('SELECT idem_fingerprint($1, $2, $3, $4, $5) AS h',
+        ['POST', '/rides', null, contentType, raw])).rows[0].h,
+    };
     return runLease(pool, key, {
       scope: account,
-      method: 'POST',
-      path: '/rides',
-      body: bodyText,
+      ...fingerprint,
       leaseSeconds,
       steps: [charge, receipt],
       replayHeaders: ['Content-Type', 'Location'],

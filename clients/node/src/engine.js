@@ -23,10 +23,11 @@
 // `prepared: false` never names them.
 
 import { randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
 import { KeyHeaderError, parseIdempotencyKey } from './header.js';
 import {
-  CapturedResponse, HttpProblem, PROBLEM_BASE, claimResponse, parseJsonBody, parseRecord, problem, requestClaimResponse,
-  storedBytes, storedForm,
+  CapturedResponse, HttpProblem, PROBLEM_BASE, claimResponse, parseJsonBody, parseRecord, problem, renderAnswer,
+  requestClaimResponse, storeOptions, storedBytes, storedForm, toStore,
 } from './responses.js';
 
 // 1.0-1.2.
@@ -132,8 +133,11 @@ export function options(opts) {
   const {
     pool, ttl = null, maxRetries = 3, replayHeaders = null, isolationLevel = null, scope = () => '',
     problemBase = PROBLEM_BASE, bodyLimit = DEFAULT_BODY_LIMIT, logger = console, requestPath = null, methods = null,
-    prepared = 'auto',
+    prepared = 'auto', renderProblem = null, redact = null, storeBody = true,
   } = opts || {};
+  if (renderProblem !== null && typeof renderProblem !== 'function') {
+    throw new TypeError('idempotency: renderProblem must be a function (problem) => {status, headers, body}');
+  }
   if (![true, false, 'auto'].includes(prepared)) throw new TypeError("idempotency: prepared must be true, false or 'auto'");
   if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotency: options.pool (a pg.Pool) is required');
   if (isolationLevel !== null && !ISOLATION.has(String(isolationLevel).toUpperCase())) {
@@ -143,7 +147,8 @@ export function options(opts) {
   if (typeof scope !== 'function') throw new TypeError('idempotency: options.scope must be a function');
   if (!Number.isInteger(bodyLimit) || bodyLimit < 0) throw new TypeError('idempotency: bodyLimit must be a byte count');
   return {
-    pool, ttl, maxRetries, replayHeaders, scope, problemBase, bodyLimit, logger, requestPath,
+    pool, ttl, maxRetries, replayHeaders, scope, problemBase, bodyLimit, logger, requestPath, renderProblem,
+    store: storeOptions({ redact, storeBody }),
     methods: methods && new Set(methods.map((m) => String(m).toUpperCase())),
     // what the database and the pooler allow, learnt from the first answers: the 1.3 statements, named statements
     state: { lean: true, named: prepared !== false, prepared },
@@ -220,9 +225,22 @@ export function readBody(stream, cfg, declared, limit = cfg.bodyLimit) {
 }
 
 /**
- * Everything before the database: the scope, the key, the whole body as JSON text. Resolves with an answer to
- * send at once (401 from the scope function, 400, 413), nothing claimed, or the request {scope, key, method, path,
- * raw, bodyText, bodyValue}.
+ * Give a node:http request (an IncomingMessage that readBody() read to its end) its body again, as a stream that
+ * has not been read: the framework's own body parsers after the middleware (express.json(), express.urlencoded(),
+ * multer, koa's co-body, ...) read it as if the middleware had not been there (CONTRACT.md any-body). The
+ * request's readable side is started afresh (a new readable state holding `body` and its end), its listeners kept.
+ */
+export function refill(req, body) {
+  if (!req.readableEnded) return;
+  Readable.call(req);
+  if (body.length > 0) req.push(body);
+  req.push(null);
+}
+
+/**
+ * Everything before the database: the scope, the key, the whole body's bytes. Resolves with an answer to send at
+ * once (401 from the scope function, 400, 413), nothing claimed, or the request {scope, key, method, path, query,
+ * raw, contentType} (with `input.json`: also bodyText, bodyValue, or 400 when the body is not JSON).
  */
 export async function admit(cfg, input) {
   try {
@@ -231,10 +249,15 @@ export async function admit(cfg, input) {
     if (input.claim !== false) request.key = parseIdempotencyKey(input.keyHeader);
     request.raw = await input.body();
     if (request.raw.length > cfg.bodyLimit) throw tooLarge(cfg, cfg.bodyLimit);
-    try {
-      ({ text: request.bodyText, value: request.bodyValue } = parseJsonBody(request.raw));
-    } catch {
-      return badBody(cfg);
+    // CONTRACT.md any-body: the bytes and their Content-Type go to the claim, which fingerprints them; the body is
+    // parsed here only for a 1.0-1.2 database (JSON only) or when a caller asks (lease mode's JSON body)
+    request.contentType = input.contentType ?? null;
+    if (input.json) {
+      try {
+        ({ text: request.bodyText, value: request.bodyValue } = parseJsonBody(request.raw));
+      } catch {
+        return badBody(cfg);
+      }
     }
     return request;
   } catch (e) {
@@ -271,9 +294,17 @@ async function begin(cfg, client, request) {
   // as sent: the completion of this transaction is named only if its claim was
   request.lean = cfg.state.lean;
   request.named = cfg.state.named;
+  if (!request.lean && request.bodyText === undefined) {
+    // 1.0-1.2 fingerprint JSON only
+    try {
+      ({ text: request.bodyText, value: request.bodyValue } = parseJsonBody(request.raw));
+    } catch {
+      throw new BadBody('the request body is not JSON (extension before 1.3)');
+    }
+  }
   const claim = request.lean
-    ? [CLAIM_REQUEST_SQL, [request.key, request.scope, request.method, request.path, request.query, null, request.raw,
-      cfg.ttl], nameFor(request, client, 'idem_claim_request')]
+    ? [CLAIM_REQUEST_SQL, [request.key, request.scope, request.method, request.path, request.query,
+      request.contentType, request.raw, cfg.ttl], nameFor(request, client, 'idem_claim_request')]
     : [CLAIM_SQL, [request.key, request.method, request.path, request.bodyText, cfg.ttl, request.scope],
       nameFor(request, client, 'idem_claim')];
   let row;
@@ -282,25 +313,38 @@ async function begin(cfg, client, request) {
   } catch (e) {
     throw BAD_BODY.has(sqlstate(e)) ? new BadBody(e.message) : e;
   }
-  return request.lean ? requestClaimResponse(parseRecord(row.c), cfg.problemBase) : claimResponse(row, cfg.problemBase);
+  if (!request.lean) return claimResponse(row, cfg.problemBase);
+  const fields = parseRecord(row.c);
+  request.keyExpires = fields[5] ?? null; // CONTRACT.md key-lifetime, when a claim has a sixth field (1.3: five)
+  return requestClaimResponse(fields, cfg.problemBase);
 }
 
 /** The completion (with a key) and COMMIT in one round trip; resolves with the response to send. */
-async function commit(cfg, client, request, captured) {
+async function commit(cfg, client, request, captured, store = cfg.store) {
   let stored = null;
   const statements = [];
+  // store-less (CONTRACT.md): what is dropped never reaches the completing statement; the first answer is sent whole
+  const kept = request.key === null ? captured : toStore(captured, store);
   if (request.key !== null && request.lean) {
     // the bytes sent, stored as they are: the first answer needs no read-back
-    const b = storedBytes(captured, cfg.replayHeaders);
-    statements.push([COMPLETE_REQUEST_SQL, [request.key, request.scope, captured.status, b.contentType, b.headers,
-      captured.body], nameFor(request, client, 'idem_complete_request')]);
+    const b = storedBytes(kept, cfg.replayHeaders);
+    statements.push([COMPLETE_REQUEST_SQL, [request.key, request.scope, kept.status, b.contentType, b.headers,
+      kept.body], nameFor(request, client, 'idem_complete_request')]);
   } else if (request.key !== null) {
-    stored = storedForm(captured, cfg.replayHeaders);
+    stored = storedForm(kept, cfg.replayHeaders);
+    if (kept !== captured) stored.json = false; // the first answer is sent whole, not as stored
     statements.push([COMPLETE_SQL, [request.key, captured.status, stored.body, stored.headers, request.scope],
       nameFor(request, client, 'idem_complete')]);
   }
   const results = await batchCommit(client, statements);
-  return stored ? sentForm(captured, stored, results[0].rows[0]) : captured;
+  const sent = stored ? sentForm(captured, stored, results[0].rows[0]) : captured;
+  return withExpiry(sent, request);
+}
+
+/** `answer` with Idempotency-Key-Expires when the claim said (a sixth field, CONTRACT.md key-lifetime) until when its key is kept. */
+function withExpiry(answer, request) {
+  if (!request.keyExpires) return answer;
+  return new CapturedResponse(answer.status, [...answer.headers, ['Idempotency-Key-Expires', request.keyExpires]], answer.body);
 }
 
 /**
@@ -349,6 +393,10 @@ function noop() {}
  * most maxRetries times, while the handler may be run again; else 409 Retry-After.
  */
 export async function execute(cfg, input, run) {
+  return renderAnswer(await attempt(cfg, input, run), cfg.renderProblem);
+}
+
+async function attempt(cfg, input, run) {
   const request = await admit(cfg, input);
   if (request instanceof CapturedResponse) return request;
   let client;
@@ -388,11 +436,12 @@ export async function execute(cfg, input, run) {
           if (!(e instanceof HttpProblem)) throw e;
           captured = e.response;
         }
+        if (captured.problem) captured.problem = null; // the handler's answer: not the middleware's to render
         if (captured.status >= 500 || handle.skip) {
           await client.query('ROLLBACK'); // not cached, the handler's writes undone, the key free again
           return captured;
         }
-        return await commit(cfg, client, request, captured);
+        return await commit(cfg, client, request, captured, input.store ?? cfg.store);
       } catch (e) {
         if (!(await rollback(client))) broken = e;
         if (e instanceof BadBody) return badBody(cfg);

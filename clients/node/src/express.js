@@ -11,10 +11,13 @@
 // back and answered 500 problem+json.
 
 import { interceptResponse, sendResponse } from './capture.js';
-import { ClientGone, errorStatus, execute, internalError, options, pathOf, queryOf, readBody } from './engine.js';
-import { HttpProblem } from './responses.js';
+import { ClientGone, errorStatus, execute, internalError, options, pathOf, queryOf, readBody, refill } from './engine.js';
+import { HttpProblem, renderAnswer, storeOptions } from './responses.js';
 
-/** The raw request body: from a body parser that already ran (req.rawBody, a Buffer or string req.body), or read. */
+/**
+ * The raw request body: from a body parser that already ran (req.rawBody, a Buffer or string req.body), or read
+ * whole from the request and given back to it (refill): the body parsers after the middleware read it as usual.
+ */
 export async function readRawBody(req, cfg) {
   if (typeof cfg === 'number') cfg = { bodyLimit: cfg };
   if (req.rawBody !== undefined && req.rawBody !== null) return Buffer.from(req.rawBody);
@@ -23,7 +26,9 @@ export async function readRawBody(req, cfg) {
     if (Buffer.isBuffer(b)) return b;
     return Buffer.from(typeof b === 'string' ? b : JSON.stringify(b ?? null), 'utf8');
   }
-  return readBody(req, cfg, req.headers['content-length']);
+  const body = await readBody(req, cfg, req.headers['content-length']);
+  refill(req, body);
+  return body;
 }
 
 /**
@@ -81,6 +86,9 @@ function makeRunner(opts, claim) {
   // the request line's target (req.originalUrl: req.url less the prefix of the router it is mounted on)
   const requestPath = cfg.requestPath || ((req) => pathOf(req.originalUrl || req.url));
   return function wrap(...handlers) {
+    // per route (CONTRACT.md store-less): idem({redact: ['/card/number'], storeBody: false}, handler)
+    const store = handlers.length > 0 && handlers[0] && typeof handlers[0] === 'object' && !Array.isArray(handlers[0])
+      ? storeOptions(handlers.shift()) : undefined;
     handlers = handlers.flat();
     if (handlers.some((h) => typeof h !== 'function')) {
       throw new TypeError('idempotency: give handler functions (req, res, next), or none to use it as a middleware');
@@ -95,11 +103,12 @@ function makeRunner(opts, claim) {
         answer = await execute(cfg, {
           scopeArg: req, keyHeader: req.headers['idempotency-key'], method: req.method, path: requestPath(req),
           query: queryOf(req.originalUrl || req.url), body: () => readRawBody(req, cfg), claim, rerun: handlers.length > 0,
+          contentType: req.headers['content-type'] ?? null, store,
         }, async (handle, request) => {
           req.idempotency = handle;
           req.db = handle.client;
-          req.body = request.bodyValue;
-          req.rawBody = request.raw;
+          req.rawBody = request.raw; // the body itself: the app's body parsers read it, as without the middleware
+          if (handle.attempt > 0) refill(req, request.raw); // a run again (40001): its parsers read the body again
           try {
             return await runChain(handlers, req, res, interceptor.begin(), handle, outerNext);
           } finally {
@@ -108,7 +117,7 @@ function makeRunner(opts, claim) {
         });
       } catch (e) {
         cfg.logger.error('idempotency: request failed:', e);
-        answer = internalError(cfg, 'the request failed');
+        answer = renderAnswer(internalError(cfg, 'the request failed'), cfg.renderProblem);
       } finally {
         interceptor.restore();
       }

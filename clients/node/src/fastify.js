@@ -8,7 +8,7 @@
 import { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { open, options, pathOf, queryOf, readBody } from './engine.js';
-import { CapturedResponse, HttpProblem, bytesOf, wireHeaders } from './responses.js';
+import { CapturedResponse, HttpProblem, bytesOf, renderAnswer, storeOptions, wireHeaders } from './responses.js';
 
 const BODY = Symbol('idempotency.body');
 const TX = Symbol('idempotency.tx');
@@ -16,6 +16,15 @@ const TX = Symbol('idempotency.tx');
 function enabled(request) {
   const config = request.routeOptions && request.routeOptions.config;
   return Boolean(config && config.idempotency);
+}
+
+const STORE = new WeakMap();
+/** The route's store-less options: `config: {idempotency: {redact: [...], storeBody: false}}` (true: none). */
+function storeOf(request) {
+  const { config } = request.routeOptions;
+  if (typeof config.idempotency !== 'object') return undefined;
+  if (!STORE.has(config)) STORE.set(config, storeOptions(config.idempotency));
+  return STORE.get(config);
 }
 
 /** Answer from a hook, resolving once the answer is written, so that Fastify goes no further with the request. */
@@ -47,7 +56,7 @@ export function fastifyIdempotency(fastify, opts, done) {
       request[BODY] = await readBody(payload, cfg, request.headers['content-length'], limit);
     } catch (e) {
       if (!(e instanceof HttpProblem)) throw e;
-      await send(reply, e.response); // answered: Fastify goes no further
+      await send(reply, renderAnswer(e.response, cfg.renderProblem)); // answered: Fastify goes no further
       return undefined;
     }
     const copy = Readable.from([request[BODY]], { objectMode: false });
@@ -60,6 +69,7 @@ export function fastifyIdempotency(fastify, opts, done) {
     const opened = await open(cfg, {
       scopeArg: request, keyHeader: request.headers['idempotency-key'], method: request.method,
       path: requestPath(request), query: queryOf(target(request)), body: async () => request[BODY] ?? Buffer.alloc(0),
+      contentType: request.headers['content-type'] ?? null, store: storeOf(request),
     });
     if (!opened.handle) return opened.answer && send(reply, opened.answer);
     request[TX] = opened;

@@ -9,7 +9,7 @@
 // answered 500 problem+json.
 
 import { STATUS_CODES } from 'node:http';
-import { errorStatus, execute, options, pathOf, queryOf, readBody } from './engine.js';
+import { errorStatus, execute, options, pathOf, queryOf, readBody, refill } from './engine.js';
 import { CapturedResponse, bytesOf, wireHeaders } from './responses.js';
 
 function defaultRenderError(err, ctx) {
@@ -23,7 +23,8 @@ function defaultRenderError(err, ctx) {
  * The Koa middleware. Options as idempotency() (scope is called with ctx), plus `methods` (default POST, PATCH:
  * other requests pass through untouched) and `renderError(err, ctx)` (how a thrown error with a status is
  * answered). Handlers find {client, key, scope, notExecuted()} in ctx.idempotency (also ctx.state.idempotency),
- * the parsed body in ctx.request.body and its bytes in ctx.request.rawBody.
+ * the body's bytes in ctx.request.rawBody; the request stream is handed back unread, so a body parser after the
+ * middleware parses it (CONTRACT.md any-body).
  */
 export function koaIdempotency(opts) {
   const cfg = options(opts);
@@ -43,12 +44,15 @@ export function koaIdempotency(opts) {
         // a body parser that ran before (koa-bodyparser keeps rawBody), else the whole body from the socket
         if (request.rawBody !== undefined) return Buffer.from(request.rawBody);
         if (request.body !== undefined) return Buffer.from(JSON.stringify(request.body), 'utf8');
-        return readBody(ctx.req, cfg, ctx.req.headers['content-length']);
+        // read whole, then given back to ctx.req: a body parser after the middleware reads it as usual
+        const body = await readBody(ctx.req, cfg, ctx.req.headers['content-length']);
+        refill(ctx.req, body);
+        return body;
       },
+      contentType: ctx.req.headers['content-type'] ?? null,
     }, async (handle, req) => {
       ctx.idempotency = ctx.state.idempotency = handle;
-      request.body = req.bodyValue;
-      request.rawBody = req.bodyText;
+      if (request.rawBody === undefined) request.rawBody = req.raw;
       try {
         await next();
       } catch (err) {

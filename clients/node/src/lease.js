@@ -15,7 +15,9 @@
 // back (idem_lease_release, the recovery point kept) and is rethrown; the retry resumes after the last recorded
 // step. The same semantics as the Go lease.Runner and Python's idempotency_pg.lease.run.
 
-import { PROBLEM_BASE, problem, requestClaimResponse, storedBytes, storedForm } from './responses.js';
+import {
+  CapturedResponse, PROBLEM_BASE, problem, renderAnswer, requestClaimResponse, storeOptions, storedBytes, storedForm, toStore,
+} from './responses.js';
 import { batch, batchCommit, rollback, sentForm, sqlstate } from './engine.js';
 
 /** SQLSTATE object_not_in_prerequisite_state: the token is not the key's current one any more. */
@@ -79,8 +81,10 @@ function leaseOptions(pool, key, options) {
   if (typeof key !== 'string' || key === '') throw new TypeError('runLease: key must be a non-empty string');
   const {
     scope = '', method = 'POST', path, body, requestHash, steps = [], finish, leaseSeconds = 30, heartbeatMs, ttl = null,
-    replayHeaders = null, problemBase = PROBLEM_BASE, logger = console,
+    replayHeaders = null, problemBase = PROBLEM_BASE, logger = console, renderProblem = null, redact = null, storeBody = true,
   } = options || {};
+  if (renderProblem !== null && typeof renderProblem !== 'function') throw new TypeError('runLease: options.renderProblem must be a function');
+  const store = storeOptions({ redact, storeBody });
   if (typeof scope !== 'string') throw new TypeError('runLease: options.scope must be a string');
   if (!Array.isArray(steps)) throw new TypeError('runLease: options.steps must be an array of {name, run}');
   const names = steps.map(stepName);
@@ -117,7 +121,7 @@ function leaseOptions(pool, key, options) {
   }
   return {
     pool, key, scope, steps, names, finish, leaseSeconds, heartbeatMs: beat, ttl, replayHeaders, problemBase, logger,
-    hashArgs,
+    hashArgs, renderProblem, store,
   };
 }
 
@@ -273,12 +277,19 @@ async function complete(cfg, ctx) {
       // A 5xx is never stored: finish's writes are undone (as the transactional middleware rolls back a 5xx) and
       // the lease is given back below with the recovery point kept, so that the retry resumes at once.
       if (resp.status >= 500) throw new NotStored(resp);
-      const b = cfg.bytes ? storedBytes(resp, cfg.replayHeaders) : (stored = storedForm(resp, cfg.replayHeaders));
+      // store-less (CONTRACT.md): dropped before the completing statement; the first answer is sent whole
+      const kept = toStore(resp, cfg.store);
+      const b = cfg.bytes ? storedBytes(kept, cfg.replayHeaders) : (stored = storedForm(kept, cfg.replayHeaders));
+      if (kept !== resp) stored.json = false;
       return { result: resp, last: cfg.bytes
-        ? [LEASE_COMPLETE_REQUEST_SQL, [ctx.key, ctx.scope, ctx.token, resp.status, b.contentType, b.headers, resp.body]]
-        : [LEASE_COMPLETE_SQL, [ctx.key, ctx.token, resp.status, b.body, b.headers, ctx.scope]] };
+        ? [LEASE_COMPLETE_REQUEST_SQL, [ctx.key, ctx.scope, ctx.token, kept.status, b.contentType, b.headers, kept.body]]
+        : [LEASE_COMPLETE_SQL, [ctx.key, ctx.token, kept.status, b.body, b.headers, ctx.scope]] };
     });
-    return sentForm(response, stored, row);
+    const sent = sentForm(response, stored, row);
+    // CONTRACT.md key-lifetime: until when the key is kept, when the lease's row says (key_expires)
+    return ctx.keyExpires
+      ? new CapturedResponse(sent.status, [...sent.headers, ['Idempotency-Key-Expires', ctx.keyExpires]], sent.body)
+      : sent;
   } catch (e) {
     if (!(e instanceof NotStored)) throw e;
     await release(cfg, ctx);
@@ -299,6 +310,10 @@ async function complete(cfg, ctx) {
  */
 export async function runLease(pool, key, options) {
   const cfg = leaseOptions(pool, key, options);
+  return renderAnswer(await leaseRun(pool, key, cfg), cfg.renderProblem);
+}
+
+async function leaseRun(pool, key, cfg) {
   const sql = cfg.hashArgs.length === 1 ? LEASE_BY_HASH_SQL : LEASE_SQL;
   const { rows: [row] } = await pool.query(sql, [key, ...cfg.hashArgs, cfg.leaseSeconds, cfg.ttl, cfg.scope]);
   if (!row) throw new Error('idempotency: idem_lease returned no row');
@@ -307,9 +322,10 @@ export async function runLease(pool, key, options) {
     // as the engine's 1.3 claim answers: the stored bytes with their type, else (1.1-1.2) jsonb's text of the body
     const body = row.response_bytes ?? (row.idem_body_text === null ? null : Buffer.from(row.idem_body_text));
     return requestClaimResponse([row.outcome, row.http_status, row.response_content_type ?? null, row.idem_headers_text,
-      body], cfg.problemBase);
+      body, row.key_expires ?? null], cfg.problemBase);
   }
   const ctx = new LeaseContext(cfg, row);
+  ctx.keyExpires = row.key_expires ?? null;
   const run = ctx._run;
   let start = 0;
   if (ctx.recoveryPoint !== null) {

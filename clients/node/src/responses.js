@@ -11,7 +11,7 @@ export const NOT_REPLAYED = new Set(
   [
     'Connection', 'Keep-Alive', 'Transfer-Encoding', 'Content-Length', 'Date', 'Server', 'Set-Cookie', 'Upgrade',
     'TE', 'Trailer', 'Proxy-Authenticate', 'Proxy-Connection', 'X-Powered-By', 'Idempotent-Replayed',
-    BODY_ENCODING_HEADER,
+    BODY_ENCODING_HEADER, 'Idempotency-Key-Expires',
   ].map((h) => h.toLowerCase()),
 );
 
@@ -47,11 +47,97 @@ export class HttpProblem extends Error {
 /** An RFC 9457 application/problem+json response. */
 export function problem(status, slug, title, detail = '', headers = [], base = PROBLEM_BASE) {
   const body = { type: base + slug, title, status, detail };
-  return new CapturedResponse(
+  const response = new CapturedResponse(
     status,
     [['Content-Type', 'application/problem+json'], ...headers],
     Buffer.from(JSON.stringify(body)),
   );
+  // what renderProblem() is given (CONTRACT.md error-shape)
+  response.problem = { status, type: slug, title, detail, headers: Object.fromEntries(headers) };
+  return response;
+}
+
+/** The problem types of the answers the middleware writes itself: the ones renderProblem() shapes. */
+export const MIDDLEWARE_PROBLEMS = new Set([
+  'idempotency-key-missing', 'idempotency-key-invalid', 'idempotency-key-in-progress', 'idempotency-key-expired',
+  'request-too-large', 'idempotency-key-reused', 'internal-error', 'transaction-conflict', 'request-body-unreadable',
+  'request-body-not-json',
+]);
+
+/**
+ * `answer` as `renderProblem(problem)` writes it when it is one of the middleware's own problems (CONTRACT.md
+ * error-shape), else `answer`. The hook returns {status, headers, body}: status defaults to the problem's,
+ * headers (an object or [[name, value]]) to the problem's, body is a Buffer, a string, or a value sent as JSON
+ * (Content-Type: application/json unless the headers say otherwise).
+ */
+export function renderAnswer(answer, renderProblem) {
+  if (!renderProblem || !answer || !answer.problem || !MIDDLEWARE_PROBLEMS.has(answer.problem.type)) return answer;
+  const out = renderProblem({ ...answer.problem, headers: { ...answer.problem.headers } });
+  if (out instanceof CapturedResponse) return out;
+  if (!out || typeof out !== 'object') throw new TypeError('renderProblem must return {status, headers, body}');
+  const headers = Array.isArray(out.headers) ? [...out.headers]
+    : Object.entries(out.headers ?? answer.problem.headers).map(([k, v]) => [k, String(v)]);
+  let { body } = out;
+  if (!Buffer.isBuffer(body) && typeof body !== 'string' && body !== undefined && body !== null) {
+    body = JSON.stringify(body);
+    if (!headers.some(([k]) => k.toLowerCase() === 'content-type')) headers.unshift(['Content-Type', 'application/json']);
+  }
+  return new CapturedResponse(out.status ?? answer.status, headers,
+    body === undefined || body === null ? Buffer.alloc(0) : Buffer.from(body));
+}
+
+/** A JSON Pointer (RFC 6901) as its reference tokens. */
+function pointerTokens(pointer) {
+  if (typeof pointer !== 'string' || !pointer.startsWith('/')) {
+    throw new TypeError(`idempotency: redact takes JSON Pointers such as "/card/number", not ${JSON.stringify(pointer)}`);
+  }
+  return pointer.slice(1).split('/').map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
+}
+
+/** Checks the per-route store-less options {redact, storeBody}; returns them normalised. */
+export function storeOptions({ redact = null, storeBody = true } = {}) {
+  if (redact !== null && (!Array.isArray(redact) || redact.some((p) => typeof p !== 'string'))) {
+    throw new TypeError('idempotency: redact must be an array of JSON Pointers');
+  }
+  if (redact) redact.forEach(pointerTokens);
+  if (typeof storeBody !== 'boolean') throw new TypeError('idempotency: storeBody must be true or false');
+  return { redact: redact && redact.length ? redact : null, storeBody };
+}
+
+/**
+ * The response to store for `response` under the store-less options (CONTRACT.md store-less): with storeBody
+ * false the status and headers only (no body, no Content-Type) and `Idempotent-Replay-Body: omitted`; with redact
+ * a JSON object body without the members the pointers name (re-serialised) and `Idempotent-Replay-Redacted` with
+ * the pointers dropped. Anything else is stored as it is.
+ */
+export function toStore(response, { redact = null, storeBody = true } = {}) {
+  if (!storeBody) {
+    const headers = response.headers.filter(([k]) => k.toLowerCase() !== 'content-type');
+    const stored = new CapturedResponse(response.status, [...headers, ['Idempotent-Replay-Body', 'omitted']], null);
+    return stored;
+  }
+  if (!redact || !isJsonType(response.header('Content-Type'))) return response;
+  let value;
+  try {
+    value = JSON.parse(decodeUtf8(response.body) ?? '');
+  } catch {
+    return response;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return response;
+  const dropped = [];
+  for (const pointer of redact) {
+    const tokens = pointerTokens(pointer);
+    let parent = value;
+    for (const t of tokens.slice(0, -1)) parent = parent !== null && typeof parent === 'object' ? parent[t] : undefined;
+    const last = tokens.at(-1);
+    if (parent !== null && typeof parent === 'object' && !Array.isArray(parent) && Object.hasOwn(parent, last)) {
+      delete parent[last];
+      dropped.push(pointer);
+    }
+  }
+  if (dropped.length === 0) return response;
+  return new CapturedResponse(response.status, [...response.headers, ['Idempotent-Replay-Redacted', dropped.join(', ')]],
+    Buffer.from(JSON.stringify(value), 'utf8'));
 }
 
 /** The headers of `answer` to set on a framework's response: all but the framing ones, which it sets itself. */
@@ -96,6 +182,12 @@ export function claimResponse(row, base = PROBLEM_BASE) {
       return problem(
         409, 'idempotency-key-in-progress', 'Request in progress',
         'a request with this Idempotency-Key is still being processed; retry later', [['Retry-After', '1']], base,
+      );
+    case 'expired':
+      // 1.4 with idempotency.tombstone_ttl: the stored response existed and is gone for good (CONTRACT.md expired)
+      return problem(
+        410, 'idempotency-key-expired', 'Idempotency-Key expired',
+        'the response stored for this Idempotency-Key has expired; send the request with a new key', [], base,
       );
     default:
       throw new Error(`unknown idem_claim outcome ${JSON.stringify(outcome)}`);
@@ -198,7 +290,15 @@ export function byteaFromText(text) {
  * in either bytea_output form, or a Buffer), or null for 'claimed'. A replay is the stored bytes with the stored
  * Content-Type and headers; a key stored by 1.0-1.2 (no content type) is decoded as replayResponse does.
  */
-export function requestClaimResponse([outcome, status, contentType, headersText, bytes], base = PROBLEM_BASE) {
+export function requestClaimResponse([outcome, status, contentType, headersText, bytes, keyExpires], base = PROBLEM_BASE) {
+  const answer = claimAnswer(outcome, status, contentType, headersText, bytes, base);
+  // CONTRACT.md key-lifetime (not built in 1.4): a sixth field, the key's expires_at as the server wrote it; 1.3: five
+  if (answer && keyExpires && outcome !== 'expired') answer.headers.push(['Idempotency-Key-Expires', keyExpires]);
+  if (answer && answer.problem && keyExpires && outcome !== 'expired') answer.problem.headers['Idempotency-Key-Expires'] = keyExpires;
+  return answer;
+}
+
+function claimAnswer(outcome, status, contentType, headersText, bytes, base) {
   const httpStatus = status === null ? null : Number(status);
   if (outcome !== 'replay') return claimResponse({ outcome, http_status: httpStatus }, base);
   const body = Buffer.isBuffer(bytes) ? bytes : bytes == null ? Buffer.alloc(0) : byteaFromText(bytes);
@@ -211,13 +311,16 @@ export function requestClaimResponse([outcome, status, contentType, headersText,
   return new CapturedResponse(httpStatus, headers, body);
 }
 
+/** What a store-less route adds to the stored headers: stored whatever the allow-list says. */
+const STORE_LESS = new Set(['idempotent-replay-redacted', 'idempotent-replay-body']);
+
 /** The headers of `response` to store for a replay: [[name, value]], repeated ones joined with ", ". */
 function replayedHeaders(response, replayHeaders) {
   const allow = replayHeaders ? new Set(replayHeaders.map((h) => h.toLowerCase())) : null;
   const out = new Map();
   for (const [k, v] of response.headers) {
     const lk = k.toLowerCase();
-    if (NOT_REPLAYED.has(lk) || (allow && !allow.has(lk))) continue;
+    if (NOT_REPLAYED.has(lk) || (allow && !allow.has(lk) && !STORE_LESS.has(lk))) continue;
     const value = Array.isArray(v) ? v.join(', ') : String(v);
     out.set(lk, out.has(lk) ? [out.get(lk)[0], `${out.get(lk)[1]}, ${value}`] : [k, value]);
   }

@@ -43,6 +43,9 @@ export async function testPool(options) {
   await pool.query('CREATE EXTENSION IF NOT EXISTS idempotency');
   const { rows: [{ t }] } = await pool.query("SELECT to_regclass('rides') IS NOT NULL AS t");
   if (!t) await pool.query(await readFile(new URL('../../schema.sql', import.meta.url), 'utf8'));
+  // CONTRACT.md any-body's table, for a schema.sql without it
+  await pool.query('CREATE TABLE IF NOT EXISTS documents (id bigserial PRIMARY KEY, account text NOT NULL, ' +
+    'idempotency_key text NOT NULL, content_type text, body bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT now())');
   return pool;
 }
 
@@ -113,11 +116,13 @@ export function fakePool(script = {}) {
   return pool;
 }
 
-/** The text form of an idem_request_claim value from a 1.0-style row (the stored body as bytea). */
-function recordText({ outcome, http_status: status, response_body: body, response_headers: headers }) {
+/** The text form of an idem_request_claim value from a 1.0-style row (the stored body as bytea), plus key_expires. */
+function recordText({ outcome, http_status: status, response_body: body, response_headers: headers, key_expires: expires }) {
   const quote = (v) => `"${v.replace(/["\\]/g, (m) => m + m)}"`;
   const bytes = body == null ? '' : quote(`\\x${Buffer.from(body).toString('hex')}`);
-  return `(${outcome},${status ?? ''},,${headers == null ? '' : quote(headers)},${bytes})`;
+  // 1.4's sixth field, key_expires, when the row has one (1.3's value has five)
+  const tail = expires === undefined ? '' : `,${expires === null ? '' : quote(expires)}`;
+  return `(${outcome},${status ?? ''},,${headers == null ? '' : quote(headers)},${bytes}${tail})`;
 }
 
 /** The statements of `log` reduced to a word each: BEGIN, claim, complete, COMMIT, ROLLBACK or the SQL. */
@@ -137,24 +142,44 @@ export const quietLogger = { error() {}, info() {}, warn() {}, log() {} };
  * X-Account by default); Fastify's `bodyLimit` goes to Fastify itself, which the plugin then follows. Express apps
  * answer an error with a status as {error: message}.
  */
+/**
+ * A JSON body parser of the plainest kind, reading the request stream itself (what a node:http handler or a Koa
+ * body parser does): the middleware hands the stream back whole (CONTRACT.md any-body).
+ */
+export async function streamJson(req) {
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  const text = Buffer.concat(chunks).toString('utf8');
+  return text === '' ? undefined : JSON.parse(text);
+}
+
 export const SERVERS = {
   'express route': (pool, handler, options) => {
     const app = express();
-    app.post('/p', idempotency(defaults(pool, options))((req, res) => handler(nodeView(req, res))));
+    app.post('/p', idempotency(defaults(pool, options))(express.json({ strict: false }),
+      (req, res) => handler(nodeView(req, res))));
     return listen(withErrors(app));
   },
   'express app.use': (pool, handler, options) => {
     const app = express();
     app.use(idempotency(defaults(pool, options))());
+    app.use(express.json({ strict: false }));
     app.post('/p', (req, res) => handler(nodeView(req, res)));
     return listen(withErrors(app));
   },
   'node:http': (pool, handler, options) =>
-    listen(idempotency(defaults(pool, options))((req, res) => handler(nodeView(req, res)))),
+    listen(idempotency(defaults(pool, options))(async (req, res) => {
+      req.body = await streamJson(req);
+      return handler(nodeView(req, res));
+    })),
   koa: (pool, handler, options) => {
     const app = new Koa();
     app.silent = true;
     app.use(koaIdempotency(defaults(pool, options)));
+    app.use(async (ctx, next) => {
+      ctx.request.body = await streamJson(ctx.req);
+      return next();
+    });
     app.use((ctx) => handler({
       db: ctx.idempotency.client, idem: ctx.idempotency, body: ctx.request.body,
       status: (code) => (ctx.status = code),
@@ -181,7 +206,7 @@ export const SERVERS = {
     const idem = idempotency(defaults(pool, options));
     class App {
       configure(consumer) {
-        consumer.apply(idem()).forRoutes(Payments);
+        consumer.apply(idem(), express.json({ strict: false })).forRoutes(Payments);
       }
     }
     Module({ controllers: [Payments] })(App);

@@ -341,7 +341,7 @@ describe('through PgBouncer, a pipelined pool', { skip: BOUNCER ? false : 'E2E_P
     let next;
     const app = express();
     const logger = { error() {}, info: (m) => logged.push(m) };
-    app.use(idempotency({ pool: { connect: async () => next }, logger })());
+    app.use(idempotency({ pool: { connect: async () => next }, logger })(), express.json());
     const servers = [];
     app.post('/p', async (req, res) => {
       servers.push((await req.db.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);

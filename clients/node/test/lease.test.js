@@ -127,6 +127,30 @@ for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${p
       { step: 'two', holder: 'a', fencing: seen[0].fencing === null ? null : String(seen[0].fencing) }]);
   });
 
+  test('store-less in lease mode: the redacted members and an omitted body are not in the stored row', async () => {
+    const acct = account();
+    const secret = { ride: 1, card: { number: '4242424242424242' } };
+    const finish = async () => jsonResponse(201, secret);
+    const row = async (key) => (await pool.query('SELECT response_bytes, response_body::text AS body, ' +
+      'response_headers::text AS headers FROM idempotency_keys WHERE scope = $1 AND key = $2', [acct, key])).rows[0];
+    const first = await go(acct, 'r', [], { finish, redact: ['/card/number'] });
+    assert.deepEqual(JSON.parse(first.body), secret); // sent whole
+    const stored = await row('r');
+    assert.ok(!`${stored.response_bytes}${stored.body}`.includes('4242424242424242'));
+    assert.equal(JSON.parse(stored.headers)['Idempotent-Replay-Redacted'], '/card/number');
+    const replay = await go(acct, 'r', [], { finish, redact: ['/card/number'] });
+    assert.deepEqual(JSON.parse(replay.body), { ride: 1, card: {} });
+    assert.equal(replay.header('Idempotent-Replay-Redacted'), '/card/number');
+
+    await go(acct, 'o', [], { finish, storeBody: false });
+    const omitted = await row('o');
+    assert.equal(omitted.response_bytes, null);
+    assert.equal(omitted.body, null);
+    assert.equal(JSON.parse(omitted.headers)['Idempotent-Replay-Body'], 'omitted');
+    const again = await go(acct, 'o', [], { finish, storeBody: false });
+    assert.deepEqual([again.status, again.body.length, again.header('Idempotent-Replay-Body')], [201, 0, 'omitted']);
+  });
+
   test('a requestHash of the caller fingerprints instead of method, path and body', async () => {
     const acct = account();
     const byHash = (hash) => runLease(pool, 'k', {

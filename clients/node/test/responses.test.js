@@ -15,6 +15,7 @@ import {
 } from '../src/responses.js';
 
 const json = (r) => JSON.parse(r.body.toString());
+const EXPIRES_AT = 'Tue, 08 Dec 2026 10:30:00 GMT';
 
 test('claimed: null (run the handler); an unknown outcome is an error', () => {
   assert.equal(claimResponse({ outcome: 'claimed', http_status: null, response_body: null, response_headers: null }), null);
@@ -171,4 +172,49 @@ test('the claim value under bytea_output = escape (a setting any role may choose
   assert.deepEqual(byteaFromText(''), Buffer.alloc(0));
   assert.deepEqual(byteaFromText('\\x'), Buffer.alloc(0));
   for (const bad of ['\\x4', '\\xzz', '\\9', '\\40', 'caf\u00e9', '\n']) assert.throws(() => byteaFromText(bad), /malformed bytea/, bad);
+});
+
+test('toStore: redact drops the members present (RFC 6901 ~0 ~1), keeps a body that is no JSON object; storeBody false', async () => {
+  const { toStore, storeOptions } = await import('../src/responses.js');
+  const body = { 'a/b': 1, 'm~n': 2, card: { number: '4', last4: '4' }, list: [1] };
+  const r = new CapturedResponse(201, [['Content-Type', 'application/json']], Buffer.from(JSON.stringify(body)));
+  const s = toStore(r, storeOptions({ redact: ['/a~1b', '/m~0n', '/card/number', '/list/0', '/nope/x'] }));
+  assert.deepEqual(JSON.parse(s.body), { card: { last4: '4' }, list: [1] });
+  assert.equal(s.header('Idempotent-Replay-Redacted'), '/a~1b, /m~0n, /card/number');
+  assert.deepEqual(JSON.parse(r.body), body); // the first answer is untouched
+  const array = new CapturedResponse(200, [['Content-Type', 'application/json']], Buffer.from('[{"a":1}]'));
+  assert.equal(toStore(array, storeOptions({ redact: ['/0/a'] })), array);
+  const html = new CapturedResponse(200, [['Content-Type', 'text/html']], Buffer.from('{"a":1}'));
+  assert.equal(toStore(html, storeOptions({ redact: ['/a'] })), html);
+  const none = toStore(r, storeOptions({ storeBody: false }));
+  assert.deepEqual([none.body, none.header('Content-Type'), none.header('Idempotent-Replay-Body')], [null, undefined, 'omitted']);
+  assert.throws(() => storeOptions({ redact: ['card'] }), /JSON Pointers/);
+  assert.throws(() => storeOptions({ storeBody: 'no' }), /storeBody/);
+});
+
+test('renderAnswer: only the middleware\'s own problems; a value body is JSON', async () => {
+  const { renderAnswer } = await import('../src/responses.js');
+  const hook = (p) => ({ headers: { ...p.headers, 'X-Seen': p.type }, body: { message: p.detail } });
+  const inProgress = requestClaimResponse(['in_progress', '409', null, null, null, EXPIRES_AT]);
+  const out = renderAnswer(inProgress, hook);
+  assert.equal(out.status, 409);
+  assert.deepEqual(Object.fromEntries(out.headers), {
+    'Content-Type': 'application/json', 'Retry-After': '1', 'Idempotency-Key-Expires': EXPIRES_AT,
+    'X-Seen': 'idempotency-key-in-progress',
+  });
+  const own = problem(401, 'unauthorized', 'Unauthorized');
+  assert.equal(renderAnswer(own, hook), own);
+  assert.equal(renderAnswer(inProgress, null), inProgress);
+});
+
+test('requestClaimResponse: expired -> 410 idempotency-key-expired; the sixth field only when there is one', () => {
+  const gone = requestClaimResponse(['expired', '410', null, null, null, null]);
+  assert.equal(gone.status, 410);
+  assert.equal(json(gone).type, `${PROBLEM_BASE}idempotency-key-expired`);
+  assert.equal(gone.header('Idempotency-Key-Expires'), undefined);
+  const replay5 = requestClaimResponse(parseRecord('(replay,201,application/json,"{}","\\\\x7b7d")'));
+  assert.equal(replay5.header('Idempotency-Key-Expires'), undefined);
+  const replay6 = requestClaimResponse(parseRecord(`(replay,201,application/json,"{}","\\\\x7b7d","${EXPIRES_AT}")`));
+  assert.equal(replay6.header('Idempotency-Key-Expires'), EXPIRES_AT);
+  assert.equal(replay6.body.toString(), '{}');
 });

@@ -33,6 +33,18 @@ const route = idem(async (req, res) => {
 createServer((req, res) => void route(req, res, () => {}));
 const use = idem();
 void use;
+// store-less per route, and the middleware's answers in Stripe's shape
+void idem({ redact: ['/card/number'], storeBody: true }, (req, res) => void res.end(String(req.rawBody.length)));
+void idempotency({
+  pool,
+  renderProblem: (p) => ({
+    status: p.status,
+    headers: { ...p.headers, 'Stripe-Should-Retry': String(p.status === 409) },
+    body: { error: { type: 'idempotency_error', message: p.detail } },
+  }),
+});
+// @ts-expect-error redact takes JSON Pointers as strings
+void idem({ redact: [1] }, () => undefined);
 void transactional({ pool });
 void koaIdempotency({ pool, methods: ['POST'], renderError: (err, ctx) => void [err, ctx] });
 void fastifyIdempotency;
@@ -83,5 +95,7 @@ declare const incoming: import('node:http').IncomingMessage;
 const admitted = admit({ scope: () => 'acct', bodyLimit: DEFAULT_BODY_LIMIT }, {
   scopeArg: incoming, keyHeader: incoming.headers['idempotency-key'], method: 'POST', path: '/p', query: 'a=%2F',
   body: () => readBody(incoming, { bodyLimit: DEFAULT_BODY_LIMIT }, incoming.headers['content-length']),
+  contentType: incoming.headers['content-type'] ?? null,
 });
-void admitted.then((r) => (r instanceof CapturedResponse ? r.status : r.bodyText.length + (r.query ?? '').length));
+void admitted.then((r) => (r instanceof CapturedResponse ? r.status : r.raw.length + (r.contentType ?? '').length +
+  (r.query ?? '').length));
