@@ -42,6 +42,7 @@
 #include "maintenance.h"
 #include "partitions.h"
 #include "subtransaction.h"
+#include "tombstones.h"
 #include "stats.h"
 
 Oid
@@ -261,6 +262,16 @@ drop_step(void *arg)
 		elog(ERROR, "idempotency: dropping %s failed: %s", name, SPI_result_code_string(rc));
 }
 
+/* 1.4: the partition's expired completed keys become tombstones, before drop_step takes the parent's lock. */
+static void
+bury_step(void *arg)
+{
+	DropStep   *step = arg;
+
+	tombstones_bury_partition(step->partition, GetCurrentTransactionStartTimestamp() -
+							  (TimestampTz) idem_tombstone_ttl_seconds * USECS_PER_SEC);
+}
+
 void
 partitions_drop_expired(Oid schema, int *partitions_dropped, int64 *keys_removed)
 {
@@ -286,7 +297,9 @@ partitions_drop_expired(Oid schema, int *partitions_dropped, int64 *keys_removed
 		if (partition->upper > now || partition->upper >= newest_upper)
 			continue;
 		name = get_rel_name(partition->relid);
-		sqlstate = run_partition_step(drop_step, &step, &message);
+		sqlstate = idem_tombstone_ttl_seconds > 0 ? run_partition_step(bury_step, &step, &message) : 0;
+		if (sqlstate == 0)
+			sqlstate = run_partition_step(drop_step, &step, &message);
 		if (sqlstate == ERRCODE_LOCK_NOT_AVAILABLE)
 			ereport(LOG, (errmsg("idempotency: partition %s is busy; dropping it at the next sweep",
 								 name ? name : "?")));
