@@ -196,6 +196,16 @@ run_batch(const char *sql, Datum *values, bool skip_locked)
 	return run_with_lock_timeout(CLEANUP_LOCK_TIMEOUT, execute_batch, &batch);
 }
 
+static bool
+relation_has_blocks(Oid relid)
+{
+	Relation	relation = table_open(relid, AccessShareLock);
+	bool		has_blocks = RelationGetNumberOfBlocks(relation) > 0;
+
+	table_close(relation, AccessShareLock);
+	return has_blocks;
+}
+
 /*
  * The relations a sweep deletes from, in order: in partitioned storage the default partition, the only one
  * holding rows no drop will take; else idempotency_keys, which on a Citus node is its local shards (citus.c).
@@ -215,9 +225,12 @@ sweep_relations(Oid schema)
 				 errmsg("idempotency: table %s is missing from the extension's schema", qualified(schema, relname)),
 				 errhint("Run ALTER EXTENSION idempotency UPDATE, or restore the table's name.")));
 	relations = partitioned ? list_make1_oid(relid) : citus_sweep_relations(relid);
-	/* 1.4: the tombstones last, the ones past idempotency.tombstone_ttl (all of them once it is 0) */
+	/*
+	 * 1.4: the tombstones last, the ones past idempotency.tombstone_ttl (all of them once it is 0). With
+	 * tombstones off and none left on disk the sweep is 1.3's.
+	 */
 	tombstones = get_relname_relid("idempotency_tombstones", schema);
-	if (OidIsValid(tombstones))
+	if (OidIsValid(tombstones) && (idem_tombstone_ttl_seconds > 0 || relation_has_blocks(tombstones)))
 		relations = lappend_oid(relations, tombstones);
 	return relations;
 }
@@ -320,7 +333,8 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	{
 		position->next = to;
 		position->finished = to_block >= blocks;
-		*pages_scanned = to_block - from_block;
+		/* The pages there were: a relation that ends inside the range is not paced for the rest of it. */
+		*pages_scanned = Min(to_block, Max(blocks, from_block)) - from_block;
 	}
 	/* The end of one relation's heap hands over to the next relation, if any. */
 	if (position->finished && position->relation + 1 < list_length(relations))
