@@ -38,8 +38,11 @@ PROVE_TESTS = test/tap/*.pl
 EXTRA_CLEAN = $(DATA_built)
 
 PG_CONFIG ?= pg_config
+# `make managed` alone needs no PostgreSQL build tools (a managed service's user may have none).
+ifneq ($(MAKECMDGOALS),managed)
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+endif
 
 # Set after the include: Makefile.global empties it.
 PROVE_FLAGS += -v -I test/perl
@@ -87,3 +90,11 @@ dist:
 	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o dist/$(EXTENSION)-$(DISTVERSION).zip.tmp HEAD || { rm -f dist/$(EXTENSION)-$(DISTVERSION).zip.tmp; exit 1; }
 	@mv dist/$(EXTENSION)-$(DISTVERSION).zip.tmp dist/$(EXTENSION)-$(DISTVERSION).zip
 	@echo dist/$(EXTENSION)-$(DISTVERSION).zip
+
+# The managed edition (issue 40, managed/README.md): the same SQL API in SQL and PL/pgSQL only, for servers that
+# load no C library (Amazon RDS and Aurora through pg_tle; any PostgreSQL 15+ through a plain script). Written
+# from extension/*.sql and managed/*.sql by managed/generate.py (python3; no compiler):
+# dist/idempotency-pgtle.sql and dist/idempotency-managed.sql. scripts/test-managed.sh tests both.
+.PHONY: managed
+managed:
+	python3 managed/generate.py dist

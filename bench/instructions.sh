@@ -121,6 +121,11 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
             scope=new; tx=('SELECT http_status, body FROM bench.hand_keys WHERE key = :r;') ;;
         w_plpgsql) label='the careful PL/pgSQL reference (bench/plpgsql_baseline.sql), new key'
             tx=('SELECT * FROM plpgsql_idem.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_idem.idem_complete(:k, 201, :resp::jsonb);') ;;
+        # The managed edition (issue 40; not in the default list): `make managed`'s plain script in schema managed.
+        w_managed) label='the managed edition (dist/idempotency-managed.sql), the statements of w_plpgsql, new key'
+            tx=('SELECT * FROM managed.idem_claim(:k, :h);' "$wire_insert" 'SELECT managed.idem_complete(:k, 201, :resp::jsonb);') ;;
+        w_managed_request) label="the managed edition, the clients' 1.3 statements of w_client_new"
+            tx=("${wire_claim_1_3/idem_claim_request/managed.idem_claim_request}" "$wire_insert" "${wire_complete_1_3/idem_complete_request/managed.idem_complete_request}") ;;
         *) echo "unknown case $1" >&2; exit 2 ;;
     esac
     local begin=BEGIN\; end=COMMIT\;
@@ -146,6 +151,10 @@ wire_table() {  # wire_table CASE...
     local wq=(psql -X -q -v ON_ERROR_STOP=1 -h "$wdir" -p "$wport" -U postgres -d bench)
     psql -X -q -h "$wdir" -p "$wport" -U postgres -d postgres -c "CREATE DATABASE bench"
     "${wq[@]}" -c "CREATE EXTENSION idempotency" -f bench/plpgsql_baseline.sql -f bench/setup.sql >/dev/null
+    if [[ " $* " == *" w_managed"* ]]; then
+        python3 managed/generate.py "$wdir/dist" >/dev/null
+        "${wq[@]}" -c "CREATE SCHEMA managed" -c "SET search_path = managed" -f "$wdir/dist/idempotency-managed.sql"
+    fi
     "${wq[@]}" -c "CREATE TABLE bench.hand_keys (key text COLLATE \"C\" PRIMARY KEY, request_hash bytea NOT NULL,
         http_status int, body text, created_at timestamptz NOT NULL DEFAULT now())"
     # Stored hand-written rows for w_hand_replay: '1' .. '20000', as the extension's replays have.

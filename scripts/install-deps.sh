@@ -16,6 +16,8 @@
 #   release   scripts/package.sh and its tests: the Debian package (pg_buildext's debhelper add-on in
 #             postgresql-server-dev-all, lintian), PGXN (pgxnclient), the clients' artifacts (python3-build, venv),
 #             Prometheus' promtool and postgres_exporter (contrib/prometheus)
+#   managed   scripts/test-managed.sh: building pg_tle from its vendored source (libkrb5-dev: PostgreSQL's
+#             libpq-be.h includes gssapi/gssapi.h), with the tests group's pg_cron
 #   pg-build  what scripts/build-pg.sh needs to build PostgreSQL 17 and 18 from Debian's source packages
 #   pg-build-grammar, debian-keyring: installed by scripts/build-pg.sh only when the source needs them
 #
@@ -37,6 +39,7 @@ declare -A groups=(
                python3-fastapi python3-uvicorn python3-httpx python3-anyio python3-sqlalchemy python3-psycopg2
                python3-django python3-build python3-venv pgbouncer wrk curl postgresql-client"
     [bench]="gnuplot-nox"
+    [managed]="build-essential libkrb5-dev postgresql-server-dev-15 postgresql-15-cron"
     [release]="debhelper devscripts dpkg-dev fakeroot lintian postgresql-server-dev-all pgxnclient
                python3-build python3-venv python3-setuptools python3-wheel prometheus prometheus-postgres-exporter"
     [pg-build]="build-essential dpkg-dev curl gnupg debian-archive-keyring perl libipc-run-perl pkg-config

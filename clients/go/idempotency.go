@@ -77,7 +77,18 @@ type Options struct {
 	// with the claim, the completion with COMMIT). Only a *pgxpool.Pool or a *pgx.Conn is pipelined; any other DB
 	// runs unpipelined anyway. The handler then gets pgx's own Tx (needed for LargeObjects).
 	NoPipeline bool
+	// ClaimTimeout bounds the claim's exchange with the server (not the wait for a pool's connection): the claim
+	// and, over prepared statements, the Sync (and for a claimed key the BEGIN) that follow it. Until that Sync the
+	// server arms no timeout of its own (idle_in_transaction_session_timeout starts at a ReadyForQuery), so a
+	// client stalled there would hold the key's lock with no bound; past the deadline the connection is closed,
+	// which ends the claim's transaction and frees the key, and the request is answered 500. 0 means
+	// DefaultClaimTimeout; a negative value, none (only the request's context).
+	ClaimTimeout time.Duration
 }
+
+// DefaultClaimTimeout is Options.ClaimTimeout's default: the claim never waits for a lock (a duplicate gets
+// in_progress at once), so it answers in milliseconds unless the server or the network is stuck.
+const DefaultClaimTimeout = 5 * time.Second
 
 // Guard applies the idempotency protocol to handlers.
 type Guard struct {
@@ -101,6 +112,9 @@ func New(db DB, opts Options) *Guard {
 	}
 	if opts.Logger == nil {
 		opts.Logger = log.Default()
+	}
+	if opts.ClaimTimeout == 0 {
+		opts.ClaimTimeout = DefaultClaimTimeout
 	}
 	return &Guard{db: db, opts: opts}
 }
@@ -334,7 +348,8 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 	}
 	// The content type goes as NULL (CONTRACT.md, "A request, as a client sends it"): the body is fingerprinted as
 	// JSON whatever the header says, which is 1.2's fingerprint for a request without a query string.
-	req := attemptInput{key: key, scope: scope, method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, body: raw}
+	path, query := RequestTarget(r)
+	req := attemptInput{key: key, scope: scope, method: r.Method, path: path, query: query, body: raw}
 
 	for attempt := 0; ; attempt++ {
 		resp, err := g.attempt(r, req, attempt, h)
@@ -377,6 +392,21 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, key string, raw []by
 	}
 }
 
+// RequestTarget is the path and the query of r's request line as the client sent them, the parts
+// idem_claim_request fingerprints (CONTRACT.md): the request target split at its first '?', neither part decoded
+// nor normalised, whatever routing made of r.URL (a mount prefix stripped, a path decoded): /files/a%2Fb stays
+// apart from /files/a/b, %41 from A, and a trailing '?' is an empty query, which the fingerprint takes as none.
+// An absolute-form target (http://host/p) is taken as sent, as by the other clients. A request made in process
+// (no RequestURI) gives r.URL's escaped path and raw query.
+func RequestTarget(r *http.Request) (path, query string) {
+	target := r.RequestURI
+	if target == "" {
+		target = r.URL.RequestURI()
+	}
+	path, query, _ = strings.Cut(target, "?")
+	return path, query
+}
+
 func (g *Guard) badBody() *Response {
 	return g.problem(http.StatusBadRequest, "request-body-not-json", "Malformed request body",
 		"the request body is not JSON")
@@ -414,7 +444,12 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 	}
 	defer s.close() // rolls back unless finish committed
 
-	c, err := s.claim(ctx, []any{in.key, in.scope, in.method, in.path, in.query, nil, in.body, g.ttl()})
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if g.opts.ClaimTimeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, g.opts.ClaimTimeout)
+	}
+	c, err := s.claim(cctx, []any{in.key, in.scope, in.method, in.path, in.query, nil, in.body, g.ttl()})
+	cancel()
 	if err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && badBodyCodes[pg.Code] {
@@ -422,7 +457,7 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 		}
 		return nil, err
 	}
-	if early, err := claimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
+	if early, err := ClaimResponse(g.opts.ProblemBase, c); early != nil || err != nil {
 		return early, err // replay, mismatch, in_progress: close rolls the transaction back
 	}
 

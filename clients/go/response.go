@@ -3,6 +3,7 @@ package idempotency
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -196,33 +197,133 @@ func StoredHeaders(h http.Header, allow []string) (contentType any, headers stri
 	return contentType, string(b)
 }
 
-// claimResponse maps the value of idem_claim_request, in its text form, to the answer: nil for claimed (run the
-// handler), a replay's stored status, Content-Type, headers and body bytes, or ClaimResponse's 422 and 409. A
-// key stored through the jsonb completion of 1.0-1.2 (no content type) replays as ClaimResponse replays it.
-func claimResponse(base, value string) (*Response, error) {
+// The claim's value, idem_request_claim, is read in binary over prepared statements (decodeClaim: the composite's
+// binary form, which no session setting changes) and as record_out's text under the simple protocol a pooler gets
+// (decodeClaimText, which reads bytea in either bytea_output form); either way the client answers with
+// ClaimResponse.
+
+// The types of idem_request_claim's fields (outcome, http_status, content_type, headers, body), by their OIDs.
+const (
+	oidText  = 25
+	oidInt4  = 23
+	oidJSONB = 3802
+	oidBytea = 17
+)
+
+var claimFieldTypes = [5]uint32{oidText, oidInt4, oidText, oidJSONB, oidBytea}
+
+// decodeClaim reads idem_request_claim in the binary format of a composite (CONTRACT.md, "The claim"): an int32
+// count of fields, then per field its type OID (uint32), its length (int32, -1 for NULL) and its binary value.
+func decodeClaim(b []byte) (ClaimRow, error) {
+	var c ClaimRow
+	bad := func(what string) (ClaimRow, error) {
+		return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request answered %d bytes the client cannot read: %s", len(b), what)
+	}
+	if len(b) < 4 || binary.BigEndian.Uint32(b) != uint32(len(claimFieldTypes)) {
+		return bad("not a composite of 5 fields")
+	}
+	rest := b[4:]
+	var fields [5][]byte
+	for i := range fields {
+		if len(rest) < 8 {
+			return bad("cut short")
+		}
+		oid, n := binary.BigEndian.Uint32(rest), int32(binary.BigEndian.Uint32(rest[4:]))
+		rest = rest[8:]
+		if oid != claimFieldTypes[i] {
+			return bad(fmt.Sprintf("field %d of type %d", i+1, oid))
+		}
+		if n < 0 {
+			continue // NULL
+		}
+		if int64(n) > int64(len(rest)) {
+			return bad("cut short")
+		}
+		fields[i], rest = rest[:n:n], rest[n:]
+	}
+	if len(rest) != 0 || fields[0] == nil {
+		return bad("trailing bytes or no outcome")
+	}
+	c.Outcome = string(fields[0])
+	if f := fields[1]; f != nil {
+		if len(f) != 4 {
+			return bad("a status of " + strconv.Itoa(len(f)) + " bytes")
+		}
+		status := int32(binary.BigEndian.Uint32(f))
+		c.HTTPStatus = &status
+	}
+	if f := fields[2]; f != nil {
+		s := string(f)
+		c.ContentType = &s
+	}
+	if f := fields[3]; f != nil {
+		if len(f) == 0 || f[0] != 1 {
+			return bad("jsonb headers of an unknown version")
+		}
+		s := string(f[1:])
+		c.ResponseHeaders = &s
+	}
+	if f := fields[4]; f != nil {
+		s := string(f)
+		c.ResponseBody = &s
+	}
+	return c, nil
+}
+
+// decodeClaimText reads idem_request_claim in its text form, the record literal (outcome,status,content
+// type,headers,body) of record_out: of its fields only the body's text depends on a setting, bytea_output, and
+// both of its forms are read (byteaText).
+func decodeClaimText(value string) (ClaimRow, error) {
 	f, err := parseRecord(value)
 	if err != nil || len(f) != 5 || f[0] == nil {
-		return nil, fmt.Errorf("idempotency: idem_claim_request answered %q", value)
+		return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request answered %q", value)
 	}
 	c := ClaimRow{Outcome: *f[0], ContentType: f[2], ResponseHeaders: f[3]}
 	if f[1] != nil {
 		n, err := strconv.ParseInt(*f[1], 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("idempotency: idem_claim_request's status %q", *f[1])
+			return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request's status %q", *f[1])
 		}
 		status := int32(n)
 		c.HTTPStatus = &status
 	}
 	if f[4] != nil {
-		b, err := hex.DecodeString(strings.TrimPrefix(*f[4], `\x`))
+		b, err := byteaText(*f[4])
 		if err != nil {
-			return nil, fmt.Errorf("idempotency: idem_claim_request's body: %w", err)
+			return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request's body: %w", err)
 		}
 		body := string(b)
 		c.ResponseBody = &body
 	}
-	return ClaimResponse(base, c)
+	return c, nil
 }
+
+// byteaText decodes bytea's text output in either form of bytea_output: hex (\x then two hex digits a byte) or
+// escape (a backslash doubled, an unprintable byte as a backslash and three octal digits, any other byte as it
+// is). Escape output doubles every backslash, so it never starts with \x: the two forms cannot be confused.
+func byteaText(s string) ([]byte, error) {
+	if strings.HasPrefix(s, `\x`) {
+		return hex.DecodeString(s[2:])
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] != '\\':
+			b = append(b, s[i])
+		case i+1 < len(s) && s[i+1] == '\\':
+			b = append(b, '\\')
+			i++
+		case i+3 < len(s) && s[i+1] >= '0' && s[i+1] <= '3' && isOctal(s[i+2]) && isOctal(s[i+3]):
+			b = append(b, (s[i+1]-'0')<<6|(s[i+2]-'0')<<3|(s[i+3]-'0'))
+			i += 3
+		default:
+			return nil, fmt.Errorf("invalid bytea escape at byte %d", i)
+		}
+	}
+	return b, nil
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // parseRecord splits the text form of a record, (a,,"b c","d""e"), into its fields: nil for NULL (an empty
 // unquoted field); quotes group, a doubled quote inside them and a backslash escape the next character.

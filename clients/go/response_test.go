@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -108,45 +109,124 @@ func TestRecorder(t *testing.T) {
 // idem_claim_request's value, in its text form, to the answer (ClaimResponse): the record's quoting, NULL fields, the bytea body, keys stored through
 // the jsonb completion of 1.0-1.2 (a JSON body; a text or base64 body in a JSON string, the encoding in a stored
 // header), the problems of a mismatch (its status configurable, 422 without one) and of a key in progress.
+// claimValue is idem_request_claim in binary, as the server sends it: fields of nil (NULL), string (text, or jsonb
+// for the fourth), int (int4) or []byte (bytea).
+func claimValue(fields ...any) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(fields)))
+	for i, f := range fields {
+		b = binary.BigEndian.AppendUint32(b, claimFieldTypes[i%5])
+		var v []byte
+		switch f := f.(type) {
+		case nil:
+			b = binary.BigEndian.AppendUint32(b, 0xffffffff)
+			continue
+		case int:
+			v = binary.BigEndian.AppendUint32(nil, uint32(f))
+		case string:
+			v = []byte(f)
+			if claimFieldTypes[i%5] == oidJSONB {
+				v = append([]byte{1}, f...)
+			}
+		case []byte:
+			v = f
+		}
+		b = append(binary.BigEndian.AppendUint32(b, uint32(len(v))), v...)
+	}
+	return b
+}
+
+// claimResponse is the answer to a claim's binary value.
+func claimResponse(base string, value []byte) (*Response, error) {
+	c, err := decodeClaim(value)
+	if err != nil {
+		return nil, err
+	}
+	return ClaimResponse(base, c)
+}
+
 func TestClaimResponse(t *testing.T) {
 	for _, tc := range []struct {
-		value, status, slug, contentType, location, body string
+		name                                      string
+		value                                     []byte
+		status, slug, contentType, location, body string
 	}{
-		{`(claimed,,,,)`, "", "", "", "", ""},
-		{`(replay,201,application/json,"{""Location"": ""/p/1""}","\\x7b2261223a317d")`, "201", "", "application/json", "/p/1", `{"a":1}`},
-		{`(replay,204,,,)`, "204", "", "", "", ""},
-		{`(replay,402,,"{}","\\x7b2265223a317d")`, "402", "", "", "", `{"e":1}`},
-		{`(replay,200,,"{""Content-Type"": ""text/plain"", ""Idempotency-Body-Encoding"": ""text""}","\\x2268692c205c22796f755c2222")`,
-			"200", "", "text/plain", "", `hi, "you"`},
-		{`(replay,200,,"{""Idempotency-Body-Encoding"": ""base64""}","\\x224150383d22")`, "200", "", "", "", "\x00\xff"},
-		{`(mismatch,422,,,)`, "422", "idempotency-key-reused", "application/problem+json", "", ""},
-		{`(mismatch,400,,,)`, "400", "idempotency-key-reused", "application/problem+json", "", ""},
-		{`(mismatch,,,,)`, "422", "idempotency-key-reused", "application/problem+json", "", ""},
-		{`(in_progress,409,,,)`, "409", "idempotency-key-in-progress", "application/problem+json", "", ""},
+		{"claimed", claimValue("claimed", nil, nil, nil, nil), "", "", "", "", ""},
+		{"replay", claimValue("replay", 201, "application/json", `{"Location": "/p/1"}`, []byte(`{"a":1}`)), "201", "",
+			"application/json", "/p/1", `{"a":1}`},
+		{"no body", claimValue("replay", 204, nil, nil, nil), "204", "", "", "", ""},
+		{"bytes", claimValue("replay", 200, "application/octet-stream", `{}`, []byte("\\x00\\\x00\xff\n")), "200", "",
+			"application/octet-stream", "", "\\x00\\\x00\xff\n"},
+		{"1.2 JSON", claimValue("replay", 402, nil, "{}", []byte(`{"e":1}`)), "402", "", "", "", `{"e":1}`},
+		{"1.2 text", claimValue("replay", 200, nil, `{"Content-Type": "text/plain", "Idempotency-Body-Encoding": "text"}`,
+			[]byte(`"hi, \"you\""`)), "200", "", "text/plain", "", `hi, "you"`},
+		{"1.2 base64", claimValue("replay", 200, nil, `{"Idempotency-Body-Encoding": "base64"}`, []byte(`"AP8="`)), "200",
+			"", "", "", "\x00\xff"},
+		{"mismatch", claimValue("mismatch", 422, nil, nil, nil), "422", "idempotency-key-reused", "application/problem+json", "", ""},
+		{"mismatch 400", claimValue("mismatch", 400, nil, nil, nil), "400", "idempotency-key-reused", "application/problem+json", "", ""},
+		{"mismatch, no status", claimValue("mismatch", nil, nil, nil, nil), "422", "idempotency-key-reused", "application/problem+json", "", ""},
+		{"in progress", claimValue("in_progress", 409, nil, nil, nil), "409", "idempotency-key-in-progress", "application/problem+json", "", ""},
 	} {
-		t.Run(tc.value, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			r, err := claimResponse("", tc.value)
 			if err != nil || (r == nil) != (tc.status == "") {
-				t.Fatalf("%s: %+v %v", tc.value, r, err)
+				t.Fatalf("%s: %+v %v", tc.name, r, err)
 			} else if r == nil {
 				return
 			}
 			if strconv.Itoa(r.Status) != tc.status || r.Header.Get("Content-Type") != tc.contentType ||
 				r.Header.Get("Location") != tc.location || (tc.slug == "" && string(r.Body) != tc.body) ||
 				r.Header.Get(BodyEncodingHeader) != "" || r.Header.Get(ReplayedHeader) != map[bool]string{true: "true"}[tc.slug == ""] {
-				t.Errorf("%s: %d %v %q", tc.value, r.Status, r.Header, r.Body)
+				t.Errorf("%s: %d %v %q", tc.name, r.Status, r.Header, r.Body)
 			}
 			if tc.slug != "" && decodeProblem(t, r).Type != DefaultProblemBase+tc.slug ||
 				r.Header.Get("Retry-After") != map[bool]string{true: "1"}[tc.slug == "idempotency-key-in-progress"] {
-				t.Errorf("%s: problem %s, Retry-After %q", tc.value, r.Body, r.Header.Get("Retry-After"))
+				t.Errorf("%s: problem %s, Retry-After %q", tc.name, r.Body, r.Header.Get("Retry-After"))
 			}
 		})
 	}
-	// Not records, not five fields, an outcome or a status or stored headers or a body encoding no one knows, a
-	// replay without a status, a body that is not hex.
-	for _, bad := range []string{``, `(replay`, `("a)`, `(a,b)`, `(bogus,,,,)`, `(replay,x,,,)`, `(replay,,,,)`,
-		`(replay,200,,"[1]",)`, `(replay,200,,"{""Idempotency-Body-Encoding"": ""rot13""}","\\x31")`, `(replay,200,,,"\\xZZ")`} {
+	// Not a composite of five fields, cut short, trailing bytes, a field of another type, a jsonb of another
+	// version; an outcome or stored headers or a body encoding no one knows, a replay without a status.
+	good := claimValue("replay", 200, nil, "{}", []byte("x"))
+	wrongType := append([]byte{}, good...)
+	wrongType[4+3] = 26 // the outcome as oid 26
+	oldJSONB := claimValue("replay", 200, nil, "{}", []byte("x"))
+	oldJSONB[4+(8+6)+(8+4)+8+8] = 2 // the headers' version byte (after "replay", 200 and a NULL)
+	for name, bad := range map[string][]byte{"empty": nil, "4 fields": claimValue("replay", 200, nil, "{}"),
+		"cut short": good[:len(good)-1], "trailing": append(append([]byte{}, good...), 0), "field type": wrongType,
+		"jsonb version": oldJSONB, "outcome": claimValue("bogus", nil, nil, nil, nil), "no outcome": claimValue(nil, 200, nil, nil, nil),
+		"no status": claimValue("replay", nil, nil, nil, nil), "headers": claimValue("replay", 200, nil, "[1]", nil),
+		"encoding": claimValue("replay", 200, nil, `{"Idempotency-Body-Encoding": "rot13"}`, []byte("1"))} {
 		if _, err := claimResponse("", bad); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if _, err := claimResponse("", good); err != nil {
+		t.Errorf("good: %v", err)
+	}
+}
+
+// The claim's text form (the simple protocol behind a pooler): a record literal whose body is bytea's text in
+// either bytea_output form, hex or escape, read to the same bytes.
+func TestDecodeClaimText(t *testing.T) {
+	body := "\x00\\x41\\\\\xff\xfe\n\"'(),"
+	for _, tc := range []struct{ value, body string }{
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","\\x7b2261223a317d")`, `{"a":1}`},
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","{""a"":1}")`, `{"a":1}`},
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","\\x005c7834315c5cfffe0a222728292c")`, body},
+		{`(replay,201,application/json,"{""Location"": ""/p/1""}","\\000\\\\x41\\\\\\\\\\377\\376\\012""'(),")`, body},
+	} {
+		c, err := decodeClaimText(tc.value)
+		if err != nil || c.Outcome != "replay" || *c.HTTPStatus != 201 || *c.ContentType != "application/json" ||
+			*c.ResponseHeaders != `{"Location": "/p/1"}` || *c.ResponseBody != tc.body {
+			t.Errorf("%s: %+v %v", tc.value, c, err)
+		}
+	}
+	if c, err := decodeClaimText(`(claimed,,,,)`); err != nil || c.Outcome != "claimed" || c.HTTPStatus != nil || c.ResponseBody != nil {
+		t.Errorf("claimed: %+v %v", c, err)
+	}
+	for _, bad := range []string{``, `(replay`, `("a)`, `(a,b)`, `(replay,x,,,)`, `(replay,200,,,"\\xZZ")`,
+		`(replay,200,,,"\\9")`, `(replay,200,,,"\\")`, `(replay,200,,,"\\48")`} {
+		if _, err := decodeClaimText(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}

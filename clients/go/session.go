@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgconn"
@@ -16,10 +15,11 @@ import (
 // A session is one run of a request's transaction. claim opens the transaction and claims the key; finish stores
 // the response and commits; close ends whatever is still open and gives the connection back. A pipelined session
 // sends BEGIN with the claim and the completion with COMMIT, so the middleware adds one round trip to the
-// handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three.
+// handler's own statements where BEGIN, idem_claim, idem_complete, COMMIT one by one would add three (over
+// prepared statements, claim first, one more: BEGIN is answered before the handler runs).
 type session interface {
-	claim(ctx context.Context, args []any) (string, error) // idem_claim_request's value in its text form
-	handlerTx() (pgx.Tx, Querier)                          // the handler's transaction: pgx's, or database/sql's
+	claim(ctx context.Context, args []any) (ClaimRow, error) // idem_claim_request's value
+	handlerTx() (pgx.Tx, Querier)                            // the handler's transaction: pgx's, or database/sql's
 	finish(ctx context.Context, args []any) error
 	close()
 }
@@ -27,7 +27,7 @@ type session interface {
 func (g *Guard) newSession(ctx context.Context) (session, error) {
 	if g.sqlDB != nil {
 		if g.opts.NoPipeline {
-			return &sqlTxSession{db: g.sqlDB, opts: g.opts.TxOptions}, nil
+			return &sqlTxSession{db: g.sqlDB, ctx: ctx, opts: g.opts.TxOptions}, nil
 		}
 		return newSQLPipeSession(ctx, g.sqlDB, beginSQL(g.opts.TxOptions))
 	}
@@ -46,7 +46,7 @@ func (g *Guard) newSession(ctx context.Context) (session, error) {
 			return &pipeSession{conn: db, release: func() {}, begin: beginSQL(g.opts.TxOptions)}, nil
 		}
 	}
-	return &txSession{db: g.db, opts: g.opts.TxOptions}, nil
+	return &txSession{db: g.db, ctx: ctx, opts: g.opts.TxOptions}, nil
 }
 
 // beginSQL is the BEGIN statement for opts (pgx keeps its own unexported).
@@ -68,15 +68,62 @@ func beginSQL(opts pgx.TxOptions) string {
 // *pgxpool.Pool nor a *pgx.Conn, or with Options.NoPipeline.
 type txSession struct {
 	db   DB
+	ctx  context.Context // the request's, for BeginTx (a pool's wait for a connection is not the claim's)
 	opts pgx.TxOptions
 	t    pgx.Tx
 }
 
-func (s *txSession) claim(ctx context.Context, args []any) (c string, err error) {
-	if s.t, err = s.db.BeginTx(ctx, s.opts); err == nil {
-		err = s.t.QueryRow(ctx, claimSQL, args...).Scan(&c)
+func (s *txSession) claim(ctx context.Context, args []any) (c ClaimRow, err error) {
+	if s.t, err = s.db.BeginTx(s.ctx, s.opts); err == nil {
+		if conn := s.t.Conn(); conn != nil {
+			c, err = claimOn(ctx, conn, args)
+		} else {
+			err = errors.New("idempotency: the DB's transaction has no pgx connection (Tx.Conn() is nil)")
+		}
 	}
 	return c, err
+}
+
+// claimOn sends the claim alone in the transaction open on conn: prepared, with its result in binary; under the
+// simple protocol (a pooler), unprepared, its text decoded.
+func claimOn(ctx context.Context, conn *pgx.Conn, args []any) (ClaimRow, error) {
+	if conn.Config().PreferSimpleProtocol {
+		var text string
+		if err := conn.QueryRow(ctx, claimSQL, args...).Scan(&text); err != nil {
+			return ClaimRow{}, err
+		}
+		return decodeClaimText(text)
+	}
+	if _, err := conn.Prepare(ctx, claimSQL, claimSQL); err != nil {
+		return ClaimRow{}, err
+	}
+	values, formats := bindArgs(args)
+	res := conn.PgConn().ExecPrepared(ctx, claimSQL, values, formats, binaryResult).Read()
+	if res.Err != nil {
+		return ClaimRow{}, res.Err
+	}
+	if len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+		return ClaimRow{}, fmt.Errorf("idempotency: idem_claim_request answered %d rows", len(res.Rows))
+	}
+	return decodeClaim(res.Rows[0][0])
+}
+
+// binaryResult asks for the claim's one column in binary: the composite's binary form, which no session setting
+// (bytea_output, DateStyle, IntervalStyle, extra_float_digits) changes.
+var binaryResult = []int16{1}
+
+// bindArgs are the claim's parameters as Bind sends them: text, the body (bytea) in binary, nil as NULL.
+func bindArgs(args []any) (values [][]byte, formats []int16) {
+	values, formats = make([][]byte, len(args)), make([]int16, len(args))
+	for i, a := range args {
+		switch a := a.(type) {
+		case string:
+			values[i] = append([]byte{}, a...) // text, never NULL
+		case []byte:
+			values[i], formats[i] = a, 1 // bytea, binary
+		}
+	}
+	return values, formats
 }
 
 func (s *txSession) handlerTx() (pgx.Tx, Querier) { return s.t, nil }
@@ -106,72 +153,95 @@ type pipeSession struct {
 	t          *connTx
 }
 
-func (s *pipeSession) claim(ctx context.Context, args []any) (string, error) {
-	// BEGIN first, with the claim in one pgx batch: under the simple protocol (one Query message of both
-	// statements); for a BEGIN with options (an isolation level is set before any statement of the transaction);
-	// for database/sql (its statements bypass connTx, so BEGIN is answered before the handler runs).
-	if s.beginFirst || s.conn.Config().PreferSimpleProtocol || s.begin != "BEGIN" {
+func (s *pipeSession) claim(ctx context.Context, args []any) (ClaimRow, error) {
+	if s.conn.Config().PreferSimpleProtocol {
+		// BEGIN and the claim as one Query message of both statements (what a pooler lets through); the claim's
+		// value comes as text.
 		b := &pgx.Batch{}
 		b.Queue(s.begin)
 		b.Queue(claimSQL, args...)
 		br := s.conn.SendBatch(ctx, b)
 		_, err := br.Exec()
-		var c string
+		var text string
 		if err == nil {
 			s.t = &connTx{conn: s.conn}
-			err = br.QueryRow().Scan(&c)
+			err = br.QueryRow().Scan(&text)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		return c, err
+		if err != nil {
+			return ClaimRow{}, err
+		}
+		return decodeClaimText(text)
 	}
+	pc := s.conn.PgConn()
 	// Prepared once per connection, each named by its text, so that pgx's Exec of ROLLBACK (close, connTx.Rollback)
 	// runs the prepared statement too.
 	for _, sql := range []string{s.begin, claimSQL, "ROLLBACK"} {
 		if _, err := s.conn.Prepare(ctx, sql, sql); err != nil {
-			return "", err
+			return ClaimRow{}, err
 		}
 	}
-	values, formats := make([][]byte, len(args)), make([]int16, len(args))
-	for i, a := range args {
-		switch a := a.(type) {
-		case string:
-			values[i] = append([]byte{}, a...) // text, never NULL
-		case []byte:
-			values[i], formats[i] = a, 1 // bytea, binary
+	values, formats := bindArgs(args)
+	claim := &pgproto3.Bind{PreparedStatement: claimSQL, ParameterFormatCodes: formats, Parameters: values,
+		ResultFormatCodes: binaryResult}
+	if s.beginFirst || s.begin != "BEGIN" {
+		// BEGIN first, with the claim, in one round trip ending in Sync: for a BEGIN with options (an isolation
+		// level is set before any statement of the transaction); for database/sql (its statements bypass connTx).
+		buf := (&pgproto3.Execute{}).Encode((&pgproto3.Bind{PreparedStatement: s.begin}).Encode(nil))
+		buf = (&pgproto3.Sync{}).Encode((&pgproto3.Execute{}).Encode(claim.Encode(buf)))
+		if err := pc.SendBytes(ctx, buf); err != nil {
+			return ClaimRow{}, err
 		}
+		value, err := receive(ctx, pc, true)
+		if err == nil && pc.TxStatus() == 'T' {
+			s.t = &connTx{conn: s.conn}
+		} else if err == nil {
+			err = fmt.Errorf("idempotency: BEGIN left the connection in state %q", pc.TxStatus())
+		}
+		if err != nil {
+			return ClaimRow{}, err
+		}
+		return decodeClaim(value)
 	}
 	// The claim goes first, alone, then Flush: it runs in the transaction the extended protocol opens for it, which
-	// the next Sync would end. A claimed key: BEGIN and Sync follow, and BEGIN makes that transaction the request's,
-	// the claim in it; its answers are read before the handler's first statement (connTx.ready), so waiting for
-	// them adds no round trip. Any other outcome (replay, mismatch, in progress): Sync alone ends the transaction,
-	// in which the claim wrote nothing, with no BEGIN nor ROLLBACK to run.
-	pc := s.conn.PgConn()
-	claim := (&pgproto3.Bind{PreparedStatement: claimSQL, ParameterFormatCodes: formats, Parameters: values}).Encode(nil)
-	value, err := "", pc.SendBytes(ctx, (&pgproto3.Flush{}).Encode((&pgproto3.Execute{}).Encode(claim)))
+	// the next Sync ends. A claimed key: BEGIN and Sync follow, and BEGIN makes that transaction the request's, the
+	// claim in it; their answers are read before the handler runs, so a BEGIN that failed (the backend gone) is
+	// seen before the handler starts anything. Any other outcome (replay, mismatch, in progress): Sync alone ends
+	// the transaction, in which the claim wrote nothing, with no BEGIN nor ROLLBACK to run. Until that Sync the
+	// server arms no timeout (idle_in_transaction_session_timeout counts from a ReadyForQuery): ctx's deadline
+	// (Options.ClaimTimeout) bounds the exchange, and a connection it cuts off is closed, which ends the claim's
+	// transaction and frees the key.
+	value, err := []byte(nil), pc.SendBytes(ctx, (&pgproto3.Flush{}).Encode((&pgproto3.Execute{}).Encode(claim.Encode(nil))))
 	if err == nil {
 		value, err = receive(ctx, pc, false)
 	}
 	if pgErr := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pgErr) {
-		return "", err // nothing sent, or the connection closed
+		return ClaimRow{}, broken(pc, err) // nothing sent, or the connection closed
 	}
 	end := (&pgproto3.Sync{}).Encode(nil)
-	claimed := err == nil && strings.HasPrefix(value, "("+OutcomeClaimed+",") // record_out's text, as claimResponse reads it
+	var c ClaimRow
+	if err == nil {
+		c, err = decodeClaim(value)
+	}
+	claimed := err == nil && c.Outcome == OutcomeClaimed
 	if claimed {
 		end = (&pgproto3.Sync{}).Encode((&pgproto3.Execute{}).Encode((&pgproto3.Bind{PreparedStatement: s.begin}).Encode(nil)))
 	}
 	if serr := pc.SendBytes(ctx, end); serr != nil {
-		return "", broken(pc, serr) // the claim's transaction would wait for a Sync that does not come
-	}
-	if claimed {
-		s.t = &connTx{conn: s.conn, beginSent: true}
-		return value, nil
+		return ClaimRow{}, broken(pc, serr) // the claim's transaction would wait for a Sync that does not come
 	}
 	if _, serr := receive(ctx, pc, true); err == nil {
 		err = serr
 	}
-	return value, err
+	if claimed && err == nil {
+		if pc.TxStatus() != 'T' {
+			return ClaimRow{}, broken(pc, fmt.Errorf("idempotency: BEGIN after the claim left the connection in state %q", pc.TxStatus()))
+		}
+		s.t = &connTx{conn: s.conn}
+	}
+	return c, err
 }
 
 // broken closes a connection whose exchange stopped midway (an answer half read, a Sync not sent): it cannot be used
@@ -186,16 +256,16 @@ func broken(pc *pgconn.PgConn, err error) error {
 // receive reads answers up to the first CommandComplete or ErrorResponse (toSync false: what was sent ends in
 // Flush) or to ReadyForQuery (toSync true: it ends in Sync). It returns the first column of the last data row and
 // the first error; a connection it could not read to the end is closed.
-func receive(ctx context.Context, pc *pgconn.PgConn, toSync bool) (value string, err error) {
+func receive(ctx context.Context, pc *pgconn.PgConn, toSync bool) (value []byte, err error) {
 	for {
 		msg, rerr := pc.ReceiveMessage(ctx)
 		if rerr != nil {
-			return "", broken(pc, rerr)
+			return nil, broken(pc, rerr)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.DataRow:
 			if len(m.Values) == 1 {
-				value = string(m.Values[0])
+				value = append([]byte(nil), m.Values[0]...) // the message's buffer is reused
 			}
 		case *pgproto3.ErrorResponse:
 			if err == nil {
@@ -243,7 +313,6 @@ func (s *pipeSession) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if s.t != nil {
-		_ = s.t.ready(ctx) // BEGIN's answers, when the handler sent no statement
 		s.t.closed = true
 	}
 	if s.conn.PgConn().TxStatus() != 'I' && !s.conn.IsClosed() {
@@ -270,22 +339,13 @@ var errHandlerCommit = errors.New("idempotency: the request's transaction is com
 type connTx struct {
 	conn       *pgx.Conn
 	closed     bool
-	beginSent  bool // the answers to the claim's BEGIN are still to be read (pipeSession.claim)
 	savepoints int
 }
 
-// ready reads the answers to the claim's BEGIN once (they came while the handler started) and reports whether the
-// transaction is still usable.
-func (t *connTx) ready(ctx context.Context) error {
+// ready reports whether the transaction is still usable (ctx: kept for the callers' symmetry).
+func (t *connTx) ready(context.Context) error {
 	if t.closed {
 		return pgx.ErrTxClosed
-	}
-	if t.beginSent {
-		t.beginSent = false
-		if _, err := receive(ctx, t.conn.PgConn(), true); err != nil {
-			t.closed = true
-			return err
-		}
 	}
 	return nil
 }
@@ -390,7 +450,6 @@ func (t *connTx) QueryFunc(ctx context.Context, sql string, args []any, scans []
 }
 
 func (t *connTx) Conn() *pgx.Conn {
-	_ = t.ready(context.Background()) // the connection handed out with nothing left to read
 	return t.conn
 }
 

@@ -31,7 +31,8 @@ type SQLHandlerFunc func(w http.ResponseWriter, r *http.Request, q Querier) erro
 // Pipelined (the default), the request holds one *sql.Conn; BEGIN travels with the claim and the completion with
 // COMMIT as pgx batches on the pgx connection underneath (sql.Conn.Raw), and the handler's Querier is that
 // *sql.Conn, inside the transaction. database/sql does not know about that transaction: the handler must not call
-// BeginTx on it. With Options.NoPipeline the handler gets a *sql.Tx from db.BeginTx (four more round trips).
+// BeginTx on it. With Options.NoPipeline the handler gets a *sql.Tx (BeginTx on one *sql.Conn of db, whose pgx
+// connection sends the claim; four more round trips).
 func NewSQL(db *sql.DB, opts Options) *Guard {
 	g := New(nil, opts)
 	g.sqlDB = db
@@ -73,10 +74,13 @@ func SQL(ctx context.Context) Querier {
 	return q
 }
 
-// sqlTxSession: database/sql, unpipelined.
+// sqlTxSession: database/sql, unpipelined. The transaction is begun on one *sql.Conn, so that the claim can go
+// through the pgx connection underneath with its result in binary (claimOn).
 type sqlTxSession struct {
 	db   *sql.DB
+	ctx  context.Context // the request's: database/sql rolls the transaction back when the context of BeginTx ends
 	opts pgx.TxOptions
+	conn *sql.Conn
 	t    *sql.Tx
 }
 
@@ -89,10 +93,21 @@ func sqlTxOptions(o pgx.TxOptions) *sql.TxOptions {
 	return &sql.TxOptions{Isolation: sqlIsolation[o.IsoLevel], ReadOnly: o.AccessMode == pgx.ReadOnly}
 }
 
-func (s *sqlTxSession) claim(ctx context.Context, args []any) (c string, err error) {
-	if s.t, err = s.db.BeginTx(ctx, sqlTxOptions(s.opts)); err == nil {
-		err = s.t.QueryRowContext(ctx, claimSQL, args...).Scan(&c)
+func (s *sqlTxSession) claim(ctx context.Context, args []any) (c ClaimRow, err error) {
+	if s.conn, err = s.db.Conn(s.ctx); err != nil {
+		return c, err
 	}
+	if s.t, err = s.conn.BeginTx(s.ctx, sqlTxOptions(s.opts)); err != nil {
+		return c, err
+	}
+	err = s.conn.Raw(func(dc any) error {
+		pc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("idempotency: NewSQL needs the pgx driver (stdlib), got %T", dc)
+		}
+		c, err = claimOn(ctx, pc.Conn(), args)
+		return err
+	})
 	return c, err
 }
 
@@ -108,6 +123,9 @@ func (s *sqlTxSession) finish(ctx context.Context, args []any) error {
 func (s *sqlTxSession) close() {
 	if s.t != nil {
 		_ = s.t.Rollback()
+	}
+	if s.conn != nil {
+		_ = s.conn.Close()
 	}
 }
 
@@ -139,7 +157,7 @@ func (s *sqlPipeSession) raw(fn func(p *pipeSession) error) error {
 	})
 }
 
-func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c string, err error) {
+func (s *sqlPipeSession) claim(ctx context.Context, args []any) (c ClaimRow, err error) {
 	err = s.raw(func(p *pipeSession) error {
 		c, err = p.claim(ctx, args)
 		return err

@@ -150,3 +150,17 @@ func TestUnguardedMethodPassesThrough(t *testing.T) {
 		t.Fatalf("%d %q", rec.Code, rec.Body.String())
 	}
 }
+
+// The fingerprint takes the request line's path as sent, whatever echo's router made of it: /files/a%2Fb and
+// /files/a/b are two requests (testdb.RequestLines).
+func TestOneRequestLineOneFingerprint(t *testing.T) {
+	a := testdb.NewApp(t, "go_echo_")
+	e := echo.New()
+	e.HideBanner = true
+	e.Logger.SetOutput(io.Discard)
+	e.POST("/files/*", func(c echo.Context) error {
+		return c.String(http.StatusCreated, fmt.Sprintf("run %d", a.Runs.Add(1)))
+	}, echoidem.Middleware(idempotency.New(a.Pool, a.Options())))
+	a.Serve(e)
+	testdb.CheckRequestLines(t, a.Srv.URL)
+}

@@ -128,3 +128,15 @@ func TestUnguardedMethodRunsDirectly(t *testing.T) {
 		t.Fatalf("%d", rec.Code)
 	}
 }
+
+// The fingerprint takes the request line's path as sent, whatever gin's router made of it: /files/a%2Fb and
+// /files/a/b are two requests (testdb.RequestLines).
+func TestOneRequestLineOneFingerprint(t *testing.T) {
+	a := testdb.NewApp(t, "go_gin_")
+	r := gin.New()
+	r.POST("/files/*name", ginidem.Handle(idempotency.New(a.Pool, a.Options()), func(c *gin.Context) {
+		c.String(http.StatusCreated, "run %d", a.Runs.Add(1))
+	}))
+	a.Serve(r)
+	testdb.CheckRequestLines(t, a.Srv.URL)
+}

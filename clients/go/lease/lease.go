@@ -17,12 +17,14 @@ package lease
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +58,8 @@ type Runner struct {
 // Request identifies the leased request: its key, its scope (the authenticated tenant) and its fingerprint,
 // computed in SQL from method, path and the JSON body (idem_fingerprint of 1.3, in its JSON form: the value 1.2's
 // idem_hash composition gives).
+//
+// Path is the request line's path as sent, undecoded (idempotency.RequestTarget), or a fixed route such as "/rides".
 type Request struct {
 	Key, Scope, Method, Path string
 	Body                     []byte
@@ -277,21 +281,27 @@ func (rn *Runner) lease(ctx context.Context, req Request, leaseLen time.Duration
 	}
 	r := &Run{Key: req.Key, Scope: req.Scope, runner: rn}
 	var c idempotency.ClaimRow
-	var body []byte
-	// The stored bytes; for a key stored as jsonb by a 1.0-1.2 client, the body's jsonb text.
+	var body *string
+	// The stored bytes; for a key stored as jsonb by a 1.0-1.2 client, the body's jsonb text. In base64, a text no
+	// setting changes: bytea's own text form depends on bytea_output, and the simple protocol (behind a pooler)
+	// reads every column as text.
 	err := rn.Pool.QueryRow(ctx, `SELECT l.outcome, l.http_status, l.response_content_type, l.response_headers::text,
-  coalesce(l.response_bytes, convert_to(l.response_body::text, 'UTF8')), coalesce(l.lease_token::text, ''),
+  encode(coalesce(l.response_bytes, convert_to(l.response_body::text, 'UTF8')), 'base64'), coalesce(l.lease_token::text, ''),
   coalesce(l.recovery_point, ''), l.recovery_state, l.fencing_number
 FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, NULL, $4::bytea),
   $5::interval, $6::interval, $7::text) AS l`,
 		req.Key, req.Method, req.Path, req.Body, micros(leaseLen), ttl, req.Scope).Scan(&c.Outcome, &c.HTTPStatus,
 		&c.ContentType, &c.ResponseHeaders, &body, &r.token, &r.Point, &r.State, &r.Fencing)
-	if body != nil {
-		s := string(body)
-		c.ResponseBody = &s
-	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if body != nil {
+		b, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(*body, "\n", "")) // encode breaks lines every 76
+		if err != nil {
+			return nil, nil, fmt.Errorf("lease: the stored body: %w", err)
+		}
+		s := string(b)
+		c.ResponseBody = &s
 	}
 	if c.Outcome != idempotency.OutcomeClaimed {
 		resp, err := idempotency.ClaimResponse(rn.ProblemBase, c)

@@ -116,21 +116,38 @@ func TestHeartbeatAfterFinishKeepsTheAnswer(t *testing.T) {
 // the replay are those bytes, JSON included (jsonb would respell it: key order, spacing, 1e2), and bytes that are
 // no text.
 func TestTheBytesAnsweredReplay(t *testing.T) {
-	rn := &lease.Runner{Pool: testdb.Pool(t), Lease: 5 * time.Second, Logger: log.New(io.Discard, "", 0)}
-	for _, tc := range [][2]string{{"application/json", `{"b": 2,  "a": [1.0, 1e2]}`},
-		{"text/plain; charset=utf-8", "caf\u00e9\n"}, {"image/png", "\x89PNG\r\n\x1a\n\x00\xff"}} {
-		req := request()
-		steps := []lease.Step{{Name: "finish", Do: func(ctx context.Context, r *lease.Run) error {
-			return r.Finish(ctx, func(pgx.Tx) (*idempotency.Response, error) {
-				return &idempotency.Response{Status: http.StatusCreated, Body: []byte(tc[1]),
-					Header: http.Header{"Content-Type": {tc[0]}, "Location": {"/x"}}}, nil
-			})
-		}}}
-		first, again := rn.Run(context.Background(), req, steps), rn.Run(context.Background(), req, nil)
-		if string(first.Body) != tc[1] || again.Status != http.StatusCreated || string(again.Body) != tc[1] ||
-			again.Header.Get("Content-Type") != tc[0] || again.Header.Get("Location") != "/x" ||
-			again.Header.Get(idempotency.ReplayedHeader) != "true" {
-			t.Errorf("%s: answered %q, replayed %d %v %q", tc[0], first.Body, again.Status, again.Header, again.Body)
+	// Also under settings that change how values are written as text (bytea_output = 'escape', ...), prepared and
+	// with the simple protocol a pooler gets, where every column comes as text: the body was read as bytea's text,
+	// which pgx takes only in hex. The lease and the key expire when they should, whatever the TimeZone and
+	// IntervalStyle.
+	plain := testdb.Pool(t)
+	for _, params := range []string{"", testdb.HostileSettings, testdb.HostileSettings + "&prefer_simple_protocol=true"} {
+		rn := &lease.Runner{Pool: testdb.PoolWith(t, params), Lease: 50 * time.Second, TTL: 3 * time.Hour,
+			Logger: log.New(io.Discard, "", 0)}
+		for _, tc := range [][2]string{{"application/json", `{"b": 2,  "a": [1.0, 1e2]}`},
+			{"text/plain; charset=utf-8", "caf\u00e9\n"}, {"image/png", "\x89PNG\r\n\x1a\n\x00\xff\\x41\\"}} {
+			req := request()
+			var leaseLeft, ttlLeft float64
+			steps := []lease.Step{{Name: "finish", Do: func(ctx context.Context, r *lease.Run) error {
+				if err := plain.QueryRow(ctx, `SELECT extract(epoch FROM lease_until - now())::float8,
+  extract(epoch FROM expires_at - now())::float8 FROM idempotency_keys WHERE key = $1::text AND scope = $2::text`,
+					req.Key, req.Scope).Scan(&leaseLeft, &ttlLeft); err != nil {
+					return err
+				}
+				return r.Finish(ctx, func(pgx.Tx) (*idempotency.Response, error) {
+					return &idempotency.Response{Status: http.StatusCreated, Body: []byte(tc[1]),
+						Header: http.Header{"Content-Type": {tc[0]}, "Location": {"/x"}}}, nil
+				})
+			}}}
+			first, again := rn.Run(context.Background(), req, steps), rn.Run(context.Background(), req, nil)
+			if string(first.Body) != tc[1] || again.Status != http.StatusCreated || string(again.Body) != tc[1] ||
+				again.Header.Get("Content-Type") != tc[0] || again.Header.Get("Location") != "/x" ||
+				again.Header.Get(idempotency.ReplayedHeader) != "true" {
+				t.Errorf("%q, %s: answered %q, replayed %d %v %q", params, tc[0], first.Body, again.Status, again.Header, again.Body)
+			}
+			if leaseLeft < 20 || leaseLeft > 50 || ttlLeft < 3*3600-120 || ttlLeft > 3*3600+50 {
+				t.Errorf("%q, %s: the lease ran out in %.0f s (want 50), the key in %.0f s (want 3 h)", params, tc[0], leaseLeft, ttlLeft)
+			}
 		}
 	}
 }

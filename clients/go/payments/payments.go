@@ -1,5 +1,5 @@
-// Package payments is the payment service of clients/CONTRACT.md: POST /payments behind the idempotency
-// middleware, POST /payments-unprotected without it (the benchmark baseline), GET /healthz.
+// Package payments is the payment service of clients/CONTRACT.md: POST /payments (and POST /files/<name>)
+// behind the idempotency middleware, POST /payments-unprotected without it (the benchmark baseline), GET /healthz.
 package payments
 
 import (
@@ -123,6 +123,8 @@ func NewHandler(db idempotency.DB, cfg Config) (http.Handler, error) {
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	}), http.MethodGet, http.MethodHead))
 	mux.Handle("/payments", onlyMethods(authenticate(payments), http.MethodPost))
+	// POST /payments at any path under /files/ (CONTRACT.md, rule raw-target): the fingerprint has the target as sent.
+	mux.Handle("/files/", onlyMethods(authenticate(payments), http.MethodPost))
 	if pool, ok := db.(*pgxpool.Pool); ok {
 		mux.Handle("/rides", onlyMethods(authenticate(s.ridesHandler(pool, guard)), http.MethodPost))
 	}
@@ -150,7 +152,7 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 		}), nil
 	case "chi":
 		r := chi.NewRouter()
-		r.With(guard.Middleware).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
+		pay := func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
 			thrown, err := s.createPayment(w, r, idempotency.Tx(ctx))
 			if thrown != 0 {
@@ -159,7 +161,9 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 			if err != nil {
 				idempotency.Fail(ctx, err)
 			}
-		})
+		}
+		r.With(guard.Middleware).Post("/payments", pay)
+		r.With(guard.Middleware).Post("/files/*", pay)
 		return r, nil
 	case "echo":
 		e := echo.New()
@@ -179,18 +183,20 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 			problem(http.StatusInternalServerError, "internal-error", "Internal Server Error",
 				"the request failed and was rolled back").Write(c.Response())
 		}
-		e.POST("/payments", func(c echo.Context) error {
+		pay := func(c echo.Context) error {
 			thrown, err := s.createPayment(c.Response(), c.Request(), idempotency.Tx(c.Request().Context()))
 			if thrown != 0 {
 				return echo.NewHTTPError(thrown, "thrown by the handler")
 			}
 			return err
-		}, echoidem.Middleware(guard))
+		}
+		e.POST("/payments", pay, echoidem.Middleware(guard))
+		e.POST("/files/*", pay, echoidem.Middleware(guard))
 		return e, nil
 	case "gin":
 		gin.SetMode(gin.ReleaseMode)
 		r := gin.New()
-		r.POST("/payments", ginidem.Handle(guard, func(c *gin.Context) {
+		pay := ginidem.Handle(guard, func(c *gin.Context) {
 			thrown, err := s.createPayment(c.Writer, c.Request, idempotency.Tx(c.Request.Context()))
 			switch {
 			case err != nil:
@@ -198,7 +204,9 @@ func (s *service) paymentsHandler(guard *idempotency.Guard) (http.Handler, error
 			case thrown != 0:
 				_ = c.AbortWithError(thrown, errors.New("thrown by the handler")).SetType(gin.ErrorTypePublic)
 			}
-		}))
+		})
+		r.POST("/payments", pay)
+		r.POST("/files/*name", pay)
 		return r, nil
 	}
 	return nil, fmt.Errorf("payments: unknown framework %q (one of %s)", s.cfg.Framework, strings.Join(Frameworks, ", "))

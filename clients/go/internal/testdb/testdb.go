@@ -3,15 +3,21 @@
 package testdb
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,12 +33,33 @@ const Env = "IDEM_TEST_DATABASE_URL"
 
 // Pool connects (simple protocol, as the service does) or skips t when Env is unset. The pool is closed when t
 // ends. It fails t when the database lacks the extension or the ledger table.
-func Pool(t testing.TB) *pgxpool.Pool {
+func Pool(t testing.TB) *pgxpool.Pool { return PoolWith(t, "") }
+
+// HostileSettings are session settings that change how PostgreSQL writes values as text (bytea, timestamps,
+// intervals, floats), as URL parameters (pgx sends them at startup): nothing the clients read may depend on them.
+const HostileSettings = "bytea_output=escape&DateStyle=SQL%2C%20DMY&IntervalStyle=sql_standard&TimeZone=Asia%2FKolkata&extra_float_digits=0"
+
+// URL is Env's URL with the URL parameters params added (none when ""); it skips t when Env is unset.
+func URL(t testing.TB, params string) string {
 	t.Helper()
 	url := os.Getenv(Env)
 	if url == "" {
 		t.Skip(Env + " is not set: skipping the database test")
 	}
+	if params == "" {
+		return url
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + params
+}
+
+// PoolWith is Pool with the URL parameters params (settings such as HostileSettings, prefer_simple_protocol).
+func PoolWith(t testing.TB, params string) *pgxpool.Pool {
+	t.Helper()
+	url := URL(t, params)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// One connection kept open, not NewPool's eight: the tests open many short-lived pools.
@@ -202,4 +229,154 @@ func (a *App) CreatedOnceAfterConflict() {
 		a.T.Fatalf("runs %d, want 2 (the conflict, then the success)", a.Runs.Load())
 	}
 	a.RowsAre(1)
+}
+
+// Proxy is a TCP proxy in front of the test database, for what a server cannot be made to do: Hold stops passing the
+// server's answers to the client (a network that stalls), CutAtSync closes both sides, unforwarded, at the client's
+// next bytes that do not end with a Flush message (the Sync that ends the exchange: as if the backend died there).
+type Proxy struct {
+	Addr      string // host:port to connect to
+	Hold      atomic.Bool
+	CutAtSync atomic.Bool
+	ln        net.Listener
+	target    string
+}
+
+// NewProxy listens on a free loopback port and passes every connection on to Env's server; it stops when t ends.
+func NewProxy(t testing.TB) *Proxy {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(URL(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{Addr: ln.Addr().String(), ln: ln, target: net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
+	t.Cleanup(func() { _ = ln.Close(); p.Hold.Store(false) })
+	go p.serve()
+	return p
+}
+
+// URL is Env's URL with the URL parameters params added (as URL does) and the proxy's address in place of the
+// server's.
+func (p *Proxy) URL(t testing.TB, params string) string {
+	u, err := neturl.Parse(URL(t, params))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.Addr
+	return u.String()
+}
+
+var flushMessage = []byte{'H', 0, 0, 0, 4}
+
+func (p *Proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		closeBoth := func() { _ = c.Close(); _ = s.Close() }
+		go func() { // client -> server
+			defer closeBoth()
+			buf := make([]byte, 1<<16)
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				if p.CutAtSync.Load() && !bytes.HasSuffix(buf[:n], flushMessage) {
+					return
+				}
+				if _, err := s.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}()
+		go func() { // server -> client
+			defer closeBoth()
+			buf := make([]byte, 1<<16)
+			for {
+				n, err := s.Read(buf)
+				if err != nil {
+					return
+				}
+				for p.Hold.Load() {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if _, err := c.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// RawPost sends POST target (written into the request line exactly as given) to the server at base with the
+// Idempotency-Key key and a JSON body, over a connection of its own.
+func RawPost(t testing.TB, base, target, key, body string) Result {
+	t.Helper()
+	u, err := neturl.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\nConnection: close\r\n\r\n%s", target, u.Host, key, len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Result{resp.StatusCode, resp.Header, string(b)}
+}
+
+// RequestLines are pairs of request targets a client sends with one key, and whether the second is the same
+// request (a replay) or another one (a mismatch): the fingerprint takes the request line's path as sent, undecoded.
+var RequestLines = []struct {
+	First, Second string
+	Same          bool
+}{
+	{"/files/a%2Fb", "/files/a/b", false},
+	{"/files/%41", "/files/A", false},
+	{"/files/a%20b", "/files/a%2520b", false},
+	{"/files/x?", "/files/x", true},
+	{"/files/x?a=%41", "/files/x?a=A", false},
+	{"/files/x?a=1", "/files/x?a=1", true},
+}
+
+// CheckRequestLines sends each pair of RequestLines to base (a server that answers 201 on any path under /files/,
+// guarded) with one fresh key: the second answer is the first's replay or a mismatch (422), as the pair says.
+func CheckRequestLines(t *testing.T, base string) {
+	t.Helper()
+	for _, rl := range RequestLines {
+		key := Unique("k")
+		first := RawPost(t, base, rl.First, key, `{}`)
+		second := RawPost(t, base, rl.Second, key, `{}`)
+		if first.Status != 201 {
+			t.Errorf("%s: %d %q", rl.First, first.Status, first.Body)
+		} else if rl.Same && (!second.Replayed() || second.Body != first.Body) {
+			t.Errorf("%s then %s: %d %q, want the replay", rl.First, rl.Second, second.Status, second.Body)
+		} else if !rl.Same && second.ProblemType() != "idempotency-key-reused" {
+			t.Errorf("%s then %s: %d %q, want 422 idempotency-key-reused", rl.First, rl.Second, second.Status, second.Body)
+		}
+	}
 }

@@ -1,0 +1,142 @@
+-- The managed edition: expiry (src/cleanup.c). One batch deletes at most cleanup_batch_size expired keys from a
+-- range of at most that many heap pages (a TID range scan that carries on where the last batch stopped, so a
+-- sweep reads every page once); it waits at most 20 ms for a row a transaction is replacing right now and then
+-- passes locked rows by (SKIP LOCKED), so the sweep gives way, never the request. A table locked by another
+-- session for 200 ms ends the sweep with 55P03. idem_cleanup() runs every batch in the caller's transaction, as in
+-- the C edition; the procedure idem_managed_sweep() commits after each batch and paces them
+-- (idempotency.cleanup_keys_per_second), as the background worker does: what pg_cron runs.
+-- In partitioned storage the sweep deletes from the default partition (dropping expired partitions is not in
+-- the managed edition yet).
+
+CREATE FUNCTION @extschema@.idem_managed_cleanup_batch(
+    batch_size integer, from_tid tid,
+    OUT removed bigint, OUT next_tid tid, OUT finished boolean, OUT pages bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '200ms'
+AS $$
+DECLARE
+    partitioned boolean := EXISTS (
+        SELECT FROM pg_catalog.pg_inherits i
+        WHERE i.inhparent OPERATOR(pg_catalog.=) '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
+          AND NOT i.inhdetachpending
+          AND i.inhrelid OPERATOR(pg_catalog.<>)
+              '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass);
+    relation regclass := CASE WHEN partitioned
+                              THEN '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass
+                              ELSE '@extschema@.idempotency_keys'::pg_catalog.regclass END;
+    blocks bigint;
+    from_block bigint := (pg_catalog.ltrim(pg_catalog.split_part(from_tid::pg_catalog.text, ',', 1), '('))::pg_catalog.int8;
+    to_block bigint;
+    to_tid tid;
+    selected bigint;
+    last_tid tid;
+    statement text := 'WITH batch AS MATERIALIZED (SELECT ctid FROM %s'
+        ' WHERE ctid OPERATOR(pg_catalog.>=) $3 AND ctid OPERATOR(pg_catalog.<) $4'
+        ' AND expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2%s),'
+        ' gone AS (DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))'
+        ' AND expires_at OPERATOR(pg_catalog.<=) $1 RETURNING 1)'
+        ' SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.max(ctid) FROM batch),'
+        ' (SELECT pg_catalog.count(*) FROM gone)';
+BEGIN
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        RAISE EXCEPTION 'cannot execute idem_cleanup() in a read-only transaction'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    -- The lock the DELETE takes anyway, waited for at most 200 ms (this function's lock_timeout).
+    BEGIN
+        EXECUTE pg_catalog.format('LOCK TABLE %s IN ROW EXCLUSIVE MODE', relation);
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'idempotency: a key table is locked by another session'
+            USING ERRCODE = 'lock_not_available',
+                  HINT = 'idem_cleanup() waits at most 200 ms for it; try again later.';
+    END;
+    blocks := pg_catalog.pg_relation_size(relation) OPERATOR(pg_catalog./)
+              pg_catalog.current_setting('block_size')::pg_catalog.int8;
+    to_block := from_block OPERATOR(pg_catalog.+) batch_size;
+    to_tid := pg_catalog.format('(%s,1)', to_block)::pg_catalog.tid;
+    PERFORM pg_catalog.set_config('lock_timeout', '20ms', true);
+    BEGIN
+        EXECUTE pg_catalog.format(statement, relation, '', relation)
+            INTO selected, last_tid, removed USING pg_catalog.now(), batch_size, from_tid, to_tid;
+    EXCEPTION WHEN lock_not_available THEN
+        EXECUTE pg_catalog.format(statement, relation, ' FOR UPDATE SKIP LOCKED', relation)
+            INTO selected, last_tid, removed USING pg_catalog.now(), batch_size, from_tid, to_tid;
+    END;
+    IF selected OPERATOR(pg_catalog.=) batch_size THEN
+        -- Stopped inside the range: go on right after the last row taken.
+        next_tid := pg_catalog.format('(%s,%s)',
+                        pg_catalog.ltrim(pg_catalog.split_part(last_tid::pg_catalog.text, ',', 1), '('),
+                        pg_catalog.rtrim(pg_catalog.split_part(last_tid::pg_catalog.text, ',', 2), ')')::pg_catalog.int4
+                        OPERATOR(pg_catalog.+) 1)::pg_catalog.tid;
+        pages := (pg_catalog.ltrim(pg_catalog.split_part(last_tid::pg_catalog.text, ',', 1), '('))::pg_catalog.int8
+                 OPERATOR(pg_catalog.-) from_block OPERATOR(pg_catalog.+) 1;
+        finished := false;
+    ELSE
+        next_tid := to_tid;
+        pages := batch_size;
+        finished := to_block OPERATOR(pg_catalog.>=) blocks;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.idem_managed_cleanup_batch_size()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN GREATEST(1, LEAST(10000000, COALESCE(NULLIF(pg_catalog.btrim(
+    pg_catalog.current_setting('idempotency.cleanup_batch_size', true)), ''), '200')::pg_catalog.int4));
+
+-- One sweep in the caller's transaction, every batch, unpaced (the C edition's idem_cleanup()).
+CREATE FUNCTION @extschema@.idem_cleanup()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    batch record;
+    position tid := '(0,1)';
+    total bigint := 0;
+    size integer := @extschema@.idem_managed_cleanup_batch_size();
+BEGIN
+    LOOP
+        batch := @extschema@.idem_managed_cleanup_batch(size, position);
+        total := total OPERATOR(pg_catalog.+) batch.removed;
+        position := batch.next_tid;
+        EXIT WHEN batch.finished;
+    END LOOP;
+    RETURN total;
+END
+$$;
+
+-- The sweep pg_cron runs: one batch per transaction, paced at idempotency.cleanup_keys_per_second (2000 by
+-- default; 0: unpaced), a batch counting its deleted keys or its scanned pages, whichever is more. Call it as the
+-- owner of the key table, outside a transaction block:
+--   SELECT cron.schedule('idempotency-expiry', '* * * * *', 'CALL idem_managed_sweep()');
+-- A procedure that commits cannot have a SET clause: it names everything through pg_catalog and the schema, and
+-- its batches run in idem_managed_cleanup_batch, whose search_path is fixed.
+CREATE PROCEDURE @extschema@.idem_managed_sweep()
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    batch record;
+    position pg_catalog.tid := '(0,1)';
+    size pg_catalog.int4 := @extschema@.idem_managed_cleanup_batch_size();
+    pace pg_catalog.int4 := COALESCE(NULLIF(pg_catalog.btrim(
+        pg_catalog.current_setting('idempotency.cleanup_keys_per_second', true)), ''), '2000')::pg_catalog.int4;
+BEGIN
+    LOOP
+        batch := @extschema@.idem_managed_cleanup_batch(size, position);
+        position := batch.next_tid;
+        COMMIT;
+        EXIT WHEN batch.finished;
+        IF pace OPERATOR(pg_catalog.>) 0 THEN
+            PERFORM pg_catalog.pg_sleep(GREATEST(batch.removed, batch.pages)::pg_catalog.float8
+                                        OPERATOR(pg_catalog./) pace);
+        END IF;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON PROCEDURE @extschema@.idem_managed_sweep() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_managed_cleanup_batch(integer, tid) FROM PUBLIC;

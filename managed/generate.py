@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Writes the managed edition (issue 40) from the project's own sources; `make managed` runs it.
+
+The managed edition is extension/idempotency.sql with extension/functions.sql and extension/citus.sql appended
+(the C edition's install script, unchanged), where every LANGUAGE C function is replaced by the function of the
+same name and argument types in managed/*.sql (SQL and PL/pgSQL only). A C function that managed/ does not
+define yet becomes a PL/pgSQL function of the same signature that raises 0A000 (feature_not_supported), so
+every name of the API exists and the unfinished ones say so; `generate.py --missing` lists them. The
+functions of managed/*.sql that replace no C function (the helpers, named idem_managed_*) go in just before the
+first replaced one; its other statements (procedures, grants) at the end.
+
+Two files, into the directory given (dist/):
+  idempotency-pgtle.sql    for psql as a pgtle_admin: registers version 1.4 with pgtle.install_extension
+                           (unless registered already), after which CREATE EXTENSION idempotency works;
+  idempotency-managed.sql  the same objects as a plain script into the current schema; run again, it replaces
+                           the functions and keeps the tables, types and keys.
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = ["extension/idempotency.sql", "extension/functions.sql", "extension/citus.sql"]
+VERSION_RE = re.compile(r"^EXTVERSION\s*=\s*(\S+)", re.M)
+
+
+def statements(text):
+    """Splits SQL text into statements (each with the comments before it), minding quotes and dollar quotes."""
+    out, start, i, n = [], 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("--", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i + 1
+        elif c == "'":
+            i += 1
+            while i < n:
+                if text[i] == "'" and text.startswith("''", i):
+                    i += 2
+                elif text[i] == "'":
+                    i += 1
+                    break
+                else:
+                    i += 1
+        elif c == '"':
+            i = text.index('"', i + 1) + 1
+        elif c == "$":
+            m = re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$", text[i:])
+            if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+                tag = m.group(0)
+                i = text.index(tag, i + len(tag)) + len(tag)
+            else:
+                i += 1
+        elif c == ";":
+            out.append(text[start:i + 1])
+            start = i = i + 1
+        else:
+            i += 1
+    rest = text[start:]
+    if rest.strip():
+        out.append(rest)
+    # A SQL-standard body (BEGIN ATOMIC ... END) holds statements of its own: one statement up to its END.
+    merged, open_body = [], False
+    for piece in out:
+        if open_body:
+            merged[-1] += piece
+            open_body = not re.fullmatch(r"\s*END\s*;\s*", strip_comments(piece), re.I)
+        else:
+            merged.append(piece)
+            open_body = bool(re.search(r"\bBEGIN\s+ATOMIC\b", strip_comments(piece), re.I))
+    return merged
+
+
+def strip_comments(stmt):
+    return re.sub(r"--[^\n]*", "", stmt)
+
+
+FUNC_RE = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+@extschema@\.(\w+)\s*\(", re.I)
+
+
+def split_args(text):
+    args, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        args.append(cur)
+    return args
+
+
+def function_key(stmt):
+    """name(in-argument types) of a CREATE FUNCTION statement, or None."""
+    body = strip_comments(stmt)
+    m = FUNC_RE.search(body)
+    if not m:
+        return None
+    depth, i = 1, m.end()
+    while depth:
+        depth += {"(": 1, ")": -1}.get(body[i], 0)
+        i += 1
+    types = []
+    for arg in split_args(body[m.end():i - 1]):
+        words = re.split(r"\s+", re.split(r"\s+DEFAULT\s+|\s*=\s*", arg.strip(), flags=re.I)[0].strip())
+        if words[0].upper() == "OUT":
+            continue
+        if words[0].upper() in ("IN", "INOUT", "VARIADIC"):
+            words = words[1:]
+        typ = words[0] if len(words) == 1 else " ".join(words[1:])
+        types.append(typ.lower())
+    return "%s(%s)" % (m.group(1), ",".join(types))
+
+
+def is_c_function(stmt):
+    return function_key(stmt) is not None and re.search(r"\bLANGUAGE\s+C\b", strip_comments(stmt), re.I)
+
+
+def stub(stmt, key):
+    """The C function's header with a PL/pgSQL body that raises 0A000."""
+    text = re.sub(r"\n?AS\s+'MODULE_PATHNAME'\s*,\s*'\w+'", "", stmt)
+    text = re.sub(r"\bLANGUAGE\s+C\b", "LANGUAGE plpgsql", text)
+    if not re.search(r"\bSET\s+search_path\b", text):
+        text = text.rstrip().rstrip(";") + "\nSET search_path = pg_catalog, pg_temp;"
+    name = key.split("(")[0]
+    body = ("\nAS $$\nBEGIN\n    RAISE EXCEPTION '%s is not in the managed edition of idempotency yet'\n"
+            "        USING ERRCODE = 'feature_not_supported',\n"
+            "              HINT = 'managed/SUPPORTED lists what the managed edition has.';\nEND\n$$;" % name)
+    return text.rstrip().rstrip(";") + body
+
+
+def build(managed_dir):
+    managed = {}
+    helpers = []
+    for name in sorted(os.listdir(managed_dir)):
+        if not name.endswith(".sql"):
+            continue
+        with open(os.path.join(managed_dir, name)) as f:
+            for stmt in statements(f.read()):
+                key = function_key(stmt)
+                if key is None:
+                    if strip_comments(stmt).strip():
+                        helpers.append(stmt)
+                    continue
+                if key in managed:
+                    sys.exit("generate.py: %s is defined twice in managed/" % key)
+                managed[key] = stmt
+    c_keys = set()
+    parts = []
+    for src in SOURCES:
+        with open(os.path.join(ROOT, src)) as f:
+            parts.extend(statements(f.read()))
+    out, missing, helpers_done = [], [], False
+    for stmt in parts:
+        if is_c_function(stmt):
+            key = function_key(stmt)
+            c_keys.add(key)
+            if key in managed:
+                if not helpers_done:
+                    out.extend(managed[k] for k in managed if k.startswith("idem_managed_"))
+                    helpers_done = True
+                out.append(managed[key])
+            else:
+                missing.append(key)
+                out.append(stub(stmt, key))
+        else:
+            out.append(stmt)
+    # The other statements of managed/ (procedures, grants) after everything, when every object they name exists.
+    out.extend("\n" + stmt.lstrip("\n") for stmt in helpers)
+    extra = [k for k in managed if k not in c_keys and not k.startswith("idem_managed_")]
+    if extra:
+        sys.exit("generate.py: managed/ defines %s, which replace no C function (helpers are named "
+                 "idem_managed_*)" % ", ".join(extra))
+    script = "".join(out)
+    script = re.sub(r"^\\echo[^\n]*\n", "", script, flags=re.M)
+    return script, missing, len(c_keys) - len(missing)
+
+
+def dollar_quote(text, tag):
+    if "$%s$" % tag in text:
+        sys.exit("generate.py: the script contains $%s$" % tag)
+    return "$%s$%s$%s$" % (tag, text, tag)
+
+
+def plain_update_part(script):
+    """What a second run of the plain script does: replace the functions, comments, grants and views."""
+    keep = []
+    for stmt in statements(script):
+        body = strip_comments(stmt).strip()
+        if re.match(r"CREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\b", body, re.I):
+            keep.append(re.sub(r"CREATE\s+(FUNCTION|PROCEDURE)\b", r"CREATE OR REPLACE \1", stmt, count=1,
+                               flags=re.I))
+        elif re.match(r"CREATE\s+VIEW\b", body, re.I):
+            keep.append(re.sub(r"CREATE\s+VIEW\b", "CREATE OR REPLACE VIEW", stmt, count=1, flags=re.I))
+        elif re.match(r"(COMMENT\s+ON|REVOKE\s+ALL\s+ON|GRANT\s+EXECUTE\s+ON)\s+(FUNCTION|PROCEDURE)",
+                      body, re.I):
+            keep.append(stmt)
+    return "".join(keep)
+
+
+def main():
+    args = sys.argv[1:]
+    if args and args[0] == "--missing":
+        _, missing, _ = build(os.path.join(ROOT, "managed"))
+        print("\n".join(missing))
+        return
+    if len(args) != 1:
+        sys.exit("usage: managed/generate.py OUTDIR | --missing")
+    outdir = args[0]
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        version = VERSION_RE.search(f.read()).group(1)
+    with open(os.path.join(ROOT, "idempotency.control")) as f:
+        comment = re.search(r"^comment\s*=\s*'((?:[^']|'')*)'", f.read(), re.M).group(1).replace("''", "'")
+    script, missing, replaced = build(os.path.join(ROOT, "managed"))
+    os.makedirs(outdir, exist_ok=True)
+    header = ("-- idempotency %s, the managed edition (SQL and PL/pgSQL only), generated by `make managed` from\n"
+              "-- extension/*.sql and managed/*.sql: do not edit. %d C functions of the API are not in it yet and\n"
+              "-- raise 0A000 (managed/SUPPORTED).\n" % (version, len(missing)))
+
+    tle = (header +
+           "-- Run with psql as a member of pgtle_admin in each database that will use the extension, after\n"
+           "-- CREATE EXTENSION pg_tle; then CREATE EXTENSION idempotency. Registers version %s unless it is\n"
+           "-- registered already (pgtle.uninstall_extension('idempotency') to register a changed one).\n"
+           "DO $idem_pgtle_do$\nBEGIN\n"
+           "    IF EXISTS (SELECT FROM pgtle.available_extension_versions() v\n"
+           "               WHERE v.name OPERATOR(pg_catalog.=) 'idempotency' AND v.version OPERATOR(pg_catalog.=) %s) THEN\n"
+           "        RAISE NOTICE 'idempotency %s is registered already';\n"
+           "        RETURN;\n"
+           "    END IF;\n"
+           "    PERFORM pgtle.install_extension('idempotency', %s, %s,\n%s);\n"
+           "END\n$idem_pgtle_do$;\n") % (version, "'%s'" % version, version, "'%s'" % version,
+                                          "'%s'" % comment.replace("'", "''"),
+                                          dollar_quote(script, "idem_tle"))
+    with open(os.path.join(outdir, "idempotency-pgtle.sql"), "w") as f:
+        f.write(tle)
+
+    # The plain script: no extension, so nothing to mark for pg_dump (the tables are dumped as any table).
+    plain = re.sub(r"SELECT pg_catalog\.pg_extension_config_dump\([^;]*\);\n", "", script)
+    with open(os.path.join(outdir, "idempotency-managed.sql"), "w") as f:
+        f.write(header +
+                "-- Run with psql as a role with CREATE on the schema that is to hold it, which must be the current\n"
+                "-- schema (the first of search_path). Run again (the same version or a newer one), it replaces the\n"
+                "-- functions and keeps the tables, types and keys.\n"
+                "DO $idem_managed_do$\nDECLARE\n"
+                "    s text := pg_catalog.quote_ident(pg_catalog.current_schema());\n"
+                "    helper pg_catalog.regprocedure;\n"
+                "BEGIN\n"
+                "    IF s IS NULL THEN\n"
+                "        RAISE EXCEPTION 'idempotency: no current schema to install into'\n"
+                "            USING ERRCODE = 'invalid_schema_name', HINT = 'SET search_path to the schema first.';\n"
+                "    END IF;\n"
+                "    IF pg_catalog.to_regclass(s OPERATOR(pg_catalog.||) '.idempotency_keys') IS NULL THEN\n"
+                "        EXECUTE pg_catalog.replace(%s, '@extschema@', s);\n"
+                "    ELSE\n"
+                "        -- The helpers may change their signatures between versions: made anew.\n"
+                "        FOR helper IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc p\n"
+                "                      WHERE p.pronamespace OPERATOR(pg_catalog.=) s::pg_catalog.regnamespace\n"
+                "                        AND p.proname OPERATOR(pg_catalog.~) '^idem_managed_' LOOP\n"
+                "            EXECUTE pg_catalog.format('DROP ROUTINE %%s', helper);\n"
+                "        END LOOP;\n"
+                "        EXECUTE pg_catalog.replace(%s, '@extschema@', s);\n"
+                "    END IF;\n"
+                "END\n$idem_managed_do$;\n" % (dollar_quote(plain, "idem_install"),
+                                               dollar_quote(plain_update_part(plain), "idem_update")))
+    print("%s/idempotency-pgtle.sql, %s/idempotency-managed.sql: %d C functions replaced, %d not yet" %
+          (outdir, outdir, replaced, len(missing)))
+
+
+if __name__ == "__main__":
+    main()
