@@ -121,6 +121,31 @@ SELECT * FROM claims_of('in-default-partition', idem_hash('y'));
 SELECT outcome FROM idem_claim('lease-in-dropped-partition', idem_hash('lease-in-dropped-partition'));
 ROLLBACK;
 SELECT idem_set_storage('table') IS NOT NULL AS back_to_table;
+
+-- The probe reads as the caller: without SELECT on the tombstones a claim fails (42501) and changes nothing; row
+-- level security applies to them as to the keys.
+TRUNCATE idempotency_tombstones;
+INSERT INTO idempotency_tombstones VALUES (now() - interval '1 hour', 'visible', 'rls-1', decode(idem_hash('x'), 'hex')),
+                                          (now() - interval '1 hour', 'hidden', 'rls-1', decode(idem_hash('x'), 'hex'));
+CREATE ROLE tomb_app;
+GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO tomb_app;
+SET ROLE tomb_app;
+SELECT sqlstate_of($$SELECT idem_claim('rls-1', idem_hash('x'), scope => 'visible')$$) AS without_select;
+RESET ROLE;
+GRANT SELECT ON idempotency_tombstones TO tomb_app;
+ALTER TABLE idempotency_tombstones ENABLE ROW LEVEL SECURITY;
+CREATE POLICY visible_only ON idempotency_tombstones TO tomb_app USING (scope = 'visible');
+SET ROLE tomb_app;
+BEGIN;
+SELECT scope, outcome FROM (VALUES ('visible'), ('hidden')) s(scope),
+       LATERAL idem_claim('rls-1', idem_hash('x'), scope => s.scope);
+ROLLBACK;
+RESET ROLE;
+DROP POLICY visible_only ON idempotency_tombstones;
+ALTER TABLE idempotency_tombstones DISABLE ROW LEVEL SECURITY;
+REVOKE ALL ON idempotency_keys, idempotency_tombstones FROM tomb_app;
+DROP ROLE tomb_app;
+
 RESET idempotency.tombstone_ttl;
 DROP FUNCTION plant_expired(text, boolean), claims_of(text, text);
 TRUNCATE idempotency_keys, idempotency_tombstones;

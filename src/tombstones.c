@@ -8,12 +8,22 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "access/genam.h"
+#include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
+#include "executor/tuptable.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
@@ -21,6 +31,8 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "key_store.h"
+#include "pg_compat.h"
 #include "spi_plan.h"
 #include "tombstones.h"
 
@@ -89,6 +101,80 @@ plan_for(Oid namespace_oid, bool partitioned)
 	return probe_plans[partitioned];
 }
 
+/* The columns of idempotency_tombstones as the install script makes them, and its primary key (key, scope). */
+#define TOMB_COL_EXPIRED_AT 1
+#define TOMB_COL_SCOPE 2
+#define TOMB_COL_KEY 3
+
+/*
+ * Table storage, where the probe behaves exactly like its SQL: one probe of the primary key, no SPI. False (and
+ * nothing read) where it might not: row level security active for the caller, no SELECT on the table (the SQL
+ * reports that), or a table whose columns or primary key are not the install script's.
+ */
+static bool
+probe_direct(Oid relid, const KeyRef *ref, TimestampTz since, TimestampTz *expired_at, bool *found)
+{
+	Relation	table;
+	Relation	index;
+	Oid			index_oid;
+	TupleDesc	desc;
+	ScanKeyData keys[2];
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+
+	if (pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+		check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+		return false;
+	table = table_open(relid, AccessShareLock);
+	desc = RelationGetDescr(table);
+	index_oid = idem_primary_key_index(table);
+	if (desc->natts != 4 || TupleDescAttr(desc, TOMB_COL_EXPIRED_AT - 1)->atttypid != TIMESTAMPTZOID ||
+		TupleDescAttr(desc, TOMB_COL_EXPIRED_AT - 1)->attisdropped ||
+		TupleDescAttr(desc, TOMB_COL_SCOPE - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, TOMB_COL_KEY - 1)->atttypid != TEXTOID || !OidIsValid(index_oid))
+	{
+		table_close(table, NoLock);
+		return false;
+	}
+	index = index_open(index_oid, AccessShareLock);
+	if (index->rd_index->indnatts != 2 || index->rd_index->indkey.values[0] != TOMB_COL_KEY ||
+		index->rd_index->indkey.values[1] != TOMB_COL_SCOPE || index->rd_rel->relam != BTREE_AM_OID)
+	{
+		index_close(index, NoLock);
+		table_close(table, NoLock);
+		return false;
+	}
+	/* As a new SQL statement would, with the latest snapshot (see tombstone_probe). */
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[0],
+						   F_TEXTEQ, PointerGetDatum(ref->key));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[1],
+						   F_TEXTEQ, PointerGetDatum(ref->scope));
+	slot = table_slot_create(table, NULL);
+	scan = idem_index_beginscan(table, index, snapshot, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	*found = false;
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		TimestampTz at = DatumGetTimestampTz(slot_getattr(slot, TOMB_COL_EXPIRED_AT, &isnull));
+
+		if (!isnull && at > since)
+		{
+			*expired_at = at;
+			*found = true;
+		}
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, NoLock);
+	table_close(table, NoLock);
+	return true;
+}
+
 bool
 tombstone_probe(const KeyRef *ref, TimestampTz since, TimestampTz *expired_at)
 {
@@ -100,16 +186,21 @@ tombstone_probe(const KeyRef *ref, TimestampTz since, TimestampTz *expired_at)
 	};
 	bool		found = false;
 	int			rc;
+	Oid			relid = get_relname_relid("idempotency_tombstones", namespace_oid);
+	bool		partitioned;
 
 	/* The SQL of 1.3 (a library updated before ALTER EXTENSION UPDATE) has no tombstones. */
-	if (!OidIsValid(get_relname_relid("idempotency_tombstones", namespace_oid)))
+	if (!OidIsValid(relid))
 		return false;
+	partitioned = key_store_partitioned(namespace_oid);
+	if (!partitioned && probe_direct(relid, ref, since, expired_at, &found))
+		return found;
 	SPI_connect();
 	/*
 	 * The latest snapshot, whatever the isolation level: a tombstone written after the caller's snapshot was
 	 * taken still means the response expired, and answering expired never runs the request.
 	 */
-	rc = SPI_execute_snapshot(plan_for(namespace_oid, key_store_partitioned(namespace_oid)), params, NULL, GetLatestSnapshot(), InvalidSnapshot,
+	rc = SPI_execute_snapshot(plan_for(namespace_oid, partitioned), params, NULL, GetLatestSnapshot(), InvalidSnapshot,
 							  false, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "idempotency: tombstone lookup failed: %s", SPI_result_code_string(rc));
