@@ -5,6 +5,9 @@
 #                                         over the wire (below), N=500
 #   INSTR_CASES="w_bare w_client_new" bench/instructions.sh   some rows of it (w_plpgsql, not in the default list:
 #       bench/plpgsql_baseline.sql's functions over the wire)
+#   INSTR_CASES="w_bare w_table_new w_table_replay w_day_new w_day_replay w_hour_new w_hour_replay"
+#       bench/instructions.sh   storage (issue 39): a new key and a replay against table storage and partitioned
+#       storage of 1-day and 1-hour partitions, 20,000 stored keys and ttl 24 h in each (a database each)
 #   INSTR_CASES="w_bare w_client_new w_client_new_simple w_client_new_execute" bench/instructions.sh   the ways a
 #       client can send the 1.3 statements (w_client_new_execute, not in the default list: SQL PREPARE once a
 #       connection, then EXECUTE in simple queries, the INSERT too; clients/python/README.md "Prepared statements")
@@ -70,7 +73,7 @@ wire_insert='INSERT INTO bench.ledger (account_id, amount_cents) VALUES (:a, 500
 
 wire_case() {  # wire_case CASE: sets label, mode, scope and script (one statement a line)
     local tx=()
-    mode=prepared scope=acct-1
+    mode=prepared scope=acct-1 db=bench
     case $1 in
         w_bare) label='bare `BEGIN; INSERT ... RETURNING; COMMIT` (prepared)'
             tx=("$wire_insert") ;;
@@ -119,6 +122,12 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
             scope=new; tx=("${wire_claim_1_3//:k,/:r,}") ;;
         w_hand_replay) label='a replay of the hand-written key row with the same `BEGIN` and `ROLLBACK`: `SELECT` of the stored row (no fingerprint, no lock)'
             scope=new; tx=('SELECT http_status, body FROM bench.hand_keys WHERE key = :r;') ;;
+        w_table_new|w_day_new|w_hour_new) db=bench_${1#w_}; db=${db%_new}
+            label="$(store_label "$db"): new key, \`SELECT idem_claim(key, hash)\`, INSERT, \`SELECT idem_complete(key, 201, body)\`"
+            tx=('SELECT idem_claim(:k, :h);' "$wire_insert" 'SELECT idem_complete(:k, 201, :resp::jsonb);') ;;
+        w_table_replay|w_day_replay|w_hour_replay) db=bench_${1#w_}; db=${db%_replay}
+            label="$(store_label "$db"): replay, \`SELECT idem_claim(key, hash)\` alone (no BEGIN, no ROLLBACK)"
+            tx=('SELECT idem_claim(:r, :h);') ;;
         w_plpgsql) label='the careful PL/pgSQL reference (bench/plpgsql_baseline.sql), new key'
             tx=('SELECT * FROM plpgsql_idem.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_idem.idem_complete(:k, 201, :resp::jsonb);') ;;
         # The managed edition (issue 40; not in the default list): `make managed`'s plain script in schema managed.
@@ -130,9 +139,18 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
     esac
     local begin=BEGIN\; end=COMMIT\;
     [[ $1 == w_replay_* || $1 == w_hand_replay ]] && end=ROLLBACK\;
-    [[ $1 == w_replay_alone ]] && begin= end=
+    [[ $1 == w_replay_alone || $1 == w_*_replay ]] && begin= end=
     script=$(printf '%s\n' '\set k random(1, 9000000000000000)' '\set a random(1, 1000)' '\set r random(1, 20000)' \
         $begin "${tx[@]}" $end)
+}
+
+# The storage rows (issue 39): a database of its own each, 20,000 stored keys in scope '' (ttl 24 h, the default).
+store_label() {
+    case $1 in
+        bench_table) echo 'table storage' ;;
+        bench_day) echo 'partitioned storage, 1-day partitions' ;;
+        bench_hour) echo 'partitioned storage, 1-hour partitions' ;;
+    esac
 }
 
 # pgbench -M simple writes a variable's value into the statement's text: quote the string ones.
@@ -140,6 +158,7 @@ wire_simple() { sed -E "s/:(req|resp|hdrs|loc|m|p|s|ct|h|k|r)\b/':\1'/g"; }
 
 wire_table() {  # wire_table CASE...
     local wport=${INSTR_WIRE_PORT:-$((port + 1))} wn=${INSTR_WIRE_N:-500} c base full per bare=
+    local -A storage_per=()
     wdir=$(mktemp -d /tmp/idem-instr-wire.XXXXXX)    # global: the EXIT trap reads it
     chmod 755 "$wdir"
     [ "${INSTR_KEEP:-0}" = 1 ] || trap 'stop_cluster "$wdir"' EXIT
@@ -179,6 +198,28 @@ BEGIN
 END \$\$;
 VACUUM ANALYZE;
 SQL
+    local sdb
+    for sdb in bench_table bench_day bench_hour; do
+        [[ " $* " == *" w_${sdb#bench_}_"* ]] || continue
+        psql -X -q -h "$wdir" -p "$wport" -U postgres -d postgres -c "CREATE DATABASE $sdb"
+        psql -X -q -v ON_ERROR_STOP=1 -h "$wdir" -p "$wport" -U postgres -d "$sdb" >/dev/null <<SQL
+CREATE EXTENSION idempotency;
+\i bench/setup.sql
+SELECT CASE '$sdb' WHEN 'bench_day' THEN idem_set_storage('partitioned', interval '1 day')
+                   WHEN 'bench_hour' THEN idem_set_storage('partitioned', interval '1 hour') END;
+DO \$\$
+BEGIN
+    FOR i IN 1 .. 20000 LOOP
+        IF i % 500 = 0 THEN
+            COMMIT;
+        END IF;
+        PERFORM idem_claim(i::text, '$h');
+        PERFORM idem_complete(i::text, 201, '$wire_resp'::jsonb);
+    END LOOP;
+END \$\$;
+VACUUM ANALYZE;
+SQL
+    done
     # The loaded cluster, now under callgrind: forked backends are counted each in its own file.
     cluster_ctl "$wdir" stop
     mkdir -p "$wdir/cg" && chown postgres "$wdir/cg"
@@ -189,12 +230,12 @@ SQL
     postmaster=$(head -1 "$wdir/data/postmaster.pid")
     sleep 2
     children=$(pgrep -c -P "$postmaster")
-    wire_run() {  # wire_run SCRIPT-FILE MODE SCOPE COUNT: the backend's instructions
+    wire_run() {  # wire_run SCRIPT-FILE MODE SCOPE COUNT [DATABASE]: the backend's instructions
         local before f val=0 s
         before=$(ls "$wdir/cg")
         su postgres -c "$(printf '%q ' "$PG_BIN/pgbench" -n -M "$2" -c 1 -t "$4" -f "$1" -h "$wdir" -p "$wport" \
             -U postgres -D m=POST -D p=/payments -D ct=application/json -D "s=$3" -D "h=$h" -D "req=$wire_req" \
-            -D "resp=$wire_resp" -D "hdrs=$wire_hdrs" -D "loc=$wire_loc" -D prepared=0 bench)" \
+            -D "resp=$wire_resp" -D "hdrs=$wire_hdrs" -D "loc=$wire_loc" -D prepared=0 "${5:-bench}")" \
             >"$wdir/pgbench.log" 2>&1 || { cat "$wdir/pgbench.log" >&2; exit 1; }
         grep -q "number of failed transactions: 0" "$wdir/pgbench.log" ||
             { grep -i "error\|failed" "$wdir/pgbench.log" >&2; exit 1; }
@@ -222,19 +263,31 @@ SQL
     echo "| per request | server instructions | vs bare |"
     echo "|---|---:|---:|"
     for c in "$@"; do
-        local label mode script scope
+        local label mode script scope db
         wire_case "$c"
         if [ "$mode" = simple ]; then wire_simple <<<"$script"; else printf '%s\n' "$script"; fi >"$wdir/$c.sql"
         chmod 644 "$wdir/$c.sql"
-        wire_run "$wdir/$c.sql" "$mode" "$scope" 5 >/dev/null    # the connection's first executions, once
-        base=$(wire_run "$wdir/$c.sql" "$mode" "$scope" 50)
-        full=$(wire_run "$wdir/$c.sql" "$mode" "$scope" $((wn + 50)))
+        wire_run "$wdir/$c.sql" "$mode" "$scope" 5 "$db" >/dev/null    # the connection's first executions, once
+        base=$(wire_run "$wdir/$c.sql" "$mode" "$scope" 50 "$db")
+        full=$(wire_run "$wdir/$c.sql" "$mode" "$scope" $((wn + 50)) "$db")
         per=$(((full - base) / wn))
         [ -z "$bare" ] && [ "$c" = w_bare ] && bare=$per
         printf '| %s | %sk | %s |\n' "$label" $(((per + 500) / 1000)) \
             "$([ -n "$bare" ] && awk -v a="$per" -v b="$bare" 'BEGIN { printf "%.2fx", a / b }')"
         [ -n "${INSTR_WIRE_RAW:-}" ] && echo "$c $per" >>"$INSTR_WIRE_RAW"
+        storage_per[$c]=$per
     done
+    # The storage rows against table storage, with issue 39's targets.
+    local w kind target
+    for w in day hour; do
+        for kind in new replay; do
+            [ -n "${storage_per[w_table_$kind]:-}" ] && [ -n "${storage_per[w_${w}_$kind]:-}" ] || continue
+            target=$([ "$w" = day ] && echo 1.2 || echo 1.5)
+            awk -v a="${storage_per[w_${w}_$kind]}" -v b="${storage_per[w_table_$kind]}" -v w="$w" -v k="$kind" -v t="$target" \
+                'BEGIN { r = a / b; printf "\n1-%s partitions, %s / table storage: %.2fx (target <= %.1fx: %s)", w, k, r, t, r <= t ? "met" : "NOT met" }'
+        done
+    done
+    echo
     su postgres -c "$PG_BIN/pg_ctl -D $wdir/data -m fast -t 300 stop" >/dev/null 2>&1 || true
     # The postmaster's own callgrind file is written after pg_ctl saw it go.
     for _ in $(seq 300); do pgrep -f -- "-D $wdir/data" >/dev/null || break; sleep 0.1; done

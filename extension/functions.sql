@@ -124,8 +124,10 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
 -- Drops every partition whose rows have all expired, with DROP TABLE: no row deletes, little WAL.
--- A drop that cannot get its lock within idempotency.partition_lock_timeout, or fails otherwise, is logged and
--- left for the next sweep, so claims never queue behind it for longer than that. In C (1.3), as the worker runs it.
+-- Keys are counted before any lock on the parent; a lock not granted within idempotency.partition_lock_timeout is
+-- asked for again after a pause, up to 10 tries (1.4), so claims queue behind one try for at most that long. A
+-- partition still busy after them, or failing otherwise, is logged and left for the next sweep. Its locks last
+-- until the caller's transaction ends: call it alone in one. In C (1.3), as the worker runs it.
 CREATE OR REPLACE FUNCTION @extschema@.idem_drop_expired_partitions(OUT partitions_dropped integer,
                                                                     OUT keys_removed bigint)
 AS 'MODULE_PATHNAME', 'idem_drop_expired_partitions'

@@ -72,6 +72,8 @@ DECLARE
     wait_until timestamptz;
     takeover boolean;
     partitioned boolean;
+    written_expires_at timestamptz;
+    written_fence bigint;
 BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -107,6 +109,12 @@ BEGIN
                                  AND NOT i.inhdetachpending
                                  AND i.inhrelid OPERATOR(pg_catalog.<>)
                                      '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass);
+        -- The fencing number's floor (1.4): the sequence's next value and the clock in microseconds since
+        -- 2000-01-01, as the C edition's; the row's write below raises it above the number the row last carried.
+        result.fencing_number := GREATEST(
+            pg_catalog.nextval('@extschema@.idempotency_fencing_numbers'::pg_catalog.regclass),
+            ((EXTRACT(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.-) 946684800)
+             OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8);
         IF c.row_found AND NOT partitioned THEN
             -- An expired row or a lapsed lease; a takeover keeps the key's expiry (the later one) and recovery point.
             UPDATE @extschema@.idempotency_keys k SET
@@ -116,9 +124,10 @@ BEGIN
                 response_content_type = NULL, response_bytes = NULL,
                 lease_until = result.lease_until, lease_token = result.lease_token,
                 recovery_point = CASE WHEN takeover THEN k.recovery_point END,
-                recovery_state = CASE WHEN takeover THEN k.recovery_state END
+                recovery_state = CASE WHEN takeover THEN k.recovery_state END,
+                fencing_number = GREATEST(result.fencing_number, k.fencing_number OPERATOR(pg_catalog.+) 1)
             WHERE k.scope OPERATOR(pg_catalog.=) idem_lease.scope AND k.key OPERATOR(pg_catalog.=) idem_lease.key
-            RETURNING k.expires_at INTO result.expires_at;
+            RETURNING k.expires_at, k.fencing_number INTO written_expires_at, written_fence;
         ELSIF c.row_found THEN
             UPDATE @extschema@.idempotency_keys_partitioned k SET
                 expires_at = CASE WHEN takeover THEN GREATEST(k.expires_at, result.expires_at) ELSE result.expires_at END,
@@ -127,25 +136,32 @@ BEGIN
                 response_content_type = NULL, response_bytes = NULL,
                 lease_until = result.lease_until, lease_token = result.lease_token,
                 recovery_point = CASE WHEN takeover THEN k.recovery_point END,
-                recovery_state = CASE WHEN takeover THEN k.recovery_state END
+                recovery_state = CASE WHEN takeover THEN k.recovery_state END,
+                fencing_number = GREATEST(result.fencing_number, k.fencing_number OPERATOR(pg_catalog.+) 1)
             WHERE k.scope OPERATOR(pg_catalog.=) idem_lease.scope AND k.key OPERATOR(pg_catalog.=) idem_lease.key
               AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
-            RETURNING k.expires_at INTO result.expires_at;
+            RETURNING k.expires_at, k.fencing_number INTO written_expires_at, written_fence;
         END IF;
-        -- No row, or a cleanup removed it meanwhile (a takeover then has nothing left to keep).
-        IF NOT c.row_found OR NOT FOUND THEN
+        -- A row written keeps what it says; no row, or a cleanup removed it meanwhile (a takeover then has
+        -- nothing left to keep): a new one. (RETURNING INTO sets NULLs when no row was written.)
+        IF c.row_found AND FOUND THEN
+            result.expires_at := written_expires_at;
+            result.fencing_number := written_fence;
+        ELSE
             IF partitioned THEN
                 INSERT INTO @extschema@.idempotency_keys_partitioned (expires_at, created_at, scope, key,
-                                                                      request_hash, lease_until, lease_token)
-                VALUES (result.expires_at, pg_catalog.now(), scope, key, hash, result.lease_until, result.lease_token);
+                                                                      request_hash, lease_until, lease_token,
+                                                                      fencing_number)
+                VALUES (result.expires_at, pg_catalog.now(), scope, key, hash, result.lease_until, result.lease_token,
+                        result.fencing_number);
             ELSE
                 INSERT INTO @extschema@.idempotency_keys (expires_at, created_at, scope, key, request_hash,
-                                                          lease_until, lease_token)
-                VALUES (result.expires_at, pg_catalog.now(), scope, key, hash, result.lease_until, result.lease_token);
+                                                          lease_until, lease_token, fencing_number)
+                VALUES (result.expires_at, pg_catalog.now(), scope, key, hash, result.lease_until, result.lease_token,
+                        result.fencing_number);
             END IF;
             takeover := false;
         END IF;
-        result.fencing_number := pg_catalog.nextval('@extschema@.idempotency_fencing_numbers'::pg_catalog.regclass);
         -- A takeover resumes from the recovery point the last holder recorded.
         IF takeover THEN
             result.recovery_point := c.recovery_point;

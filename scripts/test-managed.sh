@@ -58,7 +58,7 @@ PG_CONFIG=$pg_bin/pg_config scripts/build-pgtle.sh >"$log_dir/build-pgtle.log" 2
 status=$?
 if [ $status -eq 3 ]; then
     cat "$log_dir/build-pgtle.log"
-    echo "managed: SKIPPED (no pg_tle source)"; summary; exit 0
+    echo "managed SKIPPED: no pg_tle source (../shared/vendor/pg_tle-2f4b7b3.tar.gz)"; exit 3
 elif [ $status -ne 0 ]; then
     cat "$log_dir/build-pgtle.log"; count managed-pgtle-build 0 1; summary; exit 1
 fi

@@ -7,9 +7,10 @@
 \set VERBOSITY terse
 
 -- Bytes in use in TopMemoryContext (not its total: PostgreSQL keeps there, freed but not given back, the lock
--- bookkeeping of the largest transaction so far).
+-- bookkeeping of the largest transaction so far). There is one context of that name; its level is 0 before
+-- PostgreSQL 18 and 1 from 18 on, so it is found by name alone.
 CREATE FUNCTION pg_temp.top_bytes() RETURNS bigint LANGUAGE sql AS $$
-    SELECT used_bytes FROM pg_catalog.pg_backend_memory_contexts WHERE name = 'TopMemoryContext' AND level = 0
+    SELECT used_bytes FROM pg_catalog.pg_backend_memory_contexts WHERE name = 'TopMemoryContext'
 $$;
 CREATE FUNCTION pg_temp.alternate(n integer) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN

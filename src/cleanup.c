@@ -350,16 +350,17 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 }
 
 int64
-cleanup_drop_expired_partitions(Oid schema)
+cleanup_drop_expired_partitions(Oid schema, int limit, bool *more)
 {
 	Maintenance maintenance;
 	int			partitions;
 	int64		keys;
 
+	*more = false;
 	if (!key_store_partitioned(schema))
 		return 0;
 	maintenance_begin(partitions_parent(schema), &maintenance);
-	partitions_drop_expired(schema, &partitions, &keys);
+	partitions_drop_expired(schema, limit, &partitions, &keys, more);
 	maintenance_end(&maintenance);
 	stats_count(IDEM_COUNT_PARTITIONS_DROPPED, partitions);
 	stats_count(IDEM_COUNT_KEYS_REMOVED, keys);
@@ -384,9 +385,11 @@ cleanup_premake_partitions(Oid schema)
 PG_FUNCTION_INFO_V1(idem_cleanup);
 
 /*
- * One sweep in the caller's transaction: expired partitions dropped, then every
- * other expired key deleted batch by batch. It makes no partitions: creating and
- * dropping never share a transaction (idem_premake_partitions() does that part).
+ * One sweep in the caller's transaction: expired keys outside partitions deleted
+ * batch by batch, then expired partitions dropped, last: a drop's lock on the
+ * parent holds every partitioned claim until the caller's transaction ends. It
+ * makes no partitions: creating and dropping never share a transaction
+ * (idem_premake_partitions() does that part).
  */
 Datum
 idem_cleanup(PG_FUNCTION_ARGS)
@@ -394,11 +397,12 @@ idem_cleanup(PG_FUNCTION_ARGS)
 	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
 	int64		removed;
 	int64		pages;
+	bool		more;
 	SweepPosition position;
 
 	PreventCommandIfReadOnly("idem_cleanup()");
 	SPI_connect();
-	removed = cleanup_drop_expired_partitions(schema);
+	removed = 0;
 	cleanup_sweep_start(&position);
 	while (!position.finished)
 	{
@@ -413,6 +417,7 @@ idem_cleanup(PG_FUNCTION_ARGS)
 		removed += batch;
 		CHECK_FOR_INTERRUPTS();
 	}
+	removed += cleanup_drop_expired_partitions(schema, 0, &more);
 	SPI_finish();
 	PG_RETURN_INT64(removed);
 }

@@ -38,8 +38,11 @@ int64		cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position,
 /* What cleanup_delete_batch returns when another session held its table's lock too long (logged, counted). */
 #define CLEANUP_TABLE_BLOCKED (-2)
 
-/* Partitioned storage: drops the partitions whose keys have all expired; returns keys removed. */
-int64		cleanup_drop_expired_partitions(Oid schema);
+/*
+ * Partitioned storage: drops the partitions whose keys have all expired, at most limit of them (0: all); returns
+ * keys removed; *more: some were left for lack of limit.
+ */
+int64		cleanup_drop_expired_partitions(Oid schema, int limit, bool *more);
 
 /* Partitioned storage: makes the partitions claims will need; returns how many. */
 int64		cleanup_premake_partitions(Oid schema);

@@ -202,7 +202,9 @@ function_schema(Oid function)
 			return function_schemas[i].namespace_oid;
 	namespace_oid = get_func_namespace(function);
 	if (!OidIsValid(namespace_oid))
-		elog(ERROR, "idempotency: function %u is gone", function);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("idempotency: function %u was dropped while it ran", function)));
 	function_schemas[function_schemas_next].function = function;
 	function_schemas[function_schemas_next].namespace_oid = namespace_oid;
 	function_schemas_next = (function_schemas_next + 1) % FUNCTION_SCHEMAS;

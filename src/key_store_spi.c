@@ -379,7 +379,9 @@ plans_for(const KeyTable *table)
 		plans_schema_renamed = false;
 		namespace_name = get_namespace_name(table->namespace_oid);
 		if (namespace_name == NULL)
-			elog(ERROR, "idempotency: the extension's schema %u is gone", table->namespace_oid);
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_SCHEMA),
+					 errmsg("idempotency: the extension's schema (OID %u) was dropped", table->namespace_oid)));
 		stale = stale || strcmp(plans.namespace_name, namespace_name) != 0;
 	}
 	if (stale)

@@ -10,6 +10,10 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "executor/tuptable.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
@@ -23,13 +27,16 @@
 #include "catalog/partition.h"
 #include "tcop/utility.h"
 #include "nodes/parsenodes.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
+#include "utils/wait_event.h"
 #include "utils/builtins.h"
 #include "utils/elog.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -51,7 +58,9 @@ partitions_parent(Oid schema)
 	Oid			relid = maintenance_member_relation(schema, "idempotency_keys_partitioned");
 
 	if (!OidIsValid(relid))
-		elog(ERROR, "idempotency: table idempotency_keys_partitioned is missing from the extension");
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("idempotency: table idempotency_keys_partitioned is missing from the extension")));
 	return relid;
 }
 
@@ -147,6 +156,56 @@ run_partition_step(SubtransactionStep fn, void *arg, char **message)
 	return sqlstate;
 }
 
+/*
+ * Taking a partition step's locks under continuous claims. A step asks for its lock within
+ * idempotency.partition_lock_timeout; claims that arrive while it waits queue behind its request, so each try
+ * delays them by that much at most. A try that times out is rolled back (the claims behind it go on) and made
+ * again after a short pause, up to PARTITION_LOCK_TRIES times within the sweep. PostgreSQL's lock queue is fair:
+ * once the request is queued, it is granted as soon as the claims already holding the table end, so short claims
+ * never starve it; only a transaction that holds a claim open past the timeout at every try sends the step to
+ * the next sweep.
+ */
+#define PARTITION_LOCK_TRIES 10
+#define PARTITION_LOCK_PAUSE_MS 20
+
+/* Waits try * PARTITION_LOCK_PAUSE_MS before the next try, answering interrupts (a worker's SIGTERM). */
+static void
+pause_before_try(int try)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, (long) try * PARTITION_LOCK_PAUSE_MS,
+					 PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/* idempotency.partition_lock_timeout as this (sub)transaction's lock_timeout. */
+static void
+set_partition_lock_timeout(void)
+{
+	char		timeout[32];
+
+	snprintf(timeout, sizeof(timeout), "%dms", idem_partition_lock_timeout_ms);
+	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
+ * Runs fn in a subtransaction, again after a pause while it fails for want of a lock (55P03), at most
+ * PARTITION_LOCK_TRIES times; returns the last SQLSTATE (0 when it ran) and counts the tries.
+ */
+static int
+run_partition_step_retrying(SubtransactionStep fn, void *arg, char **message, int *tries)
+{
+	int			sqlstate = 0;
+
+	for (*tries = 1;; (*tries)++)
+	{
+		sqlstate = run_partition_step(fn, arg, message);
+		if (sqlstate != ERRCODE_LOCK_NOT_AVAILABLE || *tries >= PARTITION_LOCK_TRIES)
+			return sqlstate;
+		pause_before_try(*tries);
+	}
+}
+
 typedef struct CreateStep
 {
 	Oid			function;
@@ -190,7 +249,9 @@ partitions_premake(Oid schema)
 		return 0;
 	step.function = maintenance_member_function(schema, "idem_create_partition", 2, argtypes);
 	if (!OidIsValid(step.function))
-		elog(ERROR, "idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension");
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension")));
 	/* Called by OID, past fmgr's privilege check: the table's owner needs EXECUTE on it, as in a call by name. */
 	if (idem_function_aclcheck(step.function, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, "idem_create_partition");
@@ -201,13 +262,15 @@ partitions_premake(Oid schema)
 	{
 		char	   *message = NULL;
 		int			sqlstate;
+		int			tries;
 
 		step.upper = step.lower + width;
-		sqlstate = run_partition_step(create_step, &step, &message);
+		sqlstate = run_partition_step_retrying(create_step, &step, &message, &tries);
 		if (sqlstate == ERRCODE_LOCK_NOT_AVAILABLE)
 		{
-			/* Claims in flight hold the default partition: try again at the next sweep. */
-			ereport(LOG, (errmsg("idempotency: the default partition is busy; making partitions at the next sweep")));
+			/* Claims in flight held the default partition at every try: try again at the next sweep. */
+			ereport(LOG, (errmsg("idempotency: the default partition was busy at each of %d tries; making partitions at the next sweep",
+								 tries)));
 			break;
 		}
 		if (sqlstate != 0)
@@ -227,36 +290,83 @@ typedef struct DropStep
 {
 	Oid			parent;
 	Oid			partition;
+	bool		counted;		/* keys is known */
+	bool		gone;			/* dropped by someone else meanwhile */
 	int64		keys;
 } DropStep;
 
+/* The partition's qualified name of now, once it is locked; NULL when it is no longer a partition of parent. */
+static char *
+locked_partition_name(DropStep *step)
+{
+	char	   *name = get_rel_name(step->partition);
+
+	if (name == NULL || !get_rel_relispartition(step->partition) ||
+		get_partition_parent(step->partition, true) != step->parent)
+		return NULL;
+	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(step->partition)), name);
+}
+
 /*
- * Locks in DROP TABLE's order (the parent, then the partition) within idempotency.partition_lock_timeout, counts
- * the rows and drops the partition by its name of now, in the extension's schema, under the lock.
+ * Counts the partition's rows, for idem_stats and the caller's answer, before any lock on the parent: a heap scan
+ * under ACCESS SHARE on the partition alone, which no claim waits for, released when the scan ends (a lock kept
+ * would hold up an idem_set_storage that has the parent and drops this partition). Its rows expired before the
+ * transaction began and no claim writes an expired row, so the count stays true until the drop.
+ */
+static void
+count_step(void *arg)
+{
+	DropStep   *step = arg;
+	Relation	relation;
+	TupleTableSlot *slot;
+	TableScanDesc scan;
+	int64		keys = 0;
+
+	set_partition_lock_timeout();
+	relation = try_relation_open(step->partition, AccessShareLock);
+	if (relation == NULL || locked_partition_name(step) == NULL ||
+		relation->rd_rel->relkind != RELKIND_RELATION)
+	{
+		if (relation != NULL)
+			relation_close(relation, AccessShareLock);
+		step->gone = true;
+		return;
+	}
+	slot = table_slot_create(relation, NULL);
+	scan = table_beginscan(relation, GetActiveSnapshot(), 0, NULL);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		if (++keys % 65536 == 0)
+			CHECK_FOR_INTERRUPTS();
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(relation, AccessShareLock);
+	step->keys = keys;
+	step->counted = true;
+}
+
+/*
+ * Locks in DROP TABLE's order (the parent, then the partition) within idempotency.partition_lock_timeout and
+ * drops the partition by its name of now, in the extension's schema. Nothing but the drop itself runs under the
+ * parent's lock, which every claim in partitioned storage needs.
  */
 static void
 drop_step(void *arg)
 {
 	DropStep   *step = arg;
-	char		timeout[32];
 	char	   *name;
-	char	   *sql;
-	bool		isnull;
 	int			rc;
 
-	snprintf(timeout, sizeof(timeout), "%dms", idem_partition_lock_timeout_ms);
-	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	set_partition_lock_timeout();
 	LockRelationOid(step->parent, AccessExclusiveLock);
 	LockRelationOid(step->partition, AccessExclusiveLock);
-	name = get_rel_name(step->partition);
-	if (name == NULL || get_partition_parent(step->partition, false) != step->parent)
-		elog(ERROR, "idempotency: partition %u is gone", step->partition);
-	name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(step->partition)), name);
-	sql = psprintf("SELECT pg_catalog.count(*) FROM %s", name);
-	rc = SPI_execute(sql, true, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "idempotency: counting the rows of %s failed: %s", name, SPI_result_code_string(rc));
-	step->keys = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	name = locked_partition_name(step);
+	if (name == NULL)
+	{
+		step->gone = true;
+		return;
+	}
 	rc = SPI_execute(psprintf("DROP TABLE %s", name), false, 0);
 	if (rc != SPI_OK_UTILITY)
 		elog(ERROR, "idempotency: dropping %s failed: %s", name, SPI_result_code_string(rc));
@@ -272,44 +382,107 @@ bury_step(void *arg)
 							  (TimestampTz) idem_tombstone_ttl_seconds * USECS_PER_SEC);
 }
 
+/*
+ * Counts a partition's keys (count_step) and, with tombstones on, writes its tombstones (bury_step); false,
+ * logged, when it could not: the partition is not dropped then.
+ */
+static bool
+count_partition(DropStep *step)
+{
+	char	   *message = NULL;
+	int			tries;
+	int			sqlstate = run_partition_step_retrying(count_step, step, &message, &tries);
+	char	   *name = get_rel_name(step->partition);
+
+	if (sqlstate == 0 && step->counted && !step->gone && idem_tombstone_ttl_seconds > 0)
+	{
+		sqlstate = run_partition_step(bury_step, step, &message);
+		if (sqlstate != 0)
+		{
+			step->counted = false;
+			ereport(LOG, (errmsg("idempotency: could not write the tombstones of partition %s: %s (SQLSTATE %s); dropping it at the next sweep",
+								 name ? name : "?", message, unpack_sql_state(sqlstate))));
+			return false;
+		}
+	}
+
+	if (sqlstate == ERRCODE_LOCK_NOT_AVAILABLE)
+		ereport(LOG, (errmsg("idempotency: partition %s was locked at each of %d tries; dropping it at the next sweep",
+							 name ? name : "?", tries)));
+	else if (sqlstate != 0)
+		ereport(LOG, (errmsg("idempotency: could not count the keys of partition %s: %s (SQLSTATE %s); dropping it at the next sweep",
+							 name ? name : "?", message, unpack_sql_state(sqlstate))));
+	return sqlstate == 0;
+}
+
 void
-partitions_drop_expired(Oid schema, int *partitions_dropped, int64 *keys_removed)
+partitions_drop_expired(Oid schema, int limit, int *partitions_dropped, int64 *keys_removed, bool *more)
 {
 	Oid			parent = partitions_parent(schema);
 	List	   *partitions = partitions_read(parent);
+	List	   *expired = NIL;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz newest_upper = PG_INT64_MIN;
 	ListCell   *cell;
 
 	*partitions_dropped = 0;
 	*keys_removed = 0;
+	*more = false;
 	foreach(cell, partitions)
 		newest_upper = Max(newest_upper, ((RangePartition *) lfirst(cell))->upper);
 	/* The newest partition stays even when expired: it carries the width for the next ones. */
 	foreach(cell, partitions)
 	{
 		RangePartition *partition = lfirst(cell);
-		DropStep	step = {parent, partition->relid, 0};
-		char	   *message = NULL;
-		char	   *name;
-		int			sqlstate;
+		DropStep   *step;
 
 		if (partition->upper > now || partition->upper >= newest_upper)
 			continue;
-		name = get_rel_name(partition->relid);
-		sqlstate = idem_tombstone_ttl_seconds > 0 ? run_partition_step(bury_step, &step, &message) : 0;
-		if (sqlstate == 0)
-			sqlstate = run_partition_step(drop_step, &step, &message);
+		step = palloc0(sizeof(DropStep));
+		step->parent = parent;
+		step->partition = partition->relid;
+		expired = lappend(expired, step);
+	}
+
+	/*
+	 * Every count before the first drop: a drop's locks are the transaction's until it ends, and the parent's
+	 * holds every claim. Where a transaction drops one partition (the worker), the one to drop is counted just
+	 * before it; a drop that fails releases its locks with its subtransaction.
+	 */
+	if (limit <= 0)
+		foreach(cell, expired)
+			(void) count_partition(lfirst(cell));
+	foreach(cell, expired)
+	{
+		DropStep   *step = lfirst(cell);
+		char	   *message = NULL;
+		char	   *name;
+		int			sqlstate;
+		int			tries;
+
+		if (limit > 0 && *partitions_dropped >= limit)
+		{
+			*more = true;
+			break;
+		}
+		if (limit > 0 && !step->counted && !step->gone)
+			(void) count_partition(step);
+		if (!step->counted || step->gone)
+			continue;
+		name = get_rel_name(step->partition);
+		sqlstate = run_partition_step_retrying(drop_step, step, &message, &tries);
 		if (sqlstate == ERRCODE_LOCK_NOT_AVAILABLE)
-			ereport(LOG, (errmsg("idempotency: partition %s is busy; dropping it at the next sweep",
-								 name ? name : "?")));
+			ereport(LOG, (errmsg("idempotency: partition %s was busy at each of %d tries; dropping it at the next sweep",
+								 name ? name : "?", tries)));
 		else if (sqlstate != 0)
 			ereport(LOG, (errmsg("idempotency: could not drop partition %s: %s (SQLSTATE %s); trying again at the next sweep",
 								 name ? name : "?", message, unpack_sql_state(sqlstate))));
-		else
+		else if (!step->gone)
 		{
+			if (tries > 1)
+				ereport(DEBUG1, (errmsg("idempotency: dropped partition %s at try %d", name ? name : "?", tries)));
 			(*partitions_dropped)++;
-			*keys_removed += step.keys;
+			*keys_removed += step->keys;
 		}
 	}
 }
@@ -382,6 +555,7 @@ idem_drop_expired_partitions(PG_FUNCTION_ARGS)
 	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
 	int			dropped = 0;
 	int64		keys = 0;
+	bool		more;
 	TupleDesc	desc;
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
@@ -395,7 +569,7 @@ idem_drop_expired_partitions(PG_FUNCTION_ARGS)
 		Maintenance maintenance;
 
 		maintenance_begin(partitions_parent(schema), &maintenance);
-		partitions_drop_expired(schema, &dropped, &keys);
+		partitions_drop_expired(schema, 0, &dropped, &keys, &more);
 		maintenance_end(&maintenance);
 		stats_count(IDEM_COUNT_PARTITIONS_DROPPED, dropped);
 		stats_count(IDEM_COUNT_KEYS_REMOVED, keys);
@@ -568,7 +742,9 @@ idem_set_storage(PG_FUNCTION_ARGS)
 		TimestampTz last_upper = 0;
 
 		if (!OidIsValid(create))
-			elog(ERROR, "idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension");
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("idempotency: function idem_create_partition(timestamptz, timestamptz) is missing from the extension")));
 		/* Called by OID, past fmgr's privilege check: the caller needs EXECUTE on it, as in a call by name. */
 		if (idem_function_aclcheck(create, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
 			aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, "idem_create_partition");

@@ -25,7 +25,11 @@ List	   *partitions_read(Oid parent);
 /* Makes the partitions claims will need up to now() + idempotency.ttl + two partitions; returns how many. */
 int			partitions_premake(Oid schema);
 
-/* Drops the range partitions whose keys have all expired, except the newest; counts partitions and keys. */
-void		partitions_drop_expired(Oid schema, int *partitions, int64 *keys);
+/*
+ * Drops the range partitions whose keys have all expired, except the newest; counts partitions and keys. At most
+ * limit of them (0: all); *more says whether some were left for lack of it. Keys are counted before any lock on
+ * the parent is taken, and a lock is waited for at most idempotency.partition_lock_timeout per try.
+ */
+void		partitions_drop_expired(Oid schema, int limit, int *partitions, int64 *keys, bool *more);
 
 #endif

@@ -106,10 +106,15 @@ typedef enum SweepStep
 	STEP_DELETE_BATCH
 } SweepStep;
 
+/* Set by a STEP_DROP_PARTITIONS that left expired partitions for the next transaction. */
+static bool drop_more = false;
+
 /*
  * Runs one step in a transaction of its own, so the worker never holds a long
  * transaction and never creates and drops partitions together. Returns the
- * step's count, or -1 when the database has no idempotency extension.
+ * step's count, or -1 when the database has no idempotency extension. A
+ * STEP_DROP_PARTITIONS drops one partition: its lock on the parent, which every
+ * partitioned claim needs, ends with the transaction right after the drop.
  */
 static int64
 sweep_step(SweepStep step, SweepPosition *position, int64 *pages_scanned)
@@ -133,7 +138,7 @@ sweep_step(SweepStep step, SweepPosition *position, int64 *pages_scanned)
 				count = cleanup_premake_partitions(schema);
 				break;
 			case STEP_DROP_PARTITIONS:
-				count = cleanup_drop_expired_partitions(schema);
+				count = cleanup_drop_expired_partitions(schema, 1, &drop_more);
 				break;
 			case STEP_DELETE_BATCH:
 				count = cleanup_delete_batch(schema, idem_cleanup_batch_size, position, pages_scanned);
@@ -360,7 +365,11 @@ idem_sweeper_main(Datum arg)
 		if (!yielded && sql_current)
 		{
 			(void) sweep_partition_step(STEP_PREMAKE_PARTITIONS, database);
-			removed = sweep_partition_step(STEP_DROP_PARTITIONS, database);
+			do
+			{
+				drop_more = false;
+				removed += sweep_partition_step(STEP_DROP_PARTITIONS, database);
+			} while (drop_more && !(yielded = database_wanted_exclusively()));
 		}
 		cleanup_sweep_start(&position);
 		while (!yielded && !position.finished)
