@@ -15,3 +15,23 @@ COMMENT ON COLUMN @extschema@.idempotency_keys.fencing_number IS
     'Lease mode: the fencing number of the key''s last grant; the next grant''s is higher.';
 COMMENT ON COLUMN @extschema@.idempotency_keys_partitioned.fencing_number IS
     'Lease mode: the fencing number of the key''s last grant; the next grant''s is higher.';
+
+-- Tombstones (1.4, issue 41): a completed key whose response expired, remembered without its response for
+-- idempotency.tombstone_ttl, so a late retry answers 'expired' instead of running again. The sweeper writes
+-- them as it removes expired rows (both storage modes) and removes them in turn; nothing is written while
+-- idempotency.tombstone_ttl is 0, the default. Same key order and collation as idempotency_keys.
+CREATE TABLE @extschema@.idempotency_tombstones (
+    expired_at   timestamptz NOT NULL,
+    scope        text COLLATE "C" NOT NULL,
+    key          text COLLATE "C" NOT NULL,
+    request_hash bytea NOT NULL,
+    CONSTRAINT idempotency_tombstones_pkey PRIMARY KEY (key, scope)
+);
+COMMENT ON TABLE @extschema@.idempotency_tombstones IS
+    'Keys whose response expired, kept without it for idempotency.tombstone_ttl; a claim of one answers expired.';
+COMMENT ON COLUMN @extschema@.idempotency_tombstones.expired_at IS
+    'When the key''s response expired (its expires_at); the tombstone goes idempotency.tombstone_ttl later.';
+COMMENT ON COLUMN @extschema@.idempotency_tombstones.request_hash IS 'SHA-256 of the request payload, 32 bytes.';
+-- Application data like the keys: pg_dump keeps them.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_tombstones', '');
+REVOKE ALL ON TABLE @extschema@.idempotency_tombstones FROM PUBLIC;

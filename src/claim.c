@@ -25,6 +25,7 @@
 #include "key_store.h"
 #include "sql_args.h"
 #include "stats.h"
+#include "tombstones.h"
 #include "txn_claims.h"
 #include "pg_compat.h"
 
@@ -143,6 +144,25 @@ describe_row(const KeyRow *stored, const uint8 request_hash[IDEM_SHA256_BYTES],
 		memcmp(stored->request_hash, request_hash, IDEM_SHA256_BYTES) == 0;
 	row->leased = stored->found && stored->leased;
 	row->lease_live = row->leased && stored->lease_until > GetCurrentTimestamp();
+}
+
+/*
+ * 1.4, tombstones: only while idempotency.tombstone_ttl is above 0. An expired row still there tells when it
+ * expired; with no row, the key's tombstone does (a probe, so a claim of a new key costs nothing more while
+ * tombstones are off). The core decides: expired completed keys only, never a lease that ran out.
+ */
+static void
+describe_tombstone(const KeyRef *ref, KeyRow *stored, IdemClaimFacts *facts)
+{
+	TimestampTz since;
+
+	if (idem_tombstone_ttl_seconds <= 0)
+		return;
+	since = GetCurrentTransactionStartTimestamp() - (TimestampTz) idem_tombstone_ttl_seconds * USECS_PER_SEC;
+	if (stored->found)
+		facts->row.within_tombstone_ttl = stored->expires_at > since;
+	else
+		facts->tombstone_found = tombstone_probe(ref, since, &stored->expires_at);
 }
 
 /* A stored response that answers every claim: found, not expired, not a lease. */
@@ -273,6 +293,13 @@ claim_outcome_columns(IdemClaimOutcome outcome, const KeyRow *stored, TimestampT
 			values[CLAIM_COL_HTTP_STATUS] = Int32GetDatum(409);
 			nulls[CLAIM_COL_HTTP_STATUS] = false;
 			break;
+		case IDEM_OUTCOME_EXPIRED:
+			/* 410 Gone, and when the key's response expired */
+			values[CLAIM_COL_HTTP_STATUS] = Int32GetDatum(410);
+			nulls[CLAIM_COL_HTTP_STATUS] = false;
+			values[CLAIM_COL_EXPIRES_AT] = TimestampTzGetDatum(stored->expires_at);
+			nulls[CLAIM_COL_EXPIRES_AT] = false;
+			break;
 		default:
 			elog(ERROR, "idempotency: outcome %s is not an answer",
 				 idem_core_outcome_name(outcome));
@@ -389,6 +416,8 @@ claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 			facts.lock_granted = out->lock != KEY_LOCK_BUSY;
 			key_store_lookup(ref, LOOKUP_CALLER_SNAPSHOT, &out->row);
 			describe_row(&out->row, request_hash, &facts.row);
+			if (!row_is_settled(&facts.row))
+				describe_tombstone(ref, &out->row, &facts);
 			if (IsolationUsesXactSnapshot() && !row_is_settled(&facts.row))
 				facts.row_changed_after_snapshot = row_changed_after_snapshot(ref, &out->row);
 		}
@@ -438,7 +467,9 @@ claim_attempt(const KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES],
 				 errmsg("could not serialize access: idempotency key was completed by a concurrent transaction"),
 				 errdetail("The transaction's snapshot predates the key's stored response."),
 				 errhint("Retry the transaction.")));
-	stats_count(claim_outcome_counter(out->outcome), 1);
+	/* expired has no idem_stats counter in 1.4 (the view keeps its columns); it is not counted as a claim */
+	if (out->outcome != IDEM_OUTCOME_EXPIRED)
+		stats_count(claim_outcome_counter(out->outcome), 1);
 }
 
 TimestampTz
@@ -630,6 +661,10 @@ idem_claim_request(PG_FUNCTION_ARGS)
 			break;
 		case IDEM_OUTCOME_IN_PROGRESS:
 			values[REQUEST_COL_HTTP_STATUS] = Int32GetDatum(409);
+			nulls[REQUEST_COL_HTTP_STATUS] = false;
+			break;
+		case IDEM_OUTCOME_EXPIRED:
+			values[REQUEST_COL_HTTP_STATUS] = Int32GetDatum(410);
 			nulls[REQUEST_COL_HTTP_STATUS] = false;
 			break;
 		default:

@@ -99,6 +99,7 @@ enum
 	BATCH_PARAM_LIMIT,
 	BATCH_PARAM_FROM,			/* the TID range [from, to) */
 	BATCH_PARAM_TO,
+	BATCH_PARAM_TOMBSTONE_SINCE,	/* 1.4: expired rows that expired after it become tombstones */
 	BATCH_PARAMS
 };
 
@@ -109,24 +110,47 @@ enum
 	BATCH_COL_REMOVED
 };
 
+/*
+ * What a batch deletes from: expired key rows (column expires_at), or, once the keys are done, tombstones past
+ * idempotency.tombstone_ttl (column expired_at; 1.4). tombstones: the qualified tombstone table a key batch
+ * turns its expired completed rows into (1.4); NULL while tombstones are off or the SQL predates them.
+ */
+typedef struct BatchTarget
+{
+	const char *table;
+	const char *column;
+	const char *tombstones;
+} BatchTarget;
+
 /* Statement texts by variant: a plain DELETE, then its fallback that passes locked rows by. */
 static char *
-batch_statement(const char *table, bool skip_locked)
+batch_statement(const BatchTarget *target, bool skip_locked)
 {
 	/*
 	 * The scan covers [$3, $4) of the heap (a TID range scan) and stops at $2
 	 * expired rows; the delete touches only those tuples, rechecking expiry in
 	 * case a tuple slot was reused meanwhile. The batch reports how far it got.
+	 * With tombstones on, the rows it deletes that were completed (a status: not
+	 * a lease that ran out) and expired after $5 become tombstones in the same
+	 * statement, so no snapshot sees the key with neither row nor tombstone.
 	 */
+	const char *returning = target->tombstones == NULL ? "1"
+		: "expires_at, scope, key, request_hash, http_status";
+	char	   *tombstones = target->tombstones == NULL ? "" : psprintf(
+		", buried AS (INSERT INTO %s (expired_at, scope, key, request_hash)"
+		" SELECT expires_at, scope, key, request_hash FROM gone WHERE http_status IS NOT NULL"
+		" AND expires_at OPERATOR(pg_catalog.>) $5 ON CONFLICT DO NOTHING)", target->tombstones);
+
 	return psprintf(
 		"WITH batch AS MATERIALIZED (SELECT ctid FROM %s"
 		" WHERE ctid OPERATOR(pg_catalog.>=) $3 AND ctid OPERATOR(pg_catalog.<) $4"
-		" AND expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2%s),"
+		" AND %s OPERATOR(pg_catalog.<=) $1 LIMIT $2%s),"
 		" gone AS (DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))"
-		" AND expires_at OPERATOR(pg_catalog.<=) $1 RETURNING 1)"
+		" AND %s OPERATOR(pg_catalog.<=) $1 RETURNING %s)%s"
 		" SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.max(ctid) FROM batch),"
 		" (SELECT pg_catalog.count(*) FROM gone)",
-		table, skip_locked ? " FOR UPDATE SKIP LOCKED" : "", table);
+		target->table, target->column, skip_locked ? " FOR UPDATE SKIP LOCKED" : "",
+		target->table, target->column, returning, tombstones);
 }
 
 /* One batch statement and its parameters, as run_with_lock_timeout hands them to execute_batch. */
@@ -143,7 +167,8 @@ execute_batch(void *arg)
 		[BATCH_PARAM_NOW] = TIMESTAMPTZOID,
 		[BATCH_PARAM_LIMIT] = INT4OID,
 		[BATCH_PARAM_FROM] = TIDOID,
-		[BATCH_PARAM_TO] = TIDOID
+		[BATCH_PARAM_TO] = TIDOID,
+		[BATCH_PARAM_TOMBSTONE_SINCE] = TIMESTAMPTZOID
 	};
 	BatchStep  *batch = arg;
 	int			rc = SPI_execute_with_args(batch->sql, BATCH_PARAMS, types, batch->values, NULL, false, 0);
@@ -171,6 +196,16 @@ run_batch(const char *sql, Datum *values, bool skip_locked)
 	return run_with_lock_timeout(CLEANUP_LOCK_TIMEOUT, execute_batch, &batch);
 }
 
+static bool
+relation_has_blocks(Oid relid)
+{
+	Relation	relation = table_open(relid, AccessShareLock);
+	bool		has_blocks = RelationGetNumberOfBlocks(relation) > 0;
+
+	table_close(relation, AccessShareLock);
+	return has_blocks;
+}
+
 /*
  * The relations a sweep deletes from, in order: in partitioned storage the default partition, the only one
  * holding rows no drop will take; else idempotency_keys, which on a Citus node is its local shards (citus.c).
@@ -181,13 +216,23 @@ sweep_relations(Oid schema)
 	bool		partitioned = key_store_partitioned(schema);
 	const char *relname = partitioned ? "idempotency_keys_partitioned_default" : "idempotency_keys";
 	Oid			relid = get_relname_relid(relname, schema);
+	Oid			tombstones;
+	List	   *relations;
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("idempotency: table %s is missing from the extension's schema", qualified(schema, relname)),
 				 errhint("Run ALTER EXTENSION idempotency UPDATE, or restore the table's name.")));
-	return partitioned ? list_make1_oid(relid) : citus_sweep_relations(relid);
+	relations = partitioned ? list_make1_oid(relid) : citus_sweep_relations(relid);
+	/*
+	 * 1.4: the tombstones last, the ones past idempotency.tombstone_ttl (all of them once it is 0). With
+	 * tombstones off and none left on disk the sweep is 1.3's.
+	 */
+	tombstones = get_relname_relid("idempotency_tombstones", schema);
+	if (OidIsValid(tombstones) && (idem_tombstone_ttl_seconds > 0 || relation_has_blocks(tombstones)))
+		relations = lappend_oid(relations, tombstones);
+	return relations;
 }
 
 int64
@@ -207,6 +252,10 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	int64		selected;
 	int64		removed;
 	Maintenance maintenance;
+	Oid			tombstones_relid = get_relname_relid("idempotency_tombstones", schema);
+	BatchTarget target;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz tombstone_since = now - (TimestampTz) idem_tombstone_ttl_seconds * USECS_PER_SEC;
 
 	if (position->relation >= list_length(relations))
 	{
@@ -244,13 +293,25 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	/* At most batch_size pages per batch, so a table with few expired rows is paced too. */
 	to_block = from_block + Min((BlockNumber) batch_size, MaxBlockNumber - from_block);
 	ItemPointerSet(&to, to_block, FirstOffsetNumber);
-	values[BATCH_PARAM_NOW] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	target.table = table;
+	target.column = "expires_at";
+	target.tombstones = NULL;
+	if (relid == tombstones_relid)
+	{
+		/* Tombstones go idempotency.tombstone_ttl after their key expired. */
+		target.column = "expired_at";
+		now = tombstone_since;
+	}
+	else if (idem_tombstone_ttl_seconds > 0 && OidIsValid(tombstones_relid))
+		target.tombstones = qualified(schema, "idempotency_tombstones");
+	values[BATCH_PARAM_NOW] = TimestampTzGetDatum(now);
 	values[BATCH_PARAM_LIMIT] = Int32GetDatum(batch_size);
 	values[BATCH_PARAM_FROM] = PointerGetDatum(&from);
 	values[BATCH_PARAM_TO] = PointerGetDatum(&to);
+	values[BATCH_PARAM_TOMBSTONE_SINCE] = TimestampTzGetDatum(tombstone_since);
 	maintenance_begin(relid, &maintenance);
-	if (!run_batch(batch_statement(table, false), values, false))
-		(void) run_batch(batch_statement(table, true), values, true);
+	if (!run_batch(batch_statement(&target, false), values, false))
+		(void) run_batch(batch_statement(&target, true), values, true);
 	maintenance_end(&maintenance);
 
 	selected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, BATCH_COL_SELECTED,
@@ -272,7 +333,8 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 	{
 		position->next = to;
 		position->finished = to_block >= blocks;
-		*pages_scanned = to_block - from_block;
+		/* The pages there were: a relation that ends inside the range is not paced for the rest of it. */
+		*pages_scanned = Min(to_block, Max(blocks, from_block)) - from_block;
 	}
 	/* The end of one relation's heap hands over to the next relation, if any. */
 	if (position->finished && position->relation + 1 < list_length(relations))
@@ -281,7 +343,9 @@ cleanup_delete_batch(Oid schema, int batch_size, SweepPosition *position, int64 
 		ItemPointerSet(&position->next, 0, FirstOffsetNumber);
 		position->finished = false;
 	}
-	stats_count(IDEM_COUNT_KEYS_REMOVED, removed);
+	/* Tombstones removed are paced like keys but not counted as keys removed. */
+	if (relid != tombstones_relid)
+		stats_count(IDEM_COUNT_KEYS_REMOVED, removed);
 	return removed;
 }
 

@@ -8,6 +8,7 @@
 #include "guc.h"
 
 int			idem_ttl_seconds = 24 * 60 * 60;
+int			idem_tombstone_ttl_seconds = 0;
 int			idem_mismatch_status = 422;
 int			idem_max_response_bytes = 1024 * 1024;
 char	   *idem_databases = NULL;
@@ -55,6 +56,20 @@ settings_init(void)
 							&idem_ttl_seconds,
 							24 * 60 * 60,
 							1,
+							IDEM_MAX_TTL_DAYS * 24 * 60 * 60,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL,
+							NULL,
+							NULL);
+
+	DefineCustomIntVariable("idempotency.tombstone_ttl",
+							"How long a key is remembered after its response expired (1.4); 0 turns tombstones off.",
+							"Within it a claim of the key answers expired instead of claimed, and the sweeper "
+							"keeps a tombstone of each expired completed key.",
+							&idem_tombstone_ttl_seconds,
+							0,
+							0,
 							IDEM_MAX_TTL_DAYS * 24 * 60 * 60,
 							PGC_USERSET,
 							GUC_UNIT_S,

@@ -6,6 +6,8 @@
 #define IDEM_MAX_TTL_DAYS 3650
 
 extern int	idem_ttl_seconds;
+/* idempotency.tombstone_ttl (1.4): 0 (the default) turns tombstones off; at most IDEM_MAX_TTL_DAYS. */
+extern int	idem_tombstone_ttl_seconds;
 extern int	idem_mismatch_status;
 extern int	idem_max_response_bytes;
 extern char *idem_databases;

@@ -49,6 +49,7 @@
 #include "maintenance.h"
 #include "partitions.h"
 #include "subtransaction.h"
+#include "tombstones.h"
 #include "stats.h"
 
 Oid
@@ -371,7 +372,20 @@ drop_step(void *arg)
 		elog(ERROR, "idempotency: dropping %s failed: %s", name, SPI_result_code_string(rc));
 }
 
-/* Counts a partition's keys (count_step); false, logged, when it could not. */
+/* 1.4: the partition's expired completed keys become tombstones, before drop_step takes the parent's lock. */
+static void
+bury_step(void *arg)
+{
+	DropStep   *step = arg;
+
+	tombstones_bury_partition(step->partition, GetCurrentTransactionStartTimestamp() -
+							  (TimestampTz) idem_tombstone_ttl_seconds * USECS_PER_SEC);
+}
+
+/*
+ * Counts a partition's keys (count_step) and, with tombstones on, writes its tombstones (bury_step); false,
+ * logged, when it could not: the partition is not dropped then.
+ */
 static bool
 count_partition(DropStep *step)
 {
@@ -379,6 +393,18 @@ count_partition(DropStep *step)
 	int			tries;
 	int			sqlstate = run_partition_step_retrying(count_step, step, &message, &tries);
 	char	   *name = get_rel_name(step->partition);
+
+	if (sqlstate == 0 && step->counted && !step->gone && idem_tombstone_ttl_seconds > 0)
+	{
+		sqlstate = run_partition_step(bury_step, step, &message);
+		if (sqlstate != 0)
+		{
+			step->counted = false;
+			ereport(LOG, (errmsg("idempotency: could not write the tombstones of partition %s: %s (SQLSTATE %s); dropping it at the next sweep",
+								 name ? name : "?", message, unpack_sql_state(sqlstate))));
+			return false;
+		}
+	}
 
 	if (sqlstate == ERRCODE_LOCK_NOT_AVAILABLE)
 		ereport(LOG, (errmsg("idempotency: partition %s was locked at each of %d tries; dropping it at the next sweep",

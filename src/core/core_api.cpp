@@ -158,6 +158,7 @@ const char* idem_core_outcome_name(IdemClaimOutcome outcome) noexcept {
         case IDEM_OUTCOME_MISMATCH: return "mismatch";
         case IDEM_OUTCOME_IN_PROGRESS: return "in_progress";
         case IDEM_OUTCOME_SERIALIZATION_FAILURE: return "serialization_failure";
+        case IDEM_OUTCOME_EXPIRED: return "expired";
     }
     return "unknown";
 }

@@ -63,7 +63,9 @@ typedef enum IdemClaimOutcome
 	IDEM_OUTCOME_MISMATCH,
 	IDEM_OUTCOME_IN_PROGRESS,
 	/* the key's row changed after this snapshot: the client must retry */
-	IDEM_OUTCOME_SERIALIZATION_FAILURE
+	IDEM_OUTCOME_SERIALIZATION_FAILURE,
+	/* 1.4: the key's response expired within idempotency.tombstone_ttl; the request is not run again */
+	IDEM_OUTCOME_EXPIRED
 } IdemClaimOutcome;
 
 /* What idem_complete does with a response. */
@@ -85,6 +87,8 @@ typedef struct IdemStoredRow
 	bool		leased;
 	/* and the lease has not run out */
 	bool		lease_live;
+	/* 1.4: expired less than idempotency.tombstone_ttl ago (always false when tombstones are off) */
+	bool		within_tombstone_ttl;
 } IdemStoredRow;
 
 /*
@@ -103,6 +107,8 @@ typedef struct IdemClaimFacts
 	bool		row_changed_after_snapshot;
 	/* the key's row as the caller's snapshot sees it */
 	IdemStoredRow row;
+	/* 1.4: no row, and a tombstone of the key younger than idempotency.tombstone_ttl */
+	bool		tombstone_found;
 } IdemClaimFacts;
 
 /* What is wrong with an argument, to follow its name ("must not be empty"), or what failed in the core. */

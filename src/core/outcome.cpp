@@ -11,6 +11,14 @@ IdemClaimOutcome answer_from_stored(const IdemStoredRow& row) {
 
 bool is_live(const IdemStoredRow& row) { return row.found && !row.expired; }
 
+// 1.4: a completed key whose response expired less than idempotency.tombstone_ttl ago, as its row (not swept
+// yet) or its tombstone shows it. A lease that ran out without a completion is no such key: it is taken over.
+bool is_tombstoned(const IdemClaimFacts& facts) {
+    if (facts.row.found)
+        return facts.row.expired && !facts.row.leased && facts.row.within_tombstone_ttl;
+    return facts.tombstone_found;
+}
+
 }  // namespace
 
 IdemClaimOutcome decide_claim(const IdemClaimFacts& facts) {
@@ -32,6 +40,10 @@ IdemClaimOutcome decide_claim(const IdemClaimFacts& facts) {
     // The snapshot misses a completion or replacement: running the request could run it twice.
     if (facts.row_changed_after_snapshot)
         return IDEM_OUTCOME_SERIALIZATION_FAILURE;
+    // A retry that comes after the response expired is never run again, whatever its payload and whoever
+    // holds the key's lock (a session with tombstones off may be claiming it).
+    if (is_tombstoned(facts))
+        return IDEM_OUTCOME_EXPIRED;
     // Another transaction holds the key and has not ended: answer at once, never wait.
     return facts.lock_granted ? IDEM_OUTCOME_CLAIMED : IDEM_OUTCOME_IN_PROGRESS;
 }

@@ -1,7 +1,7 @@
 -- The SQL API contract: names, signatures, result columns, markings, privileges.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(143);
+SELECT plan(148);
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -121,8 +121,8 @@ SELECT function_privs_are('public', 'idem_hash', ARRAY['text'], 'public', ARRAY[
 SELECT is(
     (SELECT extconfig FROM pg_extension WHERE extname = 'idempotency'),
     ARRAY['public.idempotency_keys'::regclass::oid, 'public.idempotency_keys_partitioned_default'::regclass::oid,
-          'public.idempotency_fencing_numbers'::regclass::oid],
-    'the keys of both storage modes and the fencing numbers'' position are dumped by pg_dump');
+          'public.idempotency_fencing_numbers'::regclass::oid, 'public.idempotency_tombstones'::regclass::oid],
+    'the keys of both storage modes, the fencing numbers'' position and the tombstones are dumped by pg_dump');
 SELECT is(
     (SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'), false,
     'the extension is not relocatable (its C code finds the table in its own schema)');
@@ -354,6 +354,15 @@ SELECT col_type_is('public', 'idempotency_keys_partitioned_default', 'fencing_nu
 SELECT cmp_ok((SELECT fencing_number FROM idem_lease('pgtap-fence', idem_hash('f'), '1 min')),
               '>=', (extract(epoch FROM statement_timestamp() - timestamptz '2000-01-01 00:00+00') * 1000000)::bigint,
               'a grant''s fencing number is at least the clock in microseconds since 2000');
+
+-- 1.4 (issue 41): tombstones, a compact table of keys whose response expired; 'expired' is a claim outcome.
+SELECT has_table('public', 'idempotency_tombstones', 'table idempotency_tombstones exists');
+SELECT columns_are('public', 'idempotency_tombstones', ARRAY['expired_at', 'scope', 'key', 'request_hash'],
+                   'a tombstone keeps no response');
+SELECT col_is_pk('public', 'idempotency_tombstones', ARRAY['key', 'scope'], 'one tombstone per key, as the keys');
+SELECT table_privs_are('public', 'idempotency_tombstones', 'public', ARRAY[]::text[],
+                       'PUBLIC has no privilege on idempotency_tombstones');
+SELECT is(current_setting('idempotency.tombstone_ttl'), '0', 'tombstones are off by default');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -29,9 +29,10 @@ $node->safe_psql('appdb', qq{
 	SELECT idem_complete('k' || i, 200, '{"ok": true}') FROM generate_series(1, 5) i;
 	COMMIT;
 	SELECT outcome FROM idem_lease('leased', '$HASH', interval '1 hour');});
-# What "can read the keys" means: SELECT on the two tables and on every partition (pg_dump reads each).
+# What "can read the keys" means: SELECT on the two tables and on every partition (pg_dump reads each), and from
+# 1.4 on the tombstones (keys whose response expired).
 $node->safe_psql('appdb', q{
-	GRANT SELECT ON idempotency_keys, idempotency_keys_partitioned TO reader;
+	GRANT SELECT ON idempotency_keys, idempotency_keys_partitioned, idempotency_tombstones TO reader;
 	DO $$ DECLARE p record; BEGIN
 		FOR p IN SELECT inhrelid::regclass AS r FROM pg_inherits
 		         WHERE inhparent = 'idempotency_keys_partitioned'::regclass LOOP
