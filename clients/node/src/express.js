@@ -12,7 +12,7 @@
 
 import { interceptResponse, sendResponse } from './capture.js';
 import { ClientGone, errorStatus, execute, internalError, options, pathOf, queryOf, readBody, refill } from './engine.js';
-import { HttpProblem, renderAnswer, storeOptions } from './responses.js';
+import { HttpProblem, compatJsonBody, renderAnswer, storeOptions } from './responses.js';
 
 /**
  * The raw request body: from a body parser that already ran (req.rawBody, a Buffer or string req.body), or read
@@ -108,6 +108,8 @@ function makeRunner(opts, claim) {
           req.idempotency = handle;
           req.db = handle.client;
           req.rawBody = request.raw; // the body itself: the app's body parsers read it, as without the middleware
+          // a JSON body also parsed into req.body, as 1.3 did, for handlers written without a parser after it
+          if (req.body === undefined) req.body = compatJsonBody(request.raw, request.contentType);
           if (handle.attempt > 0) refill(req, request.raw); // a run again (40001): its parsers read the body again
           try {
             return await runChain(handlers, req, res, interceptor.begin(), handle, outerNext);

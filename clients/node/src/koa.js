@@ -10,7 +10,7 @@
 
 import { STATUS_CODES } from 'node:http';
 import { errorStatus, execute, options, pathOf, queryOf, readBody, refill } from './engine.js';
-import { CapturedResponse, bytesOf, wireHeaders } from './responses.js';
+import { CapturedResponse, bytesOf, compatJsonBody, wireHeaders } from './responses.js';
 
 function defaultRenderError(err, ctx) {
   ctx.status = errorStatus(err);
@@ -53,6 +53,8 @@ export function koaIdempotency(opts) {
     }, async (handle, req) => {
       ctx.idempotency = ctx.state.idempotency = handle;
       if (request.rawBody === undefined) request.rawBody = req.raw;
+      // a JSON body also parsed into ctx.request.body, as 1.3 did, for apps with no body parser after it
+      if (request.body === undefined) request.body = compatJsonBody(req.raw, req.contentType);
       try {
         await next();
       } catch (err) {

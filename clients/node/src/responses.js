@@ -396,6 +396,20 @@ function hasNul(v) {
 }
 
 /** The request body as text and value if it is JSON that PostgreSQL's jsonb accepts (UTF-8, no \u0000), else throws. */
+/**
+ * The request body as 1.3's middleware handed it to the handler (`req.body`, Koa's `ctx.request.body`): the parsed
+ * JSON value of a body whose Content-Type is absent or a JSON type, else undefined (a form, multipart, text or
+ * binary body is left to the framework's own parsers, as is a body that does not parse).
+ */
+export function compatJsonBody(raw, contentType) {
+  if (contentType && !isJsonType(contentType)) return undefined;
+  try {
+    return parseJsonBody(raw).value;
+  } catch {
+    return undefined;
+  }
+}
+
 export function parseJsonBody(raw) {
   const text = decodeUtf8(raw);
   if (text === null) throw new SyntaxError('the request body is not UTF-8');

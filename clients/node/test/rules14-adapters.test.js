@@ -215,3 +215,34 @@ test('fastify: store-less per route in config.idempotency', async () => {
     await app.close();
   }
 });
+
+// A 1.3 handler read the JSON body the middleware parsed (req.body, Koa's ctx.request.body) and mounted no parser
+// of its own: it keeps working. A form is left to the framework's parsers (nothing set), and a parser after the
+// middleware still reads the same bytes.
+test('express and koa: a JSON body is in req.body as 1.3 left it, with no parser mounted; a form is not', async () => {
+  const pool = fakePool();
+  const app = express();
+  app.post('/p', idempotency({ pool, logger: quietLogger })((req, res) => res.status(201).json({ body: req.body ?? null })));
+  app.post('/j', idempotency({ pool, logger: quietLogger })(express.json(), (req, res) => res.status(201).json({ body: req.body })));
+  const srv = await listen(app);
+  const koa = new Koa();
+  koa.use(koaIdempotency({ pool, logger: quietLogger }));
+  koa.use(async (ctx) => { ctx.status = 201; ctx.body = { body: ctx.request.body ?? null }; });
+  const ksrv = await listen(koa.callback());
+  try {
+    for (const url of [`${srv.url}/p`, `${srv.url}/j`, `${ksrv.url}/p`]) {
+      const r = await send(url, '{"amount_cents": 7, "currency": "EUR"}', { 'Content-Type': 'application/json', ...KEY });
+      assert.equal(r.status, 201, `${url}: ${r.text}`);
+      assert.deepEqual(r.json, { body: { amount_cents: 7, currency: 'EUR' } }, url);
+      const none = await send(url, Buffer.from('{"a": 1}'), { ...KEY }); // bytes: fetch sends no Content-Type, JSON to 1.3 and now
+      assert.deepEqual(none.json, { body: { a: 1 } }, url);
+    }
+    for (const url of [`${srv.url}/p`, `${ksrv.url}/p`]) {
+      const f = await send(url, 'amount_cents=7', { 'Content-Type': FORM, ...KEY });
+      assert.deepEqual(f.json, { body: null }, url);
+    }
+  } finally {
+    await srv.close();
+    await ksrv.close();
+  }
+});
