@@ -28,7 +28,7 @@ use POSIX ();
 use PostgreSQL::Test::Utils ();
 use Time::HiRes ();
 
-our @EXPORT = qw(idem_connect now_s);
+our @EXPORT = qw(idem_connect now_s fencing_not_above);
 
 # Cluster::init runs pg_regress --config-auth; Debian keeps pg_regress under pgxs, and `make prove_installcheck`
 # as scripts/test.sh runs it does not export PG_REGRESS.
@@ -228,6 +228,39 @@ sub log_lines
 {
 	my ($self, $offset, $regexp) = @_;
 	return scalar grep { /$regexp/ } split /\n/, PostgreSQL::Test::Utils::slurp_file($self->logfile, $offset);
+}
+
+# Fencing numbers (1.4): one lease grant per key of @$keys in $db, each in its own transaction, after the last
+# round's 50 ms leases ran out (a sleep of 200 ms; a busier machine only makes it longer), so each is a grant (a new
+# key or a takeover). Returns the numbers by key; dies on any other outcome.
+sub lease_round
+{
+	my ($self, $db, $keys) = @_;
+	Time::HiRes::sleep(0.2);
+	my $sql = join '', map { "SELECT '$_', outcome, fencing_number FROM idem_lease('$_', idem_hash('p'),"
+		  . " interval '50 milliseconds');\n" } @$keys;
+	my %got;
+	for my $line (split /\n/, $self->safe_psql($db, $sql))
+	{
+		my ($key, $outcome, $number) = split /\|/, $line;
+		die "$db: $key answered $outcome" unless $outcome eq 'claimed';
+		$got{$key} = $number;
+	}
+	return \%got;
+}
+
+# The keys whose number in $got (a lease_round) is not above every number in $handed->{key} (lists of numbers
+# handed before), as "key:number<=highest"; '' when every one is above.
+sub fencing_not_above
+{
+	my ($handed, $got) = @_;
+	my @bad;
+	for my $key (sort keys %$got)
+	{
+		my ($highest) = sort { $b <=> $a } @{ $handed->{$key} // [] };
+		push @bad, "$key:$got->{$key}<=$highest" if defined $highest && $got->{$key} <= $highest;
+	}
+	return join ' ', @bad;
 }
 
 # A DBI connection, or undef instead of dying when the server is down (callers retry).

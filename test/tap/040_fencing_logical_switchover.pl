@@ -19,37 +19,6 @@ use IdemNode;
 
 my @keys = map { "k$_" } 1 .. 20;
 
-# One lease grant per key (each in its own transaction, after the last grants' 50 ms leases ran out): the
-# numbers by key; each must be a grant (a new key or a takeover).
-sub grant_round
-{
-	my ($node, $db, $keys) = @_;
-	sleep 0.2;
-	my $sql = join '', map { "SELECT '$_', outcome, fencing_number FROM idem_lease('$_', idem_hash('p'),"
-		  . " interval '50 milliseconds');\n" } @$keys;
-	my %got;
-	for my $line (split /\n/, $node->safe_psql($db, $sql))
-	{
-		my ($key, $outcome, $number) = split /\|/, $line;
-		die "$db: $key answered $outcome" unless $outcome eq 'claimed';
-		$got{$key} = $number;
-	}
-	return \%got;
-}
-
-# The keys whose number in $got is not above every number handed before for them.
-sub not_above
-{
-	my ($handed, $got) = @_;
-	my @bad;
-	for my $key (sort keys %$got)
-	{
-		my ($highest) = sort { $b <=> $a } @{ $handed->{$key} // [] };
-		push @bad, "$key:$got->{$key}<=$highest" if defined $highest && $got->{$key} <= $highest;
-	}
-	return join ' ', @bad;
-}
-
 my $blue = IdemNode->create('blue', { allows_streaming => 'logical' });
 my $green = IdemNode->create('green', { allows_streaming => 'logical' });
 
@@ -71,13 +40,13 @@ for my $mode ('table', 'partitioned')
 		ALTER TABLE idempotency_keys_partitioned REPLICA IDENTITY FULL;
 		CREATE PUBLICATION idem FOR TABLE idempotency_keys, idempotency_keys_partitioned
 		    WITH (publish_via_partition_root = true);});
-	$record->(grant_round($blue, $db, \@keys)) for 1 .. 2;
+	$record->($blue->lease_round($db, \@keys)) for 1 .. 2;
 
 	my $sub = "green_$mode";
 	$green->safe_psql($db, "CREATE SUBSCRIPTION $sub CONNECTION '" . $blue->connstr . " dbname=$db' PUBLICATION idem");
 	ok($green->poll_query_until($db, "SELECT bool_and(srsubstate IN ('r', 's')) FROM pg_subscription_rel"),
 		"$mode: the initial copy is done");
-	$record->(grant_round($blue, $db, \@keys)) for 1 .. 3;
+	$record->($blue->lease_round($db, \@keys)) for 1 .. 3;
 	$blue->wait_for_catchup($sub);
 
 	# The switchover: the subscription goes, the green node takes the traffic.
@@ -87,11 +56,11 @@ for my $mode ('table', 'partitioned')
 	$blue->safe_psql($db, "SELECT pg_drop_replication_slot('$sub')");
 	is($green->safe_psql($db, "SELECT count(*) FROM idem_keys_in_flight_claims()"), '0', "$mode: no lease held on green");
 
-	my $takeovers = grant_round($green, $db, \@keys);
-	is(not_above(\%handed, $takeovers), '',
+	my $takeovers = $green->lease_round($db, \@keys);
+	is(fencing_not_above(\%handed, $takeovers), '',
 		"$mode: every takeover on the new node is above every number the old node handed for its key");
 	$record->($takeovers);
-	is(not_above(\%handed, grant_round($green, $db, \@keys)), '', "$mode: and rise again at the next takeover");
+	is(fencing_not_above(\%handed, $green->lease_round($db, \@keys)), '', "$mode: and rise again at the next takeover");
 }
 
 $blue->stop;

@@ -22,37 +22,6 @@ my @keys = map { "k$_" } 1 .. 20;
 my @new_keys = map { "n$_" } 1 .. 10;
 my @modes = ('table', 'partitioned');
 
-# One lease grant per key (each in its own transaction, after the last grants' 50 ms leases ran out): the
-# numbers by key; each must be a grant (a new key or a takeover).
-sub grant_round
-{
-	my ($node, $db, $keys) = @_;
-	sleep 0.2;
-	my $sql = join '', map { "SELECT '$_', outcome, fencing_number FROM idem_lease('$_', idem_hash('p'),"
-		  . " interval '50 milliseconds');\n" } @$keys;
-	my %got;
-	for my $line (split /\n/, $node->safe_psql($db, $sql))
-	{
-		my ($key, $outcome, $number) = split /\|/, $line;
-		die "$db: $key answered $outcome" unless $outcome eq 'claimed';
-		$got{$key} = $number;
-	}
-	return \%got;
-}
-
-# The keys whose number in $got is not above every number handed before for them.
-sub not_above
-{
-	my ($handed, $got) = @_;
-	my @bad;
-	for my $key (sort keys %$got)
-	{
-		my ($highest) = sort { $b <=> $a } @{ $handed->{$key} // [] };
-		push @bad, "$key:$got->{$key}<=$highest" if defined $highest && $got->{$key} <= $highest;
-	}
-	return join ' ', @bad;
-}
-
 my $old = IdemNode->create('pitr_old', { has_archiving => 1, allows_streaming => 1 });
 my %handed;
 for my $mode (@modes)
@@ -66,16 +35,16 @@ my $record = sub
 	my ($mode, $got) = @_;
 	push @{ $handed{$mode}{$_} }, $got->{$_} for keys %$got;
 };
-$record->($_, grant_round($old, "db_$_", \@keys)) for @modes;
+$record->($_, $old->lease_round("db_$_", \@keys)) for @modes;
 $old->backup('base');
-$record->($_, grant_round($old, "db_$_", \@keys)) for @modes;
+$record->($_, $old->lease_round("db_$_", \@keys)) for @modes;
 $old->safe_psql('postgres', "SELECT pg_create_restore_point('before_lost')");
 
 # Lost by the recovery: their holders still run.
 for my $mode (@modes)
 {
-	$record->($mode, grant_round($old, "db_$mode", \@keys)) for 1 .. 3;
-	$record->($mode, grant_round($old, "db_$mode", \@new_keys));
+	$record->($mode, $old->lease_round("db_$mode", \@keys)) for 1 .. 3;
+	$record->($mode, $old->lease_round("db_$mode", \@new_keys));
 }
 my $last_wal = $old->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_lsn())');
 $old->safe_psql('postgres', 'SELECT pg_switch_wal()');
@@ -97,13 +66,13 @@ for my $mode (@modes)
 	is($new->safe_psql($db, "SELECT (SELECT count(*) FROM idempotency_keys WHERE key LIKE 'n%')"
 			. " + (SELECT count(*) FROM idempotency_keys_partitioned WHERE key LIKE 'n%')"), '0',
 		"$mode: the recovery lost the new keys' grants");
-	my $takeovers = grant_round($new, $db, \@keys);
-	is(not_above($handed{$mode}, $takeovers), '',
+	my $takeovers = $new->lease_round($db, \@keys);
+	is(fencing_not_above($handed{$mode}, $takeovers), '',
 		"$mode: every takeover after the recovery is above every number handed for its key");
-	is(not_above($handed{$mode}, grant_round($new, $db, \@new_keys)), '',
+	is(fencing_not_above($handed{$mode}, $new->lease_round($db, \@new_keys)), '',
 		"$mode: a key whose grants the recovery lost gets a number above theirs");
 	$record->($mode, $takeovers);
-	is(not_above($handed{$mode}, grant_round($new, $db, \@keys)), '', "$mode: and rise again at the next takeover");
+	is(fencing_not_above($handed{$mode}, $new->lease_round($db, \@keys)), '', "$mode: and rise again at the next takeover");
 }
 
 $new->stop;

@@ -22,37 +22,6 @@ my $dump_dir = PostgreSQL::Test::Utils::tempdir;
 my @keys = map { "k$_" } 1 .. 20;
 my @new_keys = map { "n$_" } 1 .. 10;
 
-# One lease grant per key (each in its own transaction, after the last grants' 50 ms leases ran out): the
-# numbers by key; each must be a grant (a new key or a takeover).
-sub grant_round
-{
-	my ($db, $keys) = @_;
-	sleep 0.2;
-	my $sql = join '', map { "SELECT '$_', outcome, fencing_number FROM idem_lease('$_', idem_hash('p'),"
-		  . " interval '50 milliseconds');\n" } @$keys;
-	my %got;
-	for my $line (split /\n/, $node->safe_psql($db, $sql))
-	{
-		my ($key, $outcome, $number) = split /\|/, $line;
-		die "$db: $key answered $outcome" unless $outcome eq 'claimed';
-		$got{$key} = $number;
-	}
-	return \%got;
-}
-
-# The keys whose number in $got is not above every number handed before for them.
-sub not_above
-{
-	my ($handed, $got) = @_;
-	my @bad;
-	for my $key (sort keys %$got)
-	{
-		my ($highest) = sort { $b <=> $a } @{ $handed->{$key} // [] };
-		push @bad, "$key:$got->{$key}<=$highest" if defined $highest && $got->{$key} <= $highest;
-	}
-	return join ' ', @bad;
-}
-
 for my $mode ('table', 'partitioned')
 {
 	my $db = "db_$mode";
@@ -61,29 +30,29 @@ for my $mode ('table', 'partitioned')
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	$node->safe_psql($db, 'CREATE EXTENSION idempotency');
 	$node->safe_psql($db, "SELECT idem_set_storage('partitioned', '1 hour')") if $mode eq 'partitioned';
-	$record->(grant_round($db, \@keys)) for 1 .. 2;
+	$record->($node->lease_round($db, \@keys)) for 1 .. 2;
 
 	my $file = "$dump_dir/$db.dump";
 	$node->command_ok([ 'pg_dump', '-Fc', '-d', $node->connstr($db), '-f', $file ], "$mode: pg_dump");
 
 	# After the dump: more takeovers and new keys, whose holders still run when the older dump comes back.
-	$record->(grant_round($db, \@keys)) for 1 .. 2;
-	$record->(grant_round($db, \@new_keys));
+	$record->($node->lease_round($db, \@keys)) for 1 .. 2;
+	$record->($node->lease_round($db, \@new_keys));
 
 	$node->safe_psql('postgres', "CREATE DATABASE ${db}_old");
 	$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr("${db}_old"), $file ],
 		"$mode: the older dump restores");
 	is($node->safe_psql("${db}_old", 'SELECT idem_storage_mode()'), $mode, "$mode: restored in $mode storage");
 
-	my $takeovers = grant_round("${db}_old", \@keys);
-	is(not_above(\%handed, $takeovers), '',
+	my $takeovers = $node->lease_round("${db}_old", \@keys);
+	is(fencing_not_above(\%handed, $takeovers), '',
 		"$mode: every takeover on the restored database is above every number handed for its key");
-	my $fresh = grant_round("${db}_old", \@new_keys);
-	is(not_above(\%handed, $fresh), '',
+	my $fresh = $node->lease_round("${db}_old", \@new_keys);
+	is(fencing_not_above(\%handed, $fresh), '',
 		"$mode: a key granted only after the dump gets a number above the lost grants' on the restored database");
 	$record->($takeovers);
 	# Numbers keep rising per key on the restored database.
-	is(not_above(\%handed, grant_round("${db}_old", \@keys)), '', "$mode: and rise again at the next takeover");
+	is(fencing_not_above(\%handed, $node->lease_round("${db}_old", \@keys)), '', "$mode: and rise again at the next takeover");
 }
 
 $node->stop;
