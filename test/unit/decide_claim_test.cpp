@@ -152,7 +152,7 @@ TEST(DecideClaim, LeaseRows) {
         IdemClaimFacts facts{};
         facts.lock_granted = r.lock_granted;
         facts.row_changed_after_snapshot = r.changed;
-        facts.row = IdemStoredRow{T, F, r.hash_matches, T, r.lease_live};
+        facts.row = IdemStoredRow{T, F, r.hash_matches, T, r.lease_live, F};
         EXPECT_EQ(idem_core_decide_claim(&facts), r.expected) << "lease row " << i;
         // This transaction holding the key wins over any lease.
         facts.claimed_by_this_transaction = true;
@@ -164,6 +164,6 @@ TEST(DecideClaim, LeaseRows) {
 TEST(DecideClaim, ExpiredLeaseIsAbsent) {
     IdemClaimFacts facts{};
     facts.lock_granted = true;
-    facts.row = IdemStoredRow{T, T, F, T, T};
+    facts.row = IdemStoredRow{T, T, F, T, T, F};
     EXPECT_EQ(idem_core_decide_claim(&facts), CLAIMED);
 }
