@@ -23,6 +23,10 @@ pg_config_src=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 port=${IDEM_MANAGED_PORT:-55470}
 start_time=$(date +%s)
 
+# What pg_tle's build and the pg_cron sweep need (libkrb5-dev, postgresql-15-cron), installed when missing, as
+# clients/run-tests.sh does for its group: a fresh machine has only the groups scripts/test.sh installs.
+scripts/install-deps.sh managed || { echo "managed-setup 0 passed, 1 failed"; exit 1; }
+
 log_dir=$(mktemp -d /tmp/idem-managed-logs.XXXXXX)
 COUNT_FORMAT='%s %d passed, %d failed\n'
 source scripts/lib/count.sh
