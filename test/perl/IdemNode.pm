@@ -41,6 +41,9 @@ if (!$ENV{PG_REGRESS})
 }
 
 # IdemNode->create($name, [\%options], @conf): a started node with the extension created in database postgres.
+# With IDEM_TAP_STORAGE=partitioned in the environment (scripts/test.sh's stage tap-p), that database's storage is
+# then switched to partitioned (1-day partitions), so that a test written against the API runs again in partitioned
+# storage; such a test reads stored rows from $node->key_table.
 # @conf are more postgresql.conf lines. %options go to Cluster::init ({ allows_streaming => 1 }), except
 # preload => 0, which leaves the library out of shared_preload_libraries (no worker, no shared memory).
 # log_statement = none: Cluster's default (all) makes the load tests log-bound.
@@ -55,7 +58,21 @@ sub create
 	$node->append_conf('postgresql.conf', join("\n", 'log_statement = none', @conf) . "\n");
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+	if (($ENV{IDEM_TAP_STORAGE} // 'table') eq 'partitioned')
+	{
+		$node->safe_psql('postgres', "SELECT idem_set_storage('partitioned')");
+		Test::More::note("$name: database postgres in partitioned storage (IDEM_TAP_STORAGE)");
+	}
 	return $node;
+}
+
+# The key table of $db's storage mode (default database postgres): idempotency_keys, or
+# idempotency_keys_partitioned in partitioned storage. For tests that read the stored rows and run in both modes.
+sub key_table
+{
+	my ($self, $db) = @_;
+	return $self->safe_psql($db // 'postgres', 'SELECT idem_storage_mode()') eq 'partitioned'
+	  ? 'idempotency_keys_partitioned' : 'idempotency_keys';
 }
 
 # IdemNode->citus_cluster($name, $workers, @conf): a Citus cluster on loopback, a coordinator and $workers
@@ -220,7 +237,8 @@ sub insert_expired
 sub count_keys
 {
 	my ($self, $db, $prefix) = @_;
-	return $self->safe_psql($db, "SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%'");
+	my $table = $self->key_table($db);
+	return $self->safe_psql($db, "SELECT count(*) FROM $table WHERE key LIKE '$prefix%'");
 }
 
 # How many lines of the node's log after byte $offset match $regexp.

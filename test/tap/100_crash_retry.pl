@@ -245,8 +245,9 @@ for my $id (values %clients)
 
 # What the database kept.
 my $dbh = idem_connect($node->dsn()) or BAIL_OUT('no connection after the run');
+my $key_table = $node->key_table;
 my %stored = map { $_->[0] => $_->[1] } @{ $dbh->selectall_arrayref(
-	q{SELECT key, response_body->>'exec' FROM idempotency_keys}) };
+	qq{SELECT key, response_body->>'exec' FROM $key_table}) };
 my %ledger;
 push @{ $ledger{ $_->[0] } }, $_->[1] for @{ $dbh->selectall_arrayref('SELECT key, exec FROM ledger') };
 my $ledger_rows = sum0(map { scalar @$_ } values %ledger);

@@ -113,8 +113,9 @@ for my $case (@cases)
 }
 my $ledger_dupes = $direct->selectrow_array(
 	'SELECT count(*) FROM (SELECT key FROM ledger GROUP BY key HAVING count(*) > 1) d');
+my $key_table = $node->key_table;
 my $stored_5xx = $direct->selectrow_array(
-	q{SELECT count(*) FROM idempotency_keys WHERE http_status >= 500 OR response_body->>'exec' LIKE 'first-a5xx%'});
+	qq{SELECT count(*) FROM $key_table WHERE http_status >= 500 OR response_body->>'exec' LIKE 'first-a5xx%'});
 $direct->rollback;
 $direct->disconnect;
 

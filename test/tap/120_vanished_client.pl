@@ -35,6 +35,7 @@ my $BOUND  = 2;    # seconds of idle_in_transaction_session_timeout
 my $TRIALS = 3;    # per way of vanishing
 
 my $node = IdemNode->create('vanished', "idle_in_transaction_session_timeout = '${BOUND}s'");
+my $key_table = $node->key_table;
 $node->safe_psql('postgres', 'CREATE TABLE ledger (key text NOT NULL, exec text NOT NULL)');
 
 my $work = PostgreSQL::Test::Utils::tempdir();
@@ -151,8 +152,8 @@ for my $way (qw(sigstop-client silent-proxy))
 		chomp $late;
 		waitpid $client->{pid}, 0;
 		my ($body, $rows) = $poller->selectrow_array(
-			q{SELECT (SELECT response_body->>'exec' FROM idempotency_keys WHERE key = $1),
-			         (SELECT count(*) FROM ledger WHERE key = $1)}, undef, $key);
+			qq{SELECT (SELECT response_body->>'exec' FROM $key_table WHERE key = \$1),
+			         (SELECT count(*) FROM ledger WHERE key = \$1)}, undef, $key);
 		$poller->rollback;
 		push @report, sprintf('%s: claimed again after %s s (%d in_progress before), %s', $key,
 			defined $secs ? sprintf('%.2f', $secs) : 'never', $in_progress, $late);

@@ -19,6 +19,7 @@ my $CLIENTS = 16;
 my $SECONDS = 15;
 
 my $node = IdemNode->create('pgbench', 'max_connections = 40');
+my $key_table = $node->key_table;
 $node->safe_psql('postgres', 'CREATE TABLE ledger (key text NOT NULL, exec text NOT NULL);
 	CREATE INDEX ON ledger (key)');
 my $work = PostgreSQL::Test::Utils::tempdir();
@@ -80,10 +81,10 @@ for my $level ('READ COMMITTED', 'REPEATABLE READ')
 
 	my ($ledger, $stored, $dupes, $stored_5xx) = split /\|/, $node->safe_psql('postgres', qq{
 		SELECT (SELECT count(*) FROM ledger WHERE key LIKE '$prefix%'),
-		       (SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%'),
+		       (SELECT count(*) FROM $key_table WHERE key LIKE '$prefix%'),
 		       (SELECT count(*) FROM (SELECT key FROM ledger WHERE key LIKE '$prefix%'
 		                              GROUP BY key HAVING count(*) > 1) d),
-		       (SELECT count(*) FROM idempotency_keys WHERE key LIKE '$prefix%' AND http_status >= 500)});
+		       (SELECT count(*) FROM $key_table WHERE key LIKE '$prefix%' AND http_status >= 500)});
 	# Every key now: replay (completed) or claimed (never completed), never in_progress.
 	my %final = map { split /\|/ } split /\n/, $node->safe_psql('postgres', qq{
 		BEGIN;
