@@ -13,7 +13,7 @@
 # Prints "regress-partitioned-1d N passed, N failed" and "regress-partitioned-1h ..." and exits non-zero on any
 # failure; the diffs are printed. IDEM_KEEP_WORK=1 keeps the work directories (/tmp/idem-regress-partitioned.*).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 pg_config=${PG_CONFIG:-pg_config}
 pg_regress=$(dirname "$("$pg_config" --pgxs)")/../../src/test/regress/pg_regress
@@ -32,9 +32,9 @@ pass() {
     chmod 755 "$work"
     mkdir -p "$work/sql" "$work/expected"
     ln -s "$root/sql/include" "$work/sql/include"
-    for file in test/regress-partitioned/to_partitioned.sql test/regress-partitioned/to_partitioned.out; do
-        sed "s/interval '1 day'/interval '$width'/" "$file" >"$work/$( [ "${file##*.}" = sql ] && echo sql || echo expected)/$(basename "$file")"
-    done
+    # The width of this pass in place of to_partitioned's 1 day, in the file and in its expected output alike.
+    sed "s/interval '1 day'/interval '$width'/" test/regress-partitioned/to_partitioned.sql >"$work/sql/to_partitioned.sql"
+    sed "s/interval '1 day'/interval '$width'/" test/regress-partitioned/to_partitioned.out >"$work/expected/to_partitioned.out"
     : >"$work/schedule"
     for file in sql/*.sql; do
         name=$(basename "$file" .sql)
