@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite against a real, throwaway PostgreSQL 15 cluster, as CI does:
-#   C++ unit tests (plain and under ASan/UBSan), the libFuzzer run, pg_regress, isolation specs,
-#   pgTAP (pg_prove), the Perl TAP tests (as user postgres), sqlsmith, the managed edition, the release artifacts (the Debian package, the
+#   C++ unit tests (plain and under ASan/UBSan), the libFuzzer run, pg_regress (also in partitioned storage),
+#   isolation specs, pgTAP (pg_prove), the Perl TAP tests (as user postgres; the fault and load tests also in
+#   partitioned storage), sqlsmith, the managed edition, the release artifacts (the Debian package, the
 #   PGXN zip, the Prometheus queries and alerts, the clients' packages), and the Go, Node.js and Python clients.
 # Ends with one line over all suites: "N passed, N failed". Exit status 0 only when nothing failed.
 set -uo pipefail
