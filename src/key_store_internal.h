@@ -1,16 +1,18 @@
 /*
- * key_store_internal.h: what the key store's own files share, and nothing
- * outside the key store includes: the columns of a key row and their one
- * decoder (key_store_row.c), the active table of one call, the direct path
- * (key_store_direct.c) and the prepared statements (key_store_spi.c).
- * key_store.c calls both paths; both paths call only the decoder.
+ * key_store_internal.h: the paths' interface, below the facade (key_store.h,
+ * key_store.c) and above the shared types (key_store_types.h): the columns of
+ * a key row and their one decoder (key_store_row.c), the active table of one
+ * call, the direct paths (key_store_direct.c, key_store_partitioned.c) and the
+ * prepared statements (key_store_spi.c). Nothing outside the key store includes
+ * it; key_store.c calls the paths, the paths call only the decoder and never
+ * the facade.
  */
 #ifndef IDEM_KEY_STORE_INTERNAL_H
 #define IDEM_KEY_STORE_INTERNAL_H
 
 #include "utils/relcache.h"
 
-#include "key_store.h"
+#include "key_store_types.h"
 
 /* The columns of a key row, in the order the decoder takes them. */
 typedef enum KeyColumn
