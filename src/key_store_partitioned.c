@@ -56,6 +56,7 @@
 #include "nodes/execnodes.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -324,45 +325,51 @@ lock_partition(const Partition *p, LOCKMODE mode, uint64 found_at)
 	return list_forgotten == found_at;
 }
 
-/* The live row of the key in one partition with the latest expiry after live_after, if any. */
+/*
+ * The live row of the key in one partition with the latest expiry after live_after, if any, and later than
+ * the one in best. A partition without a single block (one made ahead of time, or the default partition, most
+ * of the time) holds no row the snapshot, taken before, can see: it is not probed, and its index not opened.
+ * The slot is the call's, made for the first partition probed (every usable partition has the parent's
+ * columns).
+ */
 static bool
 probe(const KeyTable *table, Partition *p, const KeyRef *ref, Snapshot snapshot, TimestampTz live_after,
-	  KeyRow *best, MemoryContext context)
+	  KeyRow *best, TupleTableSlot **slot, MemoryContext context)
 {
 	Relation	rel = relation_open(p->relid, NoLock);
-	Relation	index = index_open(p->index, AccessShareLock);
+	Relation	index;
 	ScanKeyData keys[2];
 	IndexScanDesc scan;
-	TupleTableSlot *slot;
 	AttrNumber	expires_attnum = list.shape.attnums[KEY_COL_EXPIRES_AT];
 	bool		found = false;
-	TimestampTz latest = 0;
-	ItemPointerData latest_tid;
 
+	if (RelationGetNumberOfBlocks(rel) == 0)
+	{
+		relation_close(rel, NoLock);
+		return false;
+	}
+	index = index_open(p->index, AccessShareLock);
 	ScanKeyEntryInitialize(&keys[p->key_column - 1], 0, p->key_column, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[p->key_column - 1], F_TEXTEQ, PointerGetDatum(ref->key));
 	ScanKeyEntryInitialize(&keys[p->scope_column - 1], 0, p->scope_column, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[p->scope_column - 1], F_TEXTEQ, PointerGetDatum(ref->scope));
-	slot = table_slot_create(rel, NULL);
+	if (*slot == NULL)
+		*slot = table_slot_create(rel, NULL);
 	scan = idem_index_beginscan(rel, index, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
-	ItemPointerSetInvalid(&latest_tid);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	while (index_getnext_slot(scan, ForwardScanDirection, *slot))
 	{
 		bool		isnull;
-		TimestampTz expires_at = DatumGetTimestampTz(slot_getattr(slot, expires_attnum, &isnull));
+		TimestampTz expires_at = DatumGetTimestampTz(slot_getattr(*slot, expires_attnum, &isnull));
 
-		if (isnull || expires_at <= live_after || (found && expires_at <= latest))
-			continue;
-		if (best->found && expires_at <= best->expires_at)
+		if (isnull || expires_at <= live_after || (best->found && expires_at <= best->expires_at))
 			continue;
 		found = true;
-		latest = expires_at;
-		key_read_row(slot, list.shape.attnums, table->has_lease_columns, table->has_bytes_columns, best,
+		key_read_row(*slot, list.shape.attnums, table->has_lease_columns, table->has_bytes_columns, best,
 					 context);
 	}
+	ExecClearTuple(*slot);
 	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, NoLock);
 	relation_close(rel, NoLock);
 	return found;
@@ -386,6 +393,7 @@ lookup_once(const KeyTable *table, const KeyRef *ref, LookupSnapshot which, Time
 {
 	uint64		found_at = list_forgotten;
 	Snapshot	snapshot = NULL;
+	TupleTableSlot *slot = NULL;
 	LookupResult result = LOOKUP_DONE;
 
 	memset(out, 0, sizeof(*out));
@@ -415,9 +423,11 @@ lookup_once(const KeyTable *table, const KeyRef *ref, LookupSnapshot which, Time
 			snapshot = RegisterSnapshot(which == LOOKUP_LATEST_SNAPSHOT ? GetLatestSnapshot()
 										: GetTransactionSnapshot());
 		}
-		if (probe(table, p, ref, snapshot, live_after, out, context) && !p->is_default)
+		if (probe(table, p, ref, snapshot, live_after, out, &slot, context) && !p->is_default)
 			break;
 	}
+	if (slot != NULL)
+		ExecDropSingleTupleTableSlot(slot);
 	if (snapshot != NULL)
 		UnregisterSnapshot(snapshot);
 	return result;
