@@ -7,7 +7,9 @@
 #       bench/plpgsql_baseline.sql's functions over the wire)
 #   INSTR_CASES="w_bare w_table_new w_table_replay w_day_new w_day_replay w_hour_new w_hour_replay"
 #       bench/instructions.sh   storage (issue 39): a new key and a replay against table storage and partitioned
-#       storage of 1-day and 1-hour partitions, 20,000 stored keys and ttl 24 h in each (a database each)
+#       storage of 1-day and 1-hour partitions, 20,000 stored keys and ttl 24 h in each (a database each); with
+#       INSTR_SPREAD=1 the stored keys expire evenly over the next 1 to 24 hours (a day of traffic: every live
+#       partition holds keys, and a replay finds its key anywhere among them), else all within the same minute
 #   INSTR_CASES="w_bare w_client_new w_client_new_simple w_client_new_execute" bench/instructions.sh   the ways a
 #       client can send the 1.3 statements (w_client_new_execute, not in the default list: SQL PREPARE once a
 #       connection, then EXECUTE in simple queries, the INSERT too; clients/python/README.md "Prepared statements")
@@ -198,7 +200,10 @@ BEGIN
 END \$\$;
 VACUUM ANALYZE;
 SQL
-    local sdb
+    # INSTR_SPREAD=1: the stored keys' expiries spread evenly over 1 to 24 hours from now, as a service's keys
+    # are after a day of traffic (every live partition holds keys), instead of all within the minute of loading.
+    local sdb spread_ttl=NULL
+    [ "${INSTR_SPREAD:-0}" = 1 ] && spread_ttl="pg_catalog.make_interval(mins => 60 + i % 1380)"
     for sdb in bench_table bench_day bench_hour; do
         [[ " $* " == *" w_${sdb#bench_}_"* ]] || continue
         psql -X -q -h "$wdir" -p "$wport" -U postgres -d postgres -c "CREATE DATABASE $sdb"
@@ -213,7 +218,7 @@ BEGIN
         IF i % 500 = 0 THEN
             COMMIT;
         END IF;
-        PERFORM idem_claim(i::text, '$h');
+        PERFORM idem_claim(i::text, '$h', $spread_ttl);
         PERFORM idem_complete(i::text, 201, '$wire_resp'::jsonb);
     END LOOP;
 END \$\$;

@@ -66,6 +66,7 @@ forget_located_table(Datum arg, Oid relid)
 		fencing.sequence = InvalidOid;
 	if (!OidIsValid(relid) || relid == located.table_oid || relid == located.twin_oid)
 		located.mode_known = false;
+	key_partitioned_forget(relid);
 	if (!OidIsValid(relid) || relid == located.table_oid)
 	{
 		located.table_oid = InvalidOid;
@@ -222,7 +223,8 @@ typedef enum KeyAccess
 /*
  * The table of one call, and for the direct path the relation that holds the scope's keys here, opened once:
  * idempotency_keys itself, or on Citus the scope's local shard (citus.c, which also refuses a call made on a
- * node without the scope's shard). Partitioned storage takes the statements.
+ * node without the scope's shard). Partitioned storage takes its own direct path (key_store_partitioned.c),
+ * which locks the partitions it uses; citus.c refuses it on a distributed key table.
  */
 static void
 open_key_table(const KeyRef *ref, KeyAccess access, KeyTable *table)
@@ -231,6 +233,7 @@ open_key_table(const KeyRef *ref, KeyAccess access, KeyTable *table)
 
 	lock_key_table(function_schema(ref->extension_function), table);
 	rows = citus_key_relation(table->keys, table->partitioned, ref->scope, access != KEY_STATEMENTS);
+	table->direct_partitioned = access != KEY_STATEMENTS && table->partitioned && rows == table->keys;
 	/* A read of idempotency_keys itself needs no lock beyond the one lock_key_table took. */
 	if (access != KEY_STATEMENTS && OidIsValid(rows) && !table->partitioned)
 		table->direct = relation_open(rows, access == KEY_INSERT ? RowExclusiveLock
@@ -259,7 +262,8 @@ key_store_lookup(const KeyRef *ref, LookupSnapshot snapshot, KeyRow *out)
 	KeyTable	table;
 
 	open_key_table(ref, KEY_READ, &table);
-	if (table.direct == NULL || !key_direct_lookup(&table, ref, snapshot, out))
+	if (table.direct_partitioned ? !key_partitioned_lookup(&table, ref, snapshot, out)
+		: table.direct == NULL || !key_direct_lookup(&table, ref, snapshot, out))
 		key_spi_lookup(&table, ref, snapshot, out);
 	close_key_table(&table);
 }
@@ -269,9 +273,10 @@ key_store_write(const KeyRef *ref, const KeyWrite *row)
 {
 	KeyTable	table;
 
-	/* Replacing an expired row is an UPDATE: the statements. */
+	/* Replacing an expired row (a lapsed lease's, in partitioned storage) is an UPDATE: the statements. */
 	open_key_table(ref, row->replaces_expired_row ? KEY_STATEMENTS : KEY_INSERT, &table);
-	if (table.direct == NULL || !key_direct_insert(&table, ref, row))
+	if (table.direct_partitioned ? !key_partitioned_insert(&table, ref, row)
+		: table.direct == NULL || !key_direct_insert(&table, ref, row))
 		key_spi_write(&table, ref, row);
 	close_key_table(&table);
 }

@@ -91,29 +91,16 @@ key_column_named(const char *name)
  * INSERT leaves NULL (an INSERT of the eight would fill another with its
  * default), no default on a 1.1 column and no NOT NULL on a column that can
  * be NULL here, so the tuple formed from the eight is exactly what the INSERT
- * statement would store.
+ * statement would store. Also what the partitioned path (key_store_partitioned.c) asks of the parent.
  */
-static void
-work_out_shape(Relation table, bool has_lease_columns, bool has_bytes_columns)
+void
+key_shape_of(TupleDesc desc, bool has_lease_columns, bool has_bytes_columns, KeyShape *out)
 {
-	static bool callback_registered = false;
-	TupleDesc	desc = RelationGetDescr(table);
 	bool		insert_would_differ = false;
 
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
-		shape_context = AllocSetContextCreate(CacheMemoryContext, "idempotency key table shape",
-											  ALLOCSET_SMALL_SIZES);
-		callback_registered = true;
-	}
-	MemoryContextReset(shape_context);
-	shape.index = InvalidOid;
-	shape.index_known = shape.insert_known = false;
-	shape.index_info = NULL;
-	shape.readable = shape.writable = false;
+	out->readable = out->writable = false;
 	for (int c = 0; c < KEY_COLUMNS; c++)
-		shape.attnums[c] = InvalidAttrNumber;
+		out->attnums[c] = InvalidAttrNumber;
 	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute attr = TupleDescAttr(desc, i);
@@ -131,18 +118,41 @@ work_out_shape(Relation table, bool has_lease_columns, bool has_bytes_columns)
 			insert_would_differ = true;
 			continue;
 		}
-		shape.attnums[c] = attr->attnum;
+		out->attnums[c] = attr->attnum;
 		if (attr->attnotnull && (c == KEY_COL_HTTP_STATUS || c == KEY_COL_RESPONSE_HEADERS ||
 								 c == KEY_COL_RESPONSE_BODY || c >= KEY_COLUMNS_1_0))
 			insert_would_differ = true;
 		if (c >= KEY_COLUMNS_1_0 && attr->atthasdef)
 			insert_would_differ = true;
 	}
-	shape.readable = true;
+	out->readable = true;
 	for (int c = 0; c < KEY_COLUMNS; c++)
-		shape.readable &= (shape.attnums[c] != InvalidAttrNumber) ==
+		out->readable &= (out->attnums[c] != InvalidAttrNumber) ==
 			(c < KEY_COLUMNS_1_0 || (c < KEY_COLUMNS_1_2 ? has_lease_columns : has_bytes_columns));
-	shape.writable = shape.readable && !insert_would_differ;
+	out->writable = out->readable && !insert_would_differ;
+}
+
+static void
+work_out_shape(Relation table, bool has_lease_columns, bool has_bytes_columns)
+{
+	static bool callback_registered = false;
+	KeyShape	columns;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
+		shape_context = AllocSetContextCreate(CacheMemoryContext, "idempotency key table shape",
+											  ALLOCSET_SMALL_SIZES);
+		callback_registered = true;
+	}
+	MemoryContextReset(shape_context);
+	shape.index = InvalidOid;
+	shape.index_known = shape.insert_known = false;
+	shape.index_info = NULL;
+	key_shape_of(RelationGetDescr(table), has_lease_columns, has_bytes_columns, &columns);
+	memcpy(shape.attnums, columns.attnums, sizeof(shape.attnums));
+	shape.readable = columns.readable;
+	shape.writable = columns.writable;
 	shape.table = RelationGetRelid(table);
 }
 
@@ -233,21 +243,38 @@ require_privilege(Oid relid, AclMode mode, uint32 columns)
 	}
 }
 
+/* The lookup statement selects every key column, the scope and key among them. */
+void
+key_require_select(const KeyTable *key_table, Oid relid)
+{
+	require_privilege(relid, ACL_SELECT,
+					  FIRST_COLUMNS(KEY_COLUMNS_OF(key_table->has_lease_columns, key_table->has_bytes_columns)));
+}
+
+/* The insert statement names the eight 1.0 columns, and the response's bytes in a table with them. */
+void
+key_require_insert(const KeyTable *key_table, Oid relid)
+{
+	require_privilege(relid, ACL_INSERT, FIRST_COLUMNS(KEY_COLUMNS_1_0) |
+					  (key_table->has_bytes_columns ? COLUMN_BIT(KEY_COL_RESPONSE_CONTENT_TYPE) |
+					   COLUMN_BIT(KEY_COL_RESPONSE_BYTES) : 0));
+}
+
 /* The row in the scan slot, deformed once, through the key store's one decoder. */
-static void
-read_row(TupleTableSlot *slot, bool has_lease_columns, bool has_bytes_columns, KeyRow *out,
-		 MemoryContext context)
+void
+key_read_row(TupleTableSlot *slot, const AttrNumber *attnums, bool has_lease_columns, bool has_bytes_columns,
+			 KeyRow *out, MemoryContext context)
 {
 	Datum		values[KEY_COLUMNS];
 	bool		nulls[KEY_COLUMNS];
 	AttrNumber	last = 0;
 
 	for (int c = 0; c < KEY_COLUMNS; c++)
-		last = Max(last, shape.attnums[c]);
+		last = Max(last, attnums[c]);
 	slot_getsomeattrs(slot, last);
 	for (int c = 0; c < KEY_COLUMNS; c++)
 	{
-		AttrNumber	attnum = shape.attnums[c];
+		AttrNumber	attnum = attnums[c];
 
 		values[c] = attnum == InvalidAttrNumber ? (Datum) 0 : slot->tts_values[attnum - 1];
 		nulls[c] = attnum == InvalidAttrNumber || slot->tts_isnull[attnum - 1];
@@ -277,9 +304,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 		index_close(index, NoLock);
 		return false;
 	}
-	/* The lookup statement selects every key column, the scope and key among them. */
-	require_privilege(key_table->keys, ACL_SELECT,
-					  FIRST_COLUMNS(KEY_COLUMNS_OF(key_table->has_lease_columns, key_table->has_bytes_columns)));
+	key_require_select(key_table, key_table->keys);
 
 	scope_column = shape.scope_column;
 	key_column = shape.key_column;
@@ -299,7 +324,7 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 	scan = idem_index_beginscan(table, index, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
-		read_row(slot, key_table->has_lease_columns, key_table->has_bytes_columns, out, context);
+		key_read_row(slot, shape.attnums, key_table->has_lease_columns, key_table->has_bytes_columns, out, context);
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
@@ -308,8 +333,8 @@ key_direct_lookup(const KeyTable *key_table, const KeyRef *ref, LookupSnapshot w
 }
 
 /* The key row's heap tuple: fast_path_applies made sure no column but the key columns exists. */
-static HeapTuple
-form_key_row(TupleDesc desc, const KeyRef *ref, const KeyWrite *row)
+HeapTuple
+key_form_row(TupleDesc desc, const AttrNumber *attnums, const KeyRef *ref, const KeyWrite *row)
 {
 	Datum	   *values = palloc0(desc->natts * sizeof(Datum));
 	bool	   *nulls = palloc(desc->natts * sizeof(bool));
@@ -320,7 +345,7 @@ form_key_row(TupleDesc desc, const KeyRef *ref, const KeyWrite *row)
 	memcpy(VARDATA(hash), row->request_hash, IDEM_SHA256_BYTES);
 
 #define SET_COLUMN(column, value, isnull) \
-	(values[shape.attnums[column] - 1] = (value), nulls[shape.attnums[column] - 1] = (isnull))
+	(values[attnums[column] - 1] = (value), nulls[attnums[column] - 1] = (isnull))
 	SET_COLUMN(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(row->expires_at), false);
 	SET_COLUMN(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
 	SET_COLUMN(KEY_COL_HTTP_STATUS, Int32GetDatum(row->response.http_status), false);
@@ -329,7 +354,7 @@ form_key_row(TupleDesc desc, const KeyRef *ref, const KeyWrite *row)
 	SET_COLUMN(KEY_COL_REQUEST_HASH, PointerGetDatum(hash), false);
 	SET_COLUMN(KEY_COL_RESPONSE_HEADERS, row->response.headers, row->response.headers_null);
 	SET_COLUMN(KEY_COL_RESPONSE_BODY, row->response.body, row->response.body_null);
-	if (shape.attnums[KEY_COL_RESPONSE_BYTES] != InvalidAttrNumber)
+	if (attnums[KEY_COL_RESPONSE_BYTES] != InvalidAttrNumber)
 	{
 		SET_COLUMN(KEY_COL_RESPONSE_CONTENT_TYPE, row->response.content_type, row->response.content_type_null);
 		SET_COLUMN(KEY_COL_RESPONSE_BYTES, row->response.bytes, row->response.bytes_null);
@@ -389,8 +414,8 @@ insert_with_primary_key_only(Relation table, const KeyRef *ref, HeapTuple row)
 }
 
 /* Any other set of indexes: the executor's own index maintenance keeps every one. */
-static void
-insert_with_executor(Relation table, HeapTuple row)
+void
+key_insert_with_executor(Relation table, HeapTuple row)
 {
 	EState	   *estate = CreateExecutorState();
 	ResultRelInfo *result = makeNode(ResultRelInfo);
@@ -416,12 +441,9 @@ key_direct_insert(const KeyTable *key_table, const KeyRef *ref, const KeyWrite *
 
 	if (!fast_path_applies(key_table, true))
 		return false;
-	/* The insert statement names the eight 1.0 columns, and the response's bytes in a table with them. */
-	require_privilege(key_table->keys, ACL_INSERT, FIRST_COLUMNS(KEY_COLUMNS_1_0) |
-					  (key_table->has_bytes_columns ? COLUMN_BIT(KEY_COL_RESPONSE_CONTENT_TYPE) |
-					   COLUMN_BIT(KEY_COL_RESPONSE_BYTES) : 0));
-	tuple = form_key_row(RelationGetDescr(table), ref, row);
+	key_require_insert(key_table, key_table->keys);
+	tuple = key_form_row(RelationGetDescr(table), shape.attnums, ref, row);
 	if (!insert_with_primary_key_only(table, ref, tuple))
-		insert_with_executor(table, tuple);
+		key_insert_with_executor(table, tuple);
 	return true;
 }

@@ -1,16 +1,20 @@
 /*
- * key_store_internal.h: what the key store's own files share, and nothing
- * outside the key store includes: the columns of a key row and their one
- * decoder (key_store_row.c), the active table of one call, the direct path
- * (key_store_direct.c) and the prepared statements (key_store_spi.c).
- * key_store.c calls both paths; both paths call only the decoder.
+ * key_store_internal.h: the paths' interface, below the facade (key_store.h,
+ * key_store.c) and above the shared types (key_store_types.h): the columns of
+ * a key row and their one decoder (key_store_row.c), the active table of one
+ * call, the direct paths (key_store_direct.c, key_store_partitioned.c) and the
+ * prepared statements (key_store_spi.c). Nothing outside the key store includes
+ * it; key_store.c calls the paths, the paths call only the decoder and never
+ * the facade.
  */
 #ifndef IDEM_KEY_STORE_INTERNAL_H
 #define IDEM_KEY_STORE_INTERNAL_H
 
+#include "access/htup.h"
+#include "executor/tuptable.h"
 #include "utils/relcache.h"
 
-#include "key_store.h"
+#include "key_store_types.h"
 
 /* The columns of a key row, in the order the decoder takes them. */
 typedef enum KeyColumn
@@ -52,6 +56,7 @@ typedef struct KeyTable
 	Relation	direct;			/* open for the direct path: idempotency_keys, or on Citus the scope's local shard
 								 * (citus.c); NULL: the statements only */
 	bool		partitioned;	/* the rows live in idempotency_keys_partitioned */
+	bool		direct_partitioned;	/* partitioned, and the direct path may try it (key_store_partitioned.c) */
 	Oid			partitioned_oid;	/* idempotency_keys_partitioned, InvalidOid if missing */
 	bool		has_lease_columns;	/* the table is at 1.1 or later */
 	bool		has_bytes_columns;	/* the table is at 1.3 or later */
@@ -65,10 +70,40 @@ typedef struct KeyTable
 void		key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns,
 						   bool has_bytes_columns, KeyRow *out, MemoryContext context);
 
+/* Where a relation's descriptor has the key columns, and whether the direct paths may read and write it. */
+typedef struct KeyShape
+{
+	AttrNumber	attnums[KEY_COLUMNS];	/* InvalidAttrNumber: a 1.1 column of a 1.0 table */
+	bool		readable;		/* the key columns exist with their types */
+	bool		writable;		/* and a heap tuple of them is what INSERT would store */
+} KeyShape;
+
+/* What both direct paths share (key_store_direct.c). */
+void		key_shape_of(TupleDesc desc, bool has_lease_columns, bool has_bytes_columns, KeyShape *out);
+/* The privileges the lookup and the insert statement would need on relid, checked as the executor does. */
+void		key_require_select(const KeyTable *table, Oid relid);
+void		key_require_insert(const KeyTable *table, Oid relid);
+/* The row in a scan slot, its columns at attnums, through the one decoder. */
+void		key_read_row(TupleTableSlot *slot, const AttrNumber *attnums, bool has_lease_columns,
+						 bool has_bytes_columns, KeyRow *out, MemoryContext context);
+/* A completed claim's heap tuple for a relation whose only columns are the key columns at attnums. */
+HeapTuple	key_form_row(TupleDesc desc, const AttrNumber *attnums, const KeyRef *ref, const KeyWrite *row);
+/* The insert with the executor's own index maintenance, for any set of indexes. */
+void		key_insert_with_executor(Relation table, HeapTuple row);
+
 /* The direct path (key_store_direct.c); false when it does not apply to this table and nothing was done. */
 bool		key_direct_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
 							  KeyRow *out);
 bool		key_direct_insert(const KeyTable *table, const KeyRef *ref, const KeyWrite *row);
+
+/*
+ * The direct path for partitioned storage (key_store_partitioned.c); false when it does not apply and nothing
+ * was done. key_partitioned_forget is called from the facade's relcache callback.
+ */
+bool		key_partitioned_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
+								   KeyRow *out);
+bool		key_partitioned_insert(const KeyTable *table, const KeyRef *ref, const KeyWrite *row);
+void		key_partitioned_forget(Oid relid);
 
 /* The prepared statements (key_store_spi.c). */
 void		key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
