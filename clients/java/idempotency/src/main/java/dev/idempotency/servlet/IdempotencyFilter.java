@@ -241,6 +241,15 @@ public final class IdempotencyFilter implements Filter {
         return requestDataSource;
     }
 
+    /**
+     * {@code req} with {@code body} (its body, read already, e.g. by {@link #readBody}) as its body again: the
+     * stream, the reader, and the form's parameters and multipart's parts parsed from it, as the filter hands a
+     * protected request to its handler.
+     */
+    public static HttpServletRequest replaying(HttpServletRequest req, byte[] body) {
+        return new ReplayingRequest(req, body);
+    }
+
     private static Set<String> lower(Set<String> names) {
         Set<String> out = new TreeSet<>();
         for (String n : names) out.add(n.toLowerCase(Locale.ROOT));
@@ -295,7 +304,7 @@ public final class IdempotencyFilter implements Filter {
     }
 
     /** Thrown by {@link #readBody}: the body is over the limit. */
-    static final class TooLarge extends IOException {
+    public static final class TooLarge extends IOException {
         TooLarge() {
             super("request body too large");
         }
@@ -305,7 +314,7 @@ public final class IdempotencyFilter implements Filter {
      * The whole body, or TooLarge at once when Content-Length is over the limit (nothing read) or as soon as a
      * chunked body passes it; IOException when the body ends before its Content-Length or the read fails.
      */
-    static byte[] readBody(HttpServletRequest req, long limit) throws IOException {
+    public static byte[] readBody(HttpServletRequest req, long limit) throws IOException {
         long declared = req.getContentLengthLong();
         if (declared > limit) throw new TooLarge();
         ByteArrayOutputStream out = new ByteArrayOutputStream(declared > 0 ? (int) declared : 256);
@@ -385,7 +394,7 @@ public final class IdempotencyFilter implements Filter {
                     try {
                         claim = claim(conn, r, namedNow);
                     } catch (SQLException e) {
-                        if (BAD_BODY.contains(e.getSQLState())) {
+                        if (e.getSQLState() != null && BAD_BODY.contains(e.getSQLState())) {
                             conn.rollback();
                             return badBody();
                         }
@@ -424,7 +433,7 @@ public final class IdempotencyFilter implements Filter {
                         broken = true;
                     }
                     SQLException sql = sqlException(e);
-                    String code = sql == null ? null : sql.getSQLState();
+                    String code = sql == null || sql.getSQLState() == null ? "" : sql.getSQLState();
                     if (!broken && !handlerRan && namedNow && prepared == Prepared.AUTO && NOT_PREPARED.contains(code)) {
                         named = false;
                         LOG.log(System.Logger.Level.INFO, "idempotency: SQLSTATE " + code + " at the claim ("
@@ -436,13 +445,13 @@ public final class IdempotencyFilter implements Filter {
                         return problem(409, "transaction-conflict", "Conflict",
                                 "the request kept conflicting with concurrent requests; retry it", "Retry-After", "1");
                     }
-                    if (code != null) {
+                    if (!code.isEmpty()) {
                         LOG.log(System.Logger.Level.ERROR, "idempotency: request rolled back: SQLSTATE " + code + ": "
                                 + sql.getMessage());
                     } else {
                         LOG.log(System.Logger.Level.ERROR, "idempotency: request rolled back", e);
                     }
-                    return internalError(code != null
+                    return internalError(!code.isEmpty()
                             ? "database error (SQLSTATE " + code + "); the request was rolled back"
                             : "the request failed and was rolled back");
                 }
@@ -470,6 +479,19 @@ public final class IdempotencyFilter implements Filter {
             if (t instanceof SQLException s) return s;
         }
         return null;
+    }
+
+    /**
+     * Whether {@code conn} (pgjdbc, autocommit) reaches PostgreSQL through a pooler such as PgBouncer: the backend
+     * PID the server says is not the one the connection was given at its start (as Go's BehindPooler). A service
+     * behind one sets pgjdbc's {@code prepareThreshold=0} so that none of its statements is named.
+     */
+    public static boolean behindPooler(Connection conn) throws SQLException {
+        PGConnection pg = conn.unwrap(PGConnection.class);
+        try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT pg_backend_pid()")) {
+            rs.next();
+            return rs.getInt(1) != pg.getBackendPID();
+        }
     }
 
     /** Once per filter (Prepared.AUTO): is the server behind a pooler? Then no statement is named. */
@@ -538,8 +560,8 @@ public final class IdempotencyFilter implements Filter {
         }
     }
 
-    private void complete(Connection conn, Request r, Answer captured, boolean named) throws SQLException {
-        Answer kept = Redaction.toStore(captured, redact, storeBody);
+    /** What is stored of {@code kept}'s headers: {content type, JSON object text of the other replayed ones}. */
+    static String[] storedHeaders(Answer kept, Set<String> replayHeaders) {
         String contentType = null;
         Map<String, String> headers = new LinkedHashMap<>();
         Map<String, String> names = new LinkedHashMap<>();
@@ -554,13 +576,19 @@ public final class IdempotencyFilter implements Filter {
             String name = names.computeIfAbsent(lk, k -> h[0]);
             headers.merge(name, h[1], (a, b) -> a + ", " + b);
         }
+        return new String[] {contentType, Json.write(headers)};
+    }
+
+    private void complete(Connection conn, Request r, Answer captured, boolean named) throws SQLException {
+        Answer kept = Redaction.toStore(captured, redact, storeBody);
+        String[] stored = storedHeaders(kept, replayHeaders);
         try (PreparedStatement ps = conn.prepareStatement(COMPLETE_SQL)) {
             statementThreshold(ps, named);
             ps.setString(1, r.key());
             ps.setString(2, r.scope());
             ps.setInt(3, kept.status());
-            ps.setString(4, contentType);
-            ps.setObject(5, Json.write(headers), Types.OTHER);
+            ps.setString(4, stored[0]);
+            ps.setObject(5, stored[1], Types.OTHER);
             ps.setBytes(6, storeBody ? kept.body() : null);
             try (ResultSet rs = ps.executeQuery()) {
                 rs.next();

@@ -7,7 +7,8 @@ import java.util.Map;
 
 /**
  * The little JSON the filter needs (RFC 8259), with no dependency: a parser whose objects are
- * {@code LinkedHashMap}s (member order kept; a repeated name: the last value wins, as JavaScript's JSON.parse),
+ * {@code LinkedHashMap}s (member order kept; a repeated name keeps its first place and takes the last value, as
+ * JavaScript's JSON.parse),
  * arrays {@code List}s, strings {@code String}s, numbers {@link Num} (the number's text as written, so
  * {@code 1e2}, {@code 1.0} and {@code 100} stay apart), {@code Boolean} and {@link #NULL}; and a compact writer,
  * the form JavaScript's JSON.stringify gives.
@@ -75,8 +76,7 @@ public final class Json {
                     i++;
                     ws();
                     Object v = value(depth + 1);
-                    m.remove(k);
-                    m.put(k, v);
+                    m.put(k, v); // a repeated name keeps its first place and takes the last value, as JSON.parse
                     ws();
                     if (i < s.length() && s.charAt(i) == ',') {
                         i++;

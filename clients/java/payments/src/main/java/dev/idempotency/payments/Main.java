@@ -2,8 +2,6 @@ package dev.idempotency.payments;
 
 import dev.idempotency.servlet.IdempotencyFilter;
 import java.net.URI;
-import java.net.URLDecoder;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import org.apache.catalina.Context;
@@ -35,8 +33,15 @@ public final class Main {
             sep = "&";
             if (up.length > 1) b.append(sep).append("password=").append(up[1]);
         }
-        if (u.getRawQuery() != null) b.append(sep).append(u.getRawQuery());
-        return URLDecoder.decode(b.toString(), StandardCharsets.UTF_8).equals(b.toString()) ? b.toString() : b.toString();
+        if (u.getRawQuery() != null) {
+            b.append(sep).append(u.getRawQuery());
+            sep = "&";
+        }
+        // No session SET: pgjdbc sends "SET extra_float_digits = 3" after connecting unless told the server is 9.0+
+        // (then it goes in the startup packet), and through PgBouncer in transaction pooling a SET outlives the
+        // client's transaction on a server connection others use (CONTRACT.md Process, session-settings)
+        b.append(sep).append("assumeMinServerVersion=9.0");
+        return b.toString();
     }
 
     public static void main(String[] args) throws Exception {
@@ -51,9 +56,18 @@ public final class Main {
         int max = Integer.parseInt(System.getenv().getOrDefault("PG_POOL_MAX", "10"));
 
         // tomcat-jdbc's pool: up to PG_POOL_MAX connections, all kept while idle (no idle timeout: rule idle-409)
+        // Behind a pooler in transaction pooling (PgBouncer before 1.21) no statement may be named: pgjdbc's
+        // prepareThreshold=0 (the filter finds it by itself too; the service's own statements need it here)
+        String jdbc = jdbcUrl(url);
+        try (java.sql.Connection probe = java.sql.DriverManager.getConnection(jdbc)) {
+            if (IdempotencyFilter.behindPooler(probe)) {
+                jdbc += (jdbc.contains("?") ? "&" : "?") + "prepareThreshold=0";
+                System.out.println("payments: behind a pooler: prepareThreshold=0");
+            }
+        }
         PoolProperties p = new PoolProperties();
         p.setDriverClassName("org.postgresql.Driver");
-        p.setUrl(jdbcUrl(url));
+        p.setUrl(jdbc);
         p.setMaxActive(max);
         p.setMaxIdle(max);
         p.setMinIdle(Math.min(2, max));
