@@ -9,16 +9,16 @@ import java.util.List;
  * session-settings): the record literal {@code (f1,f2,...)} (an empty unquoted field is NULL; inside quotes
  * {@code ""} is {@code "} and a backslash escapes the next character), and the body's bytea text in either form
  * {@code bytea_output} gives: hex ({@code \x...}) or escape (printable ASCII as itself, {@code \\}, {@code \ooo}).
- * A sixth field, when the server sends one, is the key's expiry as an HTTP-date (rule key-lifetime).
+ * {@code headers} is the stored headers of a replay and, from 1.4, the headers the answer carries for the other
+ * outcomes (rule key-lifetime: {@code Idempotency-Key-Expires}).
  */
-public record ClaimRecord(String outcome, Integer httpStatus, String contentType, String headers, byte[] body,
-        String keyExpires) {
+public record ClaimRecord(String outcome, Integer httpStatus, String contentType, String headers, byte[] body) {
 
     public static ClaimRecord parse(String text) {
         List<String> f = fields(text);
         if (f.size() < 5) throw new IllegalArgumentException("idem_request_claim has " + f.size() + " fields");
         return new ClaimRecord(f.get(0), f.get(1) == null ? null : Integer.valueOf(f.get(1)), f.get(2), f.get(3),
-                f.get(4) == null ? null : bytea(f.get(4)), f.size() > 5 ? f.get(5) : null);
+                f.get(4) == null ? null : bytea(f.get(4)));
     }
 
     /** The fields of a record literal; null for an empty unquoted field. */

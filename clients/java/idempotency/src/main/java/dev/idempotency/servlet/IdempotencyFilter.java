@@ -424,8 +424,11 @@ public final class IdempotencyFilter implements Filter {
                     }
                     complete(conn, r, captured, namedNow);
                     conn.commit();
-                    return claim.keyExpires() == null ? captured
-                            : captured.withHeader("Idempotency-Key-Expires", claim.keyExpires());
+                    // rule key-lifetime: the claim's headers (Idempotency-Key-Expires) go on the stored answer as
+                    // sent, never into the completion
+                    Answer sent = captured;
+                    for (String[] h : claimHeaders(claim.headers())) sent = sent.withHeader(h[0], h[1]);
+                    return sent;
                 } catch (Exception e) {
                     try {
                         conn.rollback();
@@ -608,10 +611,26 @@ public final class IdempotencyFilter implements Filter {
                     "the response stored for this Idempotency-Key has expired; send the request with a new key");
             default -> throw new IllegalStateException("unknown idem_claim_request outcome " + c.outcome());
         };
-        if (c.keyExpires() != null && !c.outcome().equals("expired")) {
-            a = a.withHeader("Idempotency-Key-Expires", c.keyExpires());
+        if (!c.outcome().equals("replay") && !c.outcome().equals("expired")) {
+            // rule key-lifetime: the key's expiry, among the headers the filter adds (the error-shape hook gets them)
+            for (String[] h : claimHeaders(c.headers())) a = a.withHeader(h[0], h[1]);
         }
         return a;
+    }
+
+    /**
+     * The headers a claim that is not a replay carries for the answer (1.4, rule key-lifetime: the claim's
+     * {@code headers} field, {@code {"Idempotency-Key-Expires": "<HTTP-date>"}}; NULL on 1.3).
+     */
+    static List<String[]> claimHeaders(String json) {
+        List<String[]> out = new ArrayList<>();
+        if (json == null) return out;
+        if (Json.parse(json) instanceof Map<?, ?> m) {
+            for (Map.Entry<?, ?> e : m.entrySet()) {
+                if (e.getValue() instanceof String v) out.add(new String[] {String.valueOf(e.getKey()), v});
+            }
+        }
+        return out;
     }
 
     private static Answer replay(ClaimRecord c) {

@@ -3,7 +3,6 @@ package dev.idempotency.servlet;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
-import java.sql.ResultSetMetaData;
 import java.sql.SQLException;
 import java.sql.Types;
 import java.time.Duration;
@@ -166,7 +165,7 @@ public final class Lease {
         private boolean recorded;
         private String step;
         private ScheduledFuture<?> beat;
-        private String keyExpires;
+        private List<String[]> claimHeaders = List.of();
 
         Context(String key, String scope, UUID token, Long fencingNumber, Map<String, Object> state) {
             this.key = key;
@@ -318,17 +317,12 @@ public final class Lease {
             ps.setString(9, r.scope());
             try (ResultSet rs = ps.executeQuery()) {
                 rs.next();
-                ResultSetMetaData md = rs.getMetaData();
-                String keyExpires = null;
-                for (int i = 1; i <= md.getColumnCount(); i++) {
-                    if (md.getColumnName(i).equals("key_expires")) keyExpires = rs.getString(i);
-                }
                 String outcome = rs.getString("outcome");
+                String headers = rs.getString("idem_headers_text");
                 if (!outcome.equals("claimed")) {
                     int st = rs.getInt("http_status");
                     ClaimRecord claim = new ClaimRecord(outcome, rs.wasNull() ? null : st,
-                            rs.getString("response_content_type"), rs.getString("idem_headers_text"),
-                            rs.getBytes("response_bytes"), keyExpires);
+                            rs.getString("response_content_type"), headers, rs.getBytes("response_bytes"));
                     IdempotencyFilter answers = IdempotencyFilter.builder(pool).renderProblem(renderer).build();
                     return answers.render(answers.answerOf(claim));
                 }
@@ -341,7 +335,7 @@ public final class Lease {
                 }
                 ctx = new Context(r.key(), r.scope(), UUID.fromString(rs.getString("lease_token")), fencingNumber,
                         state);
-                ctx.keyExpires = keyExpires;
+                ctx.claimHeaders = IdempotencyFilter.claimHeaders(headers); // 1.4, rule key-lifetime
                 recoveryPoint = rs.getString("recovery_point");
             }
         }
@@ -428,6 +422,8 @@ public final class Lease {
             release(ctx);
             return e.answer;
         }
-        return ctx.keyExpires == null ? sent[0] : sent[0].withHeader("Idempotency-Key-Expires", ctx.keyExpires);
+        Answer out = sent[0];
+        for (String[] h : ctx.claimHeaders) out = out.withHeader(h[0], h[1]); // never stored: added as sent
+        return out;
     }
 }

@@ -18,7 +18,6 @@ class CodecTest {
         assertEquals("claimed", c.outcome());
         assertNull(c.httpStatus());
         assertNull(c.body());
-        assertNull(c.keyExpires());
     }
 
     @Test
@@ -37,9 +36,14 @@ class CodecTest {
     }
 
     @Test
-    void aSixthFieldIsTheKeysExpiry() {
-        ClaimRecord c = ClaimRecord.parse("(mismatch,422,,,,\"Tue, 08 Dec 2026 10:30:00 GMT\")");
-        assertEquals("Tue, 08 Dec 2026 10:30:00 GMT", c.keyExpires());
+    void theClaimsHeadersOfAnotherOutcomeAreTheKeysExpiry() {
+        ClaimRecord c = ClaimRecord.parse("(mismatch,422,,\"{\"\"Idempotency-Key-Expires\"\": \"\"Tue, 08 Dec 2026 10:30:00 GMT\"\"}\",)");
+        assertEquals(422, c.httpStatus());
+        List<String[]> h = IdempotencyFilter.claimHeaders(c.headers());
+        assertEquals(1, h.size());
+        assertEquals("Idempotency-Key-Expires", h.get(0)[0]);
+        assertEquals("Tue, 08 Dec 2026 10:30:00 GMT", h.get(0)[1]);
+        assertEquals(0, IdempotencyFilter.claimHeaders(null).size(), "1.3: NULL");
     }
 
     @Test
