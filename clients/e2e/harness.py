@@ -107,10 +107,12 @@ SERVICES = {
 }
 
 # The sample services run from the clients' packages as users install them (clients/package.sh install): the wheel
-# in a fresh virtualenv, the npm tarball in a fresh Node.js project, the Go module vendored into a fresh module. A
+# in a fresh virtualenv, the npm tarball in a fresh Node.js project, the Go module vendored into a fresh module, the
+# Java filter's jar installed into a fresh local Maven repository and the sample built against it. A
 # file a package leaves out fails these services while the ones above, run from the sources, pass. One build and
 # install for the three (the same prepare command).
-for _name, _serve in (("python-wheel", "python/serve"), ("node-tarball", "node/serve"), ("go-module", "go/payments")):
+for _name, _serve in (("python-wheel", "python/serve"), ("node-tarball", "node/serve"), ("go-module", "go/payments"),
+                      ("java-jar", "java/serve")):
     SERVICES[_name] = {"dir": ".", "ready": "package.sh", "argv": ["{bin}/artifacts/" + _serve],
                        "prepare": [["bash", "package.sh", "install", "{bin}/artifacts"]]}
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http): the same binary, built
