@@ -65,6 +65,12 @@ import org.postgresql.util.PGInterval;
 public final class IdempotencyFilter implements Filter {
     static final String CLAIM_SQL = "SELECT idem_claim_request(?, ?, ?, ?, ?, ?, ?, ?)";
     static final String COMPLETE_SQL = "SELECT idem_complete_request(?, ?, ?, ?, ?, ?)";
+    /**
+     * The completion with COMMIT: pgjdbc sends the two statements of one query text together, before one Sync, so
+     * they take one round trip (CONTRACT.md "Round trips"); a failed completion skips the COMMIT (the server skips
+     * to the Sync) and the transaction is rolled back.
+     */
+    static final String COMPLETE_COMMIT_SQL = COMPLETE_SQL + "; COMMIT";
     public static final long DEFAULT_BODY_LIMIT = 1024 * 1024;
     private static final Set<String> RETRYABLE = Set.of("40001", "40P01");
     private static final Set<String> BAD_BODY = Set.of("22P02", "22P05", "22003", "22021");
@@ -422,8 +428,8 @@ public final class IdempotencyFilter implements Filter {
                         conn.rollback(); // not stored, the handler's writes undone, the key free again
                         return captured;
                     }
-                    complete(conn, r, captured, namedNow);
-                    conn.commit();
+                    complete(conn, r, captured, namedNow); // and COMMIT, in the same round trip
+                    conn.commit(); // nothing to send: the transaction is over (pgjdbc saw the server idle)
                     // rule key-lifetime: the claim's headers (Idempotency-Key-Expires) go on the stored answer as
                     // sent, never into the completion
                     Answer sent = captured;
@@ -585,7 +591,7 @@ public final class IdempotencyFilter implements Filter {
     private void complete(Connection conn, Request r, Answer captured, boolean named) throws SQLException {
         Answer kept = Redaction.toStore(captured, redact, storeBody);
         String[] stored = storedHeaders(kept, replayHeaders);
-        try (PreparedStatement ps = conn.prepareStatement(COMPLETE_SQL)) {
+        try (PreparedStatement ps = conn.prepareStatement(COMPLETE_COMMIT_SQL)) {
             statementThreshold(ps, named);
             ps.setString(1, r.key());
             ps.setString(2, r.scope());
@@ -593,9 +599,7 @@ public final class IdempotencyFilter implements Filter {
             ps.setString(4, stored[0]);
             ps.setObject(5, stored[1], Types.OTHER);
             ps.setBytes(6, storeBody ? kept.body() : null);
-            try (ResultSet rs = ps.executeQuery()) {
-                rs.next();
-            }
+            ps.execute();
         }
     }
 
