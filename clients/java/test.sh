@@ -29,5 +29,6 @@ for report in idempotency/target/surefire-reports/TEST-*.xml; do
     passed=$((passed + $1)) failed=$((failed + $2))
 done
 [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
-echo "clients/java: $passed passed, $failed failed"
+# on a line of its own (Maven's console library ends its output with a colour reset and no newline)
+printf '\nclients/java: %s passed, %s failed\n' "$passed" "$failed"
 exit "$rc"
