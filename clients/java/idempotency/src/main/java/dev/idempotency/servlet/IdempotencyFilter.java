@@ -278,6 +278,10 @@ public final class IdempotencyFilter implements Filter {
 
     /** {@code answer} as the error-shape renderer writes it, when it is one of the filter's own problems. */
     Answer render(Answer answer) {
+        return render(answer, renderer);
+    }
+
+    static Answer render(Answer answer, Problem.Renderer renderer) {
         Problem p = answer.problem();
         if (p == null || !OWN_PROBLEMS.contains(p.type())) return answer;
         return renderer.render(p);
@@ -296,6 +300,11 @@ public final class IdempotencyFilter implements Filter {
     }
 
     private Answer problem(int status, String type, String title, String detail, String... headers) {
+        return problem(problemBase, status, type, title, detail, headers);
+    }
+
+    private static Answer problem(String problemBase, int status, String type, String title, String detail,
+            String... headers) {
         Map<String, String> h = new LinkedHashMap<>();
         for (int i = 0; i + 1 < headers.length; i += 2) h.put(headers[i], headers[i + 1]);
         return new Problem(status, type, title, detail, h).toAnswer(problemBase);
@@ -408,7 +417,7 @@ public final class IdempotencyFilter implements Filter {
                     }
                     if (!claim.outcome().equals("claimed")) {
                         conn.rollback(); // the claim wrote nothing and holds no lock
-                        return answerOf(claim);
+                        return answerOf(claim, problemBase);
                     }
                     Connection handed = RequestDataSource.handedOut(conn);
                     Idempotency handle = new Idempotency(handed, r.key(), r.scope(), attempt);
@@ -604,14 +613,14 @@ public final class IdempotencyFilter implements Filter {
     }
 
     /** The answer to a claim that is not {@code claimed}. */
-    Answer answerOf(ClaimRecord c) {
+    static Answer answerOf(ClaimRecord c, String base) {
         Answer a = switch (c.outcome()) {
             case "replay" -> replay(c);
-            case "mismatch" -> problem(c.httpStatus() == null ? 422 : c.httpStatus(), "idempotency-key-reused",
+            case "mismatch" -> problem(base, c.httpStatus() == null ? 422 : c.httpStatus(), "idempotency-key-reused",
                     "Idempotency-Key reused", "this Idempotency-Key was already used with a different request");
-            case "in_progress" -> problem(409, "idempotency-key-in-progress", "Request in progress",
+            case "in_progress" -> problem(base, 409, "idempotency-key-in-progress", "Request in progress",
                     "a request with this Idempotency-Key is still being processed; retry later", "Retry-After", "1");
-            case "expired" -> problem(410, "idempotency-key-expired", "Idempotency-Key expired",
+            case "expired" -> problem(base, 410, "idempotency-key-expired", "Idempotency-Key expired",
                     "the response stored for this Idempotency-Key has expired; send the request with a new key");
             default -> throw new IllegalStateException("unknown idem_claim_request outcome " + c.outcome());
         };

@@ -323,8 +323,7 @@ public final class Lease {
                     int st = rs.getInt("http_status");
                     ClaimRecord claim = new ClaimRecord(outcome, rs.wasNull() ? null : st,
                             rs.getString("response_content_type"), headers, rs.getBytes("response_bytes"));
-                    IdempotencyFilter answers = IdempotencyFilter.builder(pool).renderProblem(renderer).build();
-                    return answers.render(answers.answerOf(claim));
+                    return IdempotencyFilter.render(IdempotencyFilter.answerOf(claim, Problem.BASE), renderer);
                 }
                 long fencing = rs.getLong("fencing_number");
                 Long fencingNumber = rs.wasNull() ? null : fencing;
