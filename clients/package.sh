@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # The clients as their users get them. Every artifact is built from a clean copy of the files git tracks in the
 # client's folder (never from the checkout's build outputs, node_modules or vendor/), with the ecosystem's own tool,
-# and what goes into it is decided by the package's own metadata (pyproject.toml, package.json, go.mod):
+# and what goes into it is decided by the package's own metadata (pyproject.toml, package.json, go.mod, pom.xml):
 #
 #   clients/package.sh build [OUT]     OUT/python: the sdist and the wheel (python3 -m build --no-isolation: the sdist
 #                                      first, then the wheel built from the unpacked sdist, so a file the sdist lacks
 #                                      fails the wheel); OUT/node: the npm tarball (npm pack); OUT/go/module: the Go
-#                                      module's files as a version tag publishes them (no vendor/)
+#                                      module's files as a version tag publishes them (no vendor/); OUT/java: the
+#                                      filter's jar and poms (mvn -o package, Debian's Maven repository)
 #   clients/package.sh install [OUT]   build, then install each artifact as a user does, in fresh places, and write
 #                                      the commands that start the sample services from them (for the e2e suite,
-#                                      clients/e2e/harness.py's "python-wheel", "node-tarball" and "go-module"):
+#                                      clients/e2e/harness.py's "python-wheel", "node-tarball", "go-module" and
+#                                      "java-jar"):
 #       OUT/python/venv     python3 -m venv --system-site-packages (Debian's psycopg and frameworks are seen; PyPI is
 #                           not reachable), the wheel installed with pip --no-index; OUT/python/serve runs the sample
 #                           service (copied alone, without the library's sources) on it
 #       OUT/node/project    a fresh Node.js project: npm install of the tarball and the service's frameworks;
 #                           OUT/node/serve runs the sample service, whose ../src is the installed package's
+#       OUT/java/m2         a fresh local Maven repository (Debian's, symlinked, plus the filter's jar installed with
+#                           install:install-file); OUT/java/project the sample service alone built against it (mvn -o
+#                           package); OUT/java/serve runs it
 #       OUT/go/project      a fresh module that requires the client module, vendored (the module's copy and
 #                           Debian's sources of its dependencies, clients/go/debian-vendor.sh); OUT/go/payments is the
 #                           sample service built from it
@@ -29,7 +34,7 @@ out=${2:-$clients/dist}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 py=/usr/bin/python3
-"$root/scripts/install-deps.sh" clients release >&2
+"$root/scripts/install-deps.sh" clients java release >&2
 
 # copy_tracked DIR DEST: the files git tracks under clients/DIR (with their working-tree contents), into DEST.
 copy_tracked() {
@@ -58,7 +63,18 @@ build() {
 
     copy_tracked go "$out/go/module"
     rm -rf "$out/go/module/vendor"
-    ls "$out"/python/* "$out"/node/*.tgz
+
+    # Java: mvn -o package of the reactor (the filter's jar, then the sample's), offline against Debian's Maven
+    # repository; the filter's jar and its poms (the module's and the parent's) are the artifact
+    rm -rf "$out/java"
+    mkdir -p "$out/java"
+    copy_tracked java "$work/java"
+    (cd "$work/java" && mvn -B -q -o -s settings.xml -Dstyle.color=never -DskipTests package >"$work/java-build.log" 2>&1) || {
+        tail -n 40 "$work/java-build.log"; echo "package.sh: mvn -o package failed" >&2; return 1; }
+    cp "$work"/java/idempotency/target/idempotency-servlet-*.jar "$out/java/"
+    cp "$work/java/idempotency/pom.xml" "$out/java/idempotency-servlet.pom"
+    cp "$work/java/pom.xml" "$out/java/idempotency-java.pom"
+    ls "$out"/python/* "$out"/node/*.tgz "$out"/java/*.jar
     echo "$out/go/module ($(awk '$1 == "module" {print $2}' "$out/go/module/go.mod"))"
 }
 
@@ -148,6 +164,31 @@ EOF
         go build -o "$out/go/payments" "$mod/cmd/payments")
 }
 
+install_java() {
+    local m2=$out/java/m2 project=$out/java/project jar
+    jar=$(ls "$out"/java/idempotency-servlet-*.jar)
+    rm -rf "$m2" "$project"
+    # A fresh local Maven repository: Debian's (symlinked, read only) plus the filter's jar installed as a user
+    # installs a jar (install:install-file), its parent pom first
+    mkdir -p "$m2"
+    cp -rs /usr/share/maven-repo/. "$m2/"
+    mvn_out() { mvn -B -q -o -Dstyle.color=never -Dmaven.repo.local="$m2" "$@"; }
+    mvn_out install:install-file -Dfile="$out/java/idempotency-java.pom" -DpomFile="$out/java/idempotency-java.pom" -Dpackaging=pom
+    mvn_out install:install-file -Dfile="$jar" -DpomFile="$out/java/idempotency-servlet.pom"
+    # The sample service alone, its pom's dependency on idempotency-servlet resolved from that repository
+    mkdir -p "$project"
+    cp -r "$clients/java/payments/src" "$clients/java/payments/pom.xml" "$project/"
+    (cd "$project" && mvn_out package)
+    cat >"$out/java/serve" <<EOF
+#!/bin/sh
+# The sample payment service on the idempotency-servlet jar installed into $m2.
+exec java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k -jar '$project/target/idempotency-payments-1.4.0.jar' "\$@"
+EOF
+    chmod +x "$out/java/serve"
+    # The filter the sample runs on is the installed jar
+    cmp -s "$project/target/lib/$(basename "$jar")" "$jar"
+}
+
 check() {
     set +e
     local ok=0 bad=0 name version
@@ -201,13 +242,22 @@ EOF
     expect "go packages import the module's own packages by $mod" $?
     grep -m1 '^## ' "$out/go/module/README.md" | grep -qi 'offline'
     expect "go README: the first section is the offline recipe" $?
+    # Java: the jar Maven names from the module's pom, holding the filter; the README's dependency is that one.
+    local artifact
+    artifact=$(sed -n 's|^  <artifactId>\(.*\)</artifactId>|\1|p' "$clients/java/idempotency/pom.xml" | head -1)
+    version=$(sed -n 's|^    <version>\(.*\)</version>|\1|p' "$clients/java/idempotency/pom.xml" | head -1)
+    [ -f "$out/java/$artifact-$version.jar" ]; expect "java jar $artifact-$version.jar" $?
+    unzip -l "$out/java/$artifact-$version.jar" 2>/dev/null | grep -q 'dev/idempotency/servlet/IdempotencyFilter.class'
+    expect "java jar holds dev.idempotency.servlet.IdempotencyFilter" $?
+    grep -q "<artifactId>$artifact</artifactId>" "$clients/java/README.md"
+    expect "java README depends on $artifact" $?
     echo "client-packages $ok passed, $bad failed"
     [ "$bad" -eq 0 ]
 }
 
 case $cmd in
     build) build ;;
-    install) build && install_python && install_node && install_go ;;
+    install) build && install_python && install_node && install_go && install_java ;;
     check) build && check ;;
     *) echo "usage: clients/package.sh build|install|check [OUT]" >&2; exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The client libraries' tests, as root on Debian 12 (CI), with the extension already built and installed:
-#   1. installs the Debian packages of every client and of the harness (scripts/install-deps.sh clients);
+#   1. installs the Debian packages of every client and of the harness (scripts/install-deps.sh clients java);
 #   2. starts a throwaway PostgreSQL 15 cluster (127.0.0.1:55480, scripts/lib/cluster.sh) and PgBouncer in
 #      transaction pooling mode (127.0.0.1:55481) with clients/e2e/harness.py;
 #   3. runs each language's own clients/<lang>/test.sh, with IDEM_TEST_DATABASE_URL naming a database of its own
@@ -8,7 +8,7 @@
 #   4. runs the end-to-end suite (clients/e2e, every service direct and through PgBouncer) and the load suite.
 # Ends with one line per suite, "<suite> N passed, N failed", and exits non-zero on any failure. Each count is
 # the suite's own: the line "clients/<lang>: N passed, N failed" its test.sh ends with (go test -json, node
-# --test's TAP summary, pytest's JUnit XML), pytest's JUnit XML for e2e and load. A suite that exits non-zero
+# --test's TAP summary, pytest's JUnit XML, Maven Surefire's XML reports), pytest's JUnit XML for e2e and load. A suite that exits non-zero
 # fails whatever its count says.
 # Stops every process it started on exit. E2E_LOAD_SECONDS sets the load test's length per service (default 6).
 set -uo pipefail
@@ -16,7 +16,7 @@ clients=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$clients")
 py=/usr/bin/python3
 
-"$root/scripts/install-deps.sh" clients || { echo "clients-setup 0 passed, 1 failed"; exit 1; }
+"$root/scripts/install-deps.sh" clients java || { echo "clients-setup 0 passed, 1 failed"; exit 1; }
 
 summary=()
 any_failed=0
@@ -55,7 +55,7 @@ judge() {
     count "$suite" "$ok" "$bad"
 }
 
-for lang in go node python; do
+for lang in go node python java; do
     suite=client-$lang
     dir=$clients/$lang
     log=$logs/$suite.log

@@ -12,6 +12,9 @@
 #   valgrind  test/robustness/valgrind.sh (not part of scripts/test.sh)
 #   clients   Go, Node.js, Python and the libraries and frameworks of the clients and their sample services,
 #             PgBouncer, wrk, curl, psql: clients/run-tests.sh and every clients/<lang>/test.sh
+#   java      clients/java (the Servlet filter and its Tomcat sample), built offline by Maven against Debian's Maven
+#             repository (/usr/share/maven-repo): the JDK 17, Maven and the plugins a jar's lifecycle runs, pgjdbc,
+#             Tomcat 10.1, JUnit 5; clients/run-tests.sh installs it with clients
 #   bench     bench/run.sh's chart (gnuplot), and the groups valgrind (bench/instructions.sh) and clients (bench/clients)
 #   release   scripts/package.sh and its tests: the Debian package (pg_buildext's debhelper add-on in
 #             postgresql-server-dev-all, lintian), PGXN (pgxnclient), the clients' artifacts (python3-build, venv),
@@ -38,6 +41,9 @@ declare -A groups=(
                python3-psycopg python3-psycopg-pool python3-pytest python3-waitress python3-starlette
                python3-fastapi python3-uvicorn python3-httpx python3-anyio python3-sqlalchemy python3-psycopg2
                python3-django python3-multipart python3-build python3-venv pgbouncer wrk curl postgresql-client"
+    [java]="default-jdk-headless maven libpostgresql-jdbc-java libtomcat10-java junit5
+            libmaven-compiler-plugin-java libmaven-resources-plugin-java libsurefire-java libmaven-jar-plugin-java
+            libmaven-install-plugin-java libmaven-dependency-plugin-java"
     [bench]="gnuplot-nox"
     [managed]="build-essential libkrb5-dev postgresql-server-dev-15 postgresql-15-cron"
     [release]="debhelper devscripts dpkg-dev fakeroot lintian postgresql-server-dev-all pgxnclient

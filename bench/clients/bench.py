@@ -12,7 +12,7 @@ only.
 Knobs (environment):
   BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_THREADS (2)  wrk rounds, seconds per measurement, wrk threads
   BENCH_CONNECTIONS (8)   wrk's connections, and each service's pool size (so the database sees at most as many)
-  BENCH_LANGS (go,node,python)   one run per language, one after another
+  BENCH_LANGS (go,node,python)   one run per language, one after another (also: java)
   BENCH_FSYNC (both)      on, off or both: switched with ALTER SYSTEM and a reload before each measurement that
                           needs the other setting, then a CHECKPOINT before every measurement
   BENCH_BEFORE (none)     a git revision (b5ec4af is version 1.2): checked out with `git worktree add` into a
@@ -63,7 +63,7 @@ VERSIONS = ("before", "after") if BEFORE else ("after",)
 # Every configuration of a language: (version, fsync, mode, handler)
 CELLS = [(v, f, m) for v in VERSIONS for f in FSYNC for m in MODES]
 CONFIGS = [cell + (h,) for cell in CELLS for h, _ in PATHS]
-SERVICE_LANGS = ("go", "node", "python")
+SERVICE_LANGS = ("go", "node", "python", "java")
 
 
 def log(msg):
@@ -230,7 +230,7 @@ def pool_env(h, lang, mode):
     """The service's pool at CONNECTIONS connections (pgxpool's default is max(4, cores))."""
     if lang == "go":
         return {"DATABASE_URL": h.database_url(mode) + f"?pool_max_conns={CONNECTIONS}"}
-    if lang == "node":
+    if lang in ("node", "java"):
         return {"PG_POOL_MAX": str(CONNECTIONS)}
     return {"POOL_SIZE": str(CONNECTIONS)}
 

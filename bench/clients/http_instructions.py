@@ -42,6 +42,7 @@ SERVICES = {
                    {"PG_POOL_MAX": "1", "PG_PIPELINE": "0"}),
     "python": ("python", "Python WSGI (psycopg)", {"POOL_SIZE": "1", "THREADS": "1"}),
     "python-fastapi": ("python-fastapi", "Python FastAPI (psycopg async)", {"POOL_SIZE": "1"}),
+    "java": ("java", "Java Servlet filter on Tomcat 10.1 (pgjdbc)", {"PG_POOL_MAX": "1"}),
 }
 CHOSEN = [s for s in os.environ.get("HTTP_INSTR_SERVICES", ",".join(SERVICES)).split(",") if s]
 PG_BIN = os.environ["PG_BIN"]

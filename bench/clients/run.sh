@@ -12,5 +12,5 @@
 #   BENCH_BEFORE=b5ec4af nice bench/clients/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-"$here/../../scripts/install-deps.sh" clients
+"$here/../../scripts/install-deps.sh" clients java
 exec /usr/bin/python3 "$here/bench.py"

@@ -95,13 +95,24 @@ SERVICES = {
     "python-sqlalchemy": _python("asgi_main.py", ["payments_service.asgi_main", "sqlalchemy"], POOL_SIZE="10"),
     # Django 3.2 under waitress, the claim inside transaction.atomic() (idempotency_pg.django.idempotent)
     "python-django": _python("django_app.py", ["payments_service.django_app"], THREADS="10"),
+    # The Servlet filter on embedded Tomcat 10.1 (clients/java: mvn -o package, offline against Debian's Maven
+    # repository), one JVM per service started, small and with the quick JIT only (a 2-core machine runs many)
+    "java": {
+        "dir": "java",
+        "ready": "payments/pom.xml",
+        "prepare": [["mvn", "-q", "-o", "-s", "settings.xml", "package", "-DskipTests"]],
+        "argv": ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
+                 "-jar", "payments/target/idempotency-payments-1.4.0.jar"],
+    },
 }
 
 # The sample services run from the clients' packages as users install them (clients/package.sh install): the wheel
-# in a fresh virtualenv, the npm tarball in a fresh Node.js project, the Go module vendored into a fresh module. A
+# in a fresh virtualenv, the npm tarball in a fresh Node.js project, the Go module vendored into a fresh module, the
+# Java filter's jar installed into a fresh local Maven repository and the sample built against it. A
 # file a package leaves out fails these services while the ones above, run from the sources, pass. One build and
 # install for the three (the same prepare command).
-for _name, _serve in (("python-wheel", "python/serve"), ("node-tarball", "node/serve"), ("go-module", "go/payments")):
+for _name, _serve in (("python-wheel", "python/serve"), ("node-tarball", "node/serve"), ("go-module", "go/payments"),
+                      ("java-jar", "java/serve")):
     SERVICES[_name] = {"dir": ".", "ready": "package.sh", "argv": ["{bin}/artifacts/" + _serve],
                        "prepare": [["bash", "package.sh", "install", "{bin}/artifacts"]]}
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http): the same binary, built
