@@ -161,6 +161,9 @@ BEGIN
         RETURN;
     END IF;
     lock_id := pg_catalog.hashtextextended(id COLLATE "C", 7655);
+    -- The storage mode cannot change under this transaction from here on: idem_set_storage takes this lock
+    -- exclusively before it switches (a claim that waited for its table lock would read the mode it left).
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(7655, 0);
     partitioned := EXISTS (SELECT FROM pg_catalog.pg_inherits i
                            WHERE i.inhparent OPERATOR(pg_catalog.=)
                                  '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
@@ -173,15 +176,16 @@ BEGIN
         granted := lock_waited_for OR pg_catalog.pg_try_advisory_xact_lock(lock_id);
         lock_waited_for := false;
         IF partitioned THEN
-            SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
-                   k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
-                   k.recovery_state
-            INTO stored
-            FROM @extschema@.idempotency_keys_partitioned k
-            WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
-              AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key
-              AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
-            ORDER BY k.expires_at DESC LIMIT 1;
+            -- Planned with the time as a constant, so the planner prunes the expired partitions: a claim never
+            -- locks one, and never queues behind its drop (a cached generic plan would lock every partition).
+            EXECUTE 'SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers,'
+                    ' k.lease_until, k.response_content_type, k.response_bytes, k.created_at, k.lease_token,'
+                    ' k.recovery_point, k.recovery_state'
+                    ' FROM @extschema@.idempotency_keys_partitioned k'
+                    ' WHERE k.scope OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2'
+                    ' AND k.expires_at OPERATOR(pg_catalog.>) $3'
+                    ' ORDER BY k.expires_at DESC LIMIT 1'
+                INTO stored USING scope, key, pg_catalog.now();
         ELSE
             SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
                    k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,

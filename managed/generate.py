@@ -3,7 +3,8 @@
 
 The managed edition is extension/idempotency.sql with extension/functions.sql and extension/citus.sql appended
 (the C edition's install script, unchanged), where every LANGUAGE C function is replaced by the function of the
-same name and argument types in managed/*.sql (SQL and PL/pgSQL only). A C function that managed/ does not
+same name and argument types in managed/*.sql (SQL and PL/pgSQL only), and so is a SQL or PL/pgSQL function
+that managed/ defines again (one that finds its schema through pg_extension, absent under the plain script). A C function that managed/ does not
 define yet becomes a PL/pgSQL function of the same signature that raises 0A000 (feature_not_supported), so
 every name of the API exists and the unfinished ones say so; `generate.py --missing` lists them. The
 functions of managed/*.sql that replace no C function (the helpers, named idem_managed_*) go in just before the
@@ -151,6 +152,7 @@ def build(managed_dir):
                     sys.exit("generate.py: %s is defined twice in managed/" % key)
                 managed[key] = stmt
     c_keys = set()
+    sql_keys = set()
     parts = []
     for src in SOURCES:
         with open(os.path.join(ROOT, src)) as f:
@@ -168,11 +170,16 @@ def build(managed_dir):
             else:
                 missing.append(key)
                 out.append(stub(stmt, key))
+        elif function_key(stmt) in managed:
+            # A SQL or PL/pgSQL function of the C edition that finds its schema through pg_extension (absent
+            # where the plain script installs): managed/ gives the version that names @extschema@.
+            sql_keys.add(function_key(stmt))
+            out.append(managed[function_key(stmt)])
         else:
             out.append(stmt)
     # The other statements of managed/ (procedures, grants) after everything, when every object they name exists.
     out.extend("\n" + stmt.lstrip("\n") for stmt in helpers)
-    extra = [k for k in managed if k not in c_keys and not k.startswith("idem_managed_")]
+    extra = [k for k in managed if k not in c_keys and k not in sql_keys and not k.startswith("idem_managed_")]
     if extra:
         sys.exit("generate.py: managed/ defines %s, which replace no C function (helpers are named "
                  "idem_managed_*)" % ", ".join(extra))

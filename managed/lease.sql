@@ -207,6 +207,8 @@ BEGIN
     END IF;
     -- Waits out a claim that is reading the row right now.
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(id COLLATE "C", 7655));
+    -- The storage mode holds until this transaction ends (idem_set_storage, managed/partitions.sql).
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(7655, 0);
     partitioned := EXISTS (SELECT FROM pg_catalog.pg_inherits i
                            WHERE i.inhparent OPERATOR(pg_catalog.=)
                                  '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
