@@ -111,6 +111,7 @@ DECLARE
     lock_waited_for boolean := false;
     partitioned boolean;
     found_row boolean;
+    rows_read bigint;
     stored record;
     pause float8 := 0.002;
     saved_timeout text;
@@ -186,6 +187,8 @@ BEGIN
                     ' AND k.expires_at OPERATOR(pg_catalog.>) $3'
                     ' ORDER BY k.expires_at DESC LIMIT 1'
                 INTO stored USING scope, key, pg_catalog.now();
+            GET DIAGNOSTICS rows_read = ROW_COUNT;  -- EXECUTE leaves FOUND as it was
+            found_row := rows_read OPERATOR(pg_catalog.>) 0;
         ELSE
             SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
                    k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
@@ -194,8 +197,8 @@ BEGIN
             FROM @extschema@.idempotency_keys k
             WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
               AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key;
+            found_row := FOUND;
         END IF;
-        found_row := FOUND;
         outcome := NULL;
         IF found_row AND stored.expires_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN
             IF stored.http_status IS NOT NULL OR stored.lease_until IS NULL THEN
@@ -523,7 +526,9 @@ BEGIN
             WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_complete.scope
               AND k.key OPERATOR(pg_catalog.=) idem_managed_complete.key
               AND (k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-                   OR (k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()));
+                   OR (k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))
+              -- Only the key's live row: an expired one stays beside the new row until its partition goes.
+              AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now();
         ELSE
             UPDATE @extschema@.idempotency_keys k
             SET expires_at = (claim OPERATOR(pg_catalog.->>) 'e')::pg_catalog.timestamptz, created_at = pg_catalog.now(),
