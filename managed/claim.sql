@@ -162,20 +162,32 @@ BEGIN
         RETURN;
     END IF;
     lock_id := pg_catalog.hashtextextended(id COLLATE "C", 7655);
-    -- The storage mode cannot change under this transaction from here on: idem_set_storage takes this lock
-    -- exclusively before it switches (a claim that waited for its table lock would read the mode it left).
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(7655, 0);
-    partitioned := EXISTS (SELECT FROM pg_catalog.pg_inherits i
-                           WHERE i.inhparent OPERATOR(pg_catalog.=)
-                                 '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
-                             AND NOT i.inhdetachpending
-                             AND i.inhrelid OPERATOR(pg_catalog.<>)
-                                 '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass);
     LOOP
         -- Lock first, then read: under READ COMMITTED the read's new snapshot sees every completion committed
         -- before the lock was granted.
         granted := lock_waited_for OR pg_catalog.pg_try_advisory_xact_lock(lock_id);
         lock_waited_for := false;
+        IF partitioned IS NOT TRUE THEN
+            -- Table storage's read, and the storage mode read by the same statement: its snapshot is taken once
+            -- its lock on idempotency_keys is granted, so a claim that waited for idem_set_storage (which locks
+            -- that table first) reads the mode it switched to; from then on the lock holds the mode until this
+            -- transaction ends. One statement for both, so the table's claim costs no more than with one.
+            SELECT m.p, k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers,
+                   k.lease_until, k.response_content_type, k.response_bytes, k.created_at, k.lease_token,
+                   k.recovery_point, k.recovery_state
+            INTO stored
+            FROM (SELECT EXISTS (SELECT FROM pg_catalog.pg_inherits i
+                                 WHERE i.inhparent OPERATOR(pg_catalog.=)
+                                       '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
+                                   AND NOT i.inhdetachpending
+                                   AND i.inhrelid OPERATOR(pg_catalog.<>)
+                                       '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass) AS p) m
+            LEFT JOIN @extschema@.idempotency_keys k
+                   ON k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
+                  AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key;
+            partitioned := stored.p;
+            found_row := stored.expires_at IS NOT NULL;
+        END IF;
         IF partitioned THEN
             -- Planned with the time as a constant, so the planner prunes the expired partitions: a claim never
             -- locks one, and never queues behind its drop (a cached generic plan would lock every partition).
@@ -189,15 +201,6 @@ BEGIN
                 INTO stored USING scope, key, pg_catalog.now();
             GET DIAGNOSTICS rows_read = ROW_COUNT;  -- EXECUTE leaves FOUND as it was
             found_row := rows_read OPERATOR(pg_catalog.>) 0;
-        ELSE
-            SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
-                   k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
-                   k.recovery_state
-            INTO stored
-            FROM @extschema@.idempotency_keys k
-            WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
-              AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key;
-            found_row := FOUND;
         END IF;
         outcome := NULL;
         IF found_row AND stored.expires_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN
