@@ -261,6 +261,18 @@ else
     count managed-cron 0 1
 fi
 
+# The sweep's partition upkeep in partitioned storage, as the key table's owner (not superuser): the expired
+# partition dropped with its keys, the partitions ahead made again (test/managed/sweep-partitions.sql).
+psql_m -d postgres -c "CREATE DATABASE sweep_parts OWNER idem_cron_owner" >/dev/null 2>&1
+{
+    psql_m -d sweep_parts -U idem_cron_owner -f "$root/dist/idempotency-managed.sql" &&
+        psql_m -d sweep_parts -U idem_cron_owner -At -f test/managed/sweep-partitions.sql
+} >"$work/sweep.txt" 2>&1
+ok=$(grep -c '^ok' "$work/sweep.txt")
+bad=$(grep -c '^not ok' "$work/sweep.txt")
+if [ "$ok" -ne 4 ]; then echo "not ok: the sweep's partition upkeep:"; grep -v '^ok' "$work/sweep.txt" | head -5; fi
+judge managed-sweep-partitions $(( ok == 4 ? 0 : 1 )) "$ok" "$bad"
+
 # 4. The fingerprint cross-check against the C edition.
 if [ ! -f "$("$pg_config_src" --sharedir)/extension/idempotency.control" ]; then
     echo "not ok: the C edition is not installed in $src_bin/..: nothing to cross-check against (make install there)"
