@@ -409,9 +409,8 @@ BEGIN
         END IF;
     END IF;
 
-    -- Claims read the storage mode under this lock, shared (managed/claim.sql): a claim that waited for the
-    -- switch reads the new mode, never the one it left. Then the tables, as the C edition locks them.
-    PERFORM pg_catalog.pg_advisory_xact_lock(7655, 0);
+    -- idempotency_keys first: claims and lease changes read the storage mode once their statement on that table
+    -- holds its lock (managed/claim.sql), so one that waited for the switch reads the new mode.
     LOCK TABLE @extschema@.idempotency_keys IN ACCESS EXCLUSIVE MODE;
     LOCK TABLE @extschema@.idempotency_keys_partitioned IN ACCESS EXCLUSIVE MODE;
 
