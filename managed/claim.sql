@@ -109,7 +109,7 @@ DECLARE
     lock_id bigint;
     granted boolean;
     lock_waited_for boolean := false;
-    partitioned boolean := false;
+    partitioned boolean;
     found_row boolean;
     rows_read bigint;
     stored record;
@@ -167,26 +167,25 @@ BEGIN
         -- before the lock was granted.
         granted := lock_waited_for OR pg_catalog.pg_try_advisory_xact_lock(lock_id);
         lock_waited_for := false;
-        IF NOT partitioned THEN
-            SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
-                   k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
-                   k.recovery_state
-            INTO stored
-            FROM @extschema@.idempotency_keys k
-            WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
-              AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key;
-            -- The storage mode, read (with whether the key's row was found) once the read above holds its lock on
-            -- idempotency_keys, which idem_set_storage locks first: a claim that waited for a switch reads the
-            -- mode it switched to, and from here on the lock holds the mode until this transaction ends. (Read
-            -- before, it could be the mode left; read here, the table's claim runs no more statements.)
-            SELECT FOUND, EXISTS (SELECT FROM pg_catalog.pg_inherits i
-                                  WHERE i.inhparent OPERATOR(pg_catalog.=)
-                                        '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
-                                    AND NOT i.inhdetachpending
-                                    AND i.inhrelid OPERATOR(pg_catalog.<>)
-                                        '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass)
-            INTO found_row, partitioned;
-        END IF;
+        SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
+               k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
+               k.recovery_state
+        INTO stored
+        FROM @extschema@.idempotency_keys k
+        WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
+          AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key;
+        -- The storage mode, read (with whether the key's row was found) once the read above holds its lock on
+        -- idempotency_keys, which idem_set_storage locks first: a claim that waited for a switch reads the
+        -- mode it switched to, and from here on the lock holds the mode until this transaction ends. (Read
+        -- before, it could be the mode left; read here, the table's claim runs no more statements. In partitioned
+        -- storage the table is empty and its read finds nothing.)
+        SELECT FOUND, EXISTS (SELECT FROM pg_catalog.pg_inherits i
+                              WHERE i.inhparent OPERATOR(pg_catalog.=)
+                                    '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
+                                AND NOT i.inhdetachpending
+                                AND i.inhrelid OPERATOR(pg_catalog.<>)
+                                    '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass)
+        INTO found_row, partitioned;
         IF partitioned THEN
             -- Planned with the time as a constant, so the planner prunes the expired partitions: a claim never
             -- locks one, and never queues behind its drop (a cached generic plan would lock every partition).
