@@ -482,3 +482,9 @@ BEGIN
     RETURN pg_catalog.format('table: %s live keys moved', moved);
 END
 $$;
+
+-- The upkeep's steps are the table owner's (the sweep's), as idem_premake_partitions and
+-- idem_drop_expired_partitions are: nobody else needs them (and their statements check the caller's rights anyway).
+REVOKE ALL ON FUNCTION @extschema@.idem_managed_partition_step(text, oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_managed_partition_step_retrying(text, oid, name) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_managed_drop_expired(integer) FROM PUBLIC;
