@@ -111,6 +111,7 @@ DECLARE
     lock_waited_for boolean := false;
     partitioned boolean;
     found_row boolean;
+    rows_read bigint;
     stored record;
     pause float8 := 0.002;
     saved_timeout text;
@@ -161,37 +162,44 @@ BEGIN
         RETURN;
     END IF;
     lock_id := pg_catalog.hashtextextended(id COLLATE "C", 7655);
-    partitioned := EXISTS (SELECT FROM pg_catalog.pg_inherits i
-                           WHERE i.inhparent OPERATOR(pg_catalog.=)
-                                 '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
-                             AND NOT i.inhdetachpending
-                             AND i.inhrelid OPERATOR(pg_catalog.<>)
-                                 '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass);
     LOOP
         -- Lock first, then read: under READ COMMITTED the read's new snapshot sees every completion committed
         -- before the lock was granted.
         granted := lock_waited_for OR pg_catalog.pg_try_advisory_xact_lock(lock_id);
         lock_waited_for := false;
+        SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
+               k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
+               k.recovery_state
+        INTO stored
+        FROM @extschema@.idempotency_keys k
+        WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
+          AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key;
+        -- The storage mode, read (with whether the key's row was found) once the read above holds its lock on
+        -- idempotency_keys, which idem_set_storage locks first: a claim that waited for a switch reads the
+        -- mode it switched to, and from here on the lock holds the mode until this transaction ends. (Read
+        -- before, it could be the mode left; read here, the table's claim runs no more statements. In partitioned
+        -- storage the table is empty and its read finds nothing.)
+        SELECT FOUND, EXISTS (SELECT FROM pg_catalog.pg_inherits i
+                              WHERE i.inhparent OPERATOR(pg_catalog.=)
+                                    '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
+                                AND NOT i.inhdetachpending
+                                AND i.inhrelid OPERATOR(pg_catalog.<>)
+                                    '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass)
+        INTO found_row, partitioned;
         IF partitioned THEN
-            SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
-                   k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
-                   k.recovery_state
-            INTO stored
-            FROM @extschema@.idempotency_keys_partitioned k
-            WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
-              AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key
-              AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
-            ORDER BY k.expires_at DESC LIMIT 1;
-        ELSE
-            SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
-                   k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
-                   k.recovery_state
-            INTO stored
-            FROM @extschema@.idempotency_keys k
-            WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_claim.scope
-              AND k.key OPERATOR(pg_catalog.=) idem_managed_claim.key;
+            -- Planned with the time as a constant, so the planner prunes the expired partitions: a claim never
+            -- locks one, and never queues behind its drop (a cached generic plan would lock every partition).
+            EXECUTE 'SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers,'
+                    ' k.lease_until, k.response_content_type, k.response_bytes, k.created_at, k.lease_token,'
+                    ' k.recovery_point, k.recovery_state'
+                    ' FROM @extschema@.idempotency_keys_partitioned k'
+                    ' WHERE k.scope OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2'
+                    ' AND k.expires_at OPERATOR(pg_catalog.>) $3'
+                    ' ORDER BY k.expires_at DESC LIMIT 1'
+                INTO stored USING scope, key, pg_catalog.now();
+            GET DIAGNOSTICS rows_read = ROW_COUNT;  -- EXECUTE leaves FOUND as it was
+            found_row := rows_read OPERATOR(pg_catalog.>) 0;
         END IF;
-        found_row := FOUND;
         outcome := NULL;
         IF found_row AND stored.expires_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN
             IF stored.http_status IS NOT NULL OR stored.lease_until IS NULL THEN
@@ -519,7 +527,9 @@ BEGIN
             WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_complete.scope
               AND k.key OPERATOR(pg_catalog.=) idem_managed_complete.key
               AND (k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-                   OR (k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()));
+                   OR (k.http_status IS NULL AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))
+              -- Only the key's live row: an expired one stays beside the new row until its partition goes.
+              AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now();
         ELSE
             UPDATE @extschema@.idempotency_keys k
             SET expires_at = (claim OPERATOR(pg_catalog.->>) 'e')::pg_catalog.timestamptz, created_at = pg_catalog.now(),

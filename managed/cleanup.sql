@@ -5,8 +5,8 @@
 -- session for 200 ms ends the sweep with 55P03. idem_cleanup() runs every batch in the caller's transaction, as in
 -- the C edition; the procedure idem_managed_sweep() commits after each batch and paces them
 -- (idempotency.cleanup_keys_per_second), as the background worker does: what pg_cron runs.
--- In partitioned storage the sweep deletes from the default partition (dropping expired partitions is not in
--- the managed edition yet).
+-- In partitioned storage the sweep first makes partitions ahead and drops the expired ones (partitions.sql), then
+-- deletes from the default partition.
 
 CREATE FUNCTION @extschema@.idem_managed_cleanup_batch(
     batch_size integer, from_tid tid,
@@ -16,15 +16,10 @@ SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '200ms'
 AS $$
 DECLARE
-    partitioned boolean := EXISTS (
-        SELECT FROM pg_catalog.pg_inherits i
-        WHERE i.inhparent OPERATOR(pg_catalog.=) '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
-          AND NOT i.inhdetachpending
-          AND i.inhrelid OPERATOR(pg_catalog.<>)
-              '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass);
-    relation regclass := CASE WHEN partitioned
-                              THEN '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass
-                              ELSE '@extschema@.idempotency_keys'::pg_catalog.regclass END;
+    -- The table by its name of now: a renamed one is 42P01 with the C edition's message.
+    relation_name text := CASE WHEN @extschema@.idem_managed_partitioned()
+                               THEN 'idempotency_keys_partitioned_default' ELSE 'idempotency_keys' END;
+    relation regclass := pg_catalog.to_regclass('@extschema@.' OPERATOR(pg_catalog.||) relation_name);
     blocks bigint;
     from_block bigint := (pg_catalog.ltrim(pg_catalog.split_part(from_tid::pg_catalog.text, ',', 1), '('))::pg_catalog.int8;
     to_block bigint;
@@ -42,6 +37,11 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
         RAISE EXCEPTION 'cannot execute idem_cleanup() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    IF relation IS NULL THEN
+        RAISE EXCEPTION 'idempotency: table %.% is missing from the extension''s schema', '@extschema@', relation_name
+            USING ERRCODE = 'undefined_table',
+                  HINT = 'Run ALTER EXTENSION idempotency UPDATE, or restore the table''s name.';
     END IF;
     -- The lock the DELETE takes anyway, waited for at most 200 ms (this function's lock_timeout).
     BEGIN
@@ -124,7 +124,20 @@ DECLARE
     size pg_catalog.int4 := @extschema@.idem_managed_cleanup_batch_size();
     pace pg_catalog.int4 := COALESCE(NULLIF(pg_catalog.btrim(
         pg_catalog.current_setting('idempotency.cleanup_keys_per_second', true)), ''), '2000')::pg_catalog.int4;
+    upkeep record;
 BEGIN
+    -- Partitioned storage's upkeep first, as the worker does: partitions made ahead (in their own transaction),
+    -- then expired partitions dropped one per transaction (a drop's locks last until it commits); a partition
+    -- that cannot be made or dropped now is logged and left for the next sweep. Nothing in table storage.
+    IF @extschema@.idem_managed_partitioned() THEN
+        PERFORM @extschema@.idem_premake_partitions();
+        COMMIT;
+        LOOP
+            upkeep := @extschema@.idem_managed_drop_expired(1);
+            COMMIT;
+            EXIT WHEN NOT upkeep.more;
+        END LOOP;
+    END IF;
     LOOP
         batch := @extschema@.idem_managed_cleanup_batch(size, position);
         position := batch.next_tid;

@@ -3,15 +3,19 @@
 
 The managed edition is extension/idempotency.sql with extension/functions.sql and extension/citus.sql appended
 (the C edition's install script, unchanged), where every LANGUAGE C function is replaced by the function of the
-same name and argument types in managed/*.sql (SQL and PL/pgSQL only). A C function that managed/ does not
+same name and argument types in managed/*.sql (SQL and PL/pgSQL only), and so is a SQL or PL/pgSQL function
+that managed/ defines again (one that finds its schema through pg_extension, absent under the plain script). A C function that managed/ does not
 define yet becomes a PL/pgSQL function of the same signature that raises 0A000 (feature_not_supported), so
 every name of the API exists and the unfinished ones say so; `generate.py --missing` lists them. The
 functions of managed/*.sql that replace no C function (the helpers, named idem_managed_*) go in just before the
 first replaced one; its other statements (procedures, grants) at the end.
 
 Two files, into the directory given (dist/):
-  idempotency-pgtle.sql    for psql as a pgtle_admin: registers version 1.4 with pgtle.install_extension
-                           (unless registered already), after which CREATE EXTENSION idempotency works;
+  idempotency-pgtle.sql    for psql as a pgtle_admin: registers every released version (managed/releases/) and
+                           the one being built with pgtle.install_extension(_version_sql), and the update path
+                           from each to the next with pgtle.install_update_path (skipping what is registered
+                           already), after which CREATE EXTENSION idempotency and ALTER EXTENSION idempotency
+                           UPDATE work;
   idempotency-managed.sql  the same objects as a plain script into the current schema; run again, it replaces
                            the functions and keeps the tables, types and keys.
 """
@@ -134,6 +138,25 @@ def stub(stmt, key):
     return text.rstrip().rstrip(";") + body
 
 
+def read_managed(managed_dir):
+    """The functions of managed/*.sql by name(in-argument types), and its other statements."""
+    managed, helpers = {}, []
+    for name in sorted(os.listdir(managed_dir)):
+        if not name.endswith(".sql"):
+            continue
+        with open(os.path.join(managed_dir, name)) as f:
+            for stmt in statements(f.read()):
+                key = function_key(stmt)
+                if key is None:
+                    if strip_comments(stmt).strip():
+                        helpers.append(stmt)
+                    continue
+                if key in managed:
+                    sys.exit("generate.py: %s is defined twice in managed/" % key)
+                managed[key] = stmt
+    return managed, helpers
+
+
 def build(managed_dir):
     managed = {}
     helpers = []
@@ -151,6 +174,7 @@ def build(managed_dir):
                     sys.exit("generate.py: %s is defined twice in managed/" % key)
                 managed[key] = stmt
     c_keys = set()
+    sql_keys = set()
     parts = []
     for src in SOURCES:
         with open(os.path.join(ROOT, src)) as f:
@@ -168,17 +192,70 @@ def build(managed_dir):
             else:
                 missing.append(key)
                 out.append(stub(stmt, key))
+        elif function_key(stmt) in managed:
+            # A SQL or PL/pgSQL function of the C edition that finds its schema through pg_extension (absent
+            # where the plain script installs): managed/ gives the version that names @extschema@.
+            sql_keys.add(function_key(stmt))
+            out.append(managed[function_key(stmt)])
         else:
             out.append(stmt)
     # The other statements of managed/ (procedures, grants) after everything, when every object they name exists.
     out.extend("\n" + stmt.lstrip("\n") for stmt in helpers)
-    extra = [k for k in managed if k not in c_keys and not k.startswith("idem_managed_")]
+    extra = [k for k in managed if k not in c_keys and k not in sql_keys and not k.startswith("idem_managed_")]
     if extra:
         sys.exit("generate.py: managed/ defines %s, which replace no C function (helpers are named "
                  "idem_managed_*)" % ", ".join(extra))
     script = "".join(out)
     script = re.sub(r"^\\echo[^\n]*\n", "", script, flags=re.M)
     return script, missing, len(c_keys) - len(missing)
+
+
+def version_key(version):
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def update_step(managed_dir, old, new, new_script):
+    """The managed edition's update script from version old to new: the C edition's update step
+    (extension/idempotency--OLD--NEW.sql, when there is one: the tables' changes) with every LANGUAGE C function
+    replaced by its managed version (or a stub), after the helpers (idem_managed_*) are dropped, since they may
+    change their signatures; then every function, procedure, view, comment and grant of the new version made
+    anew (CREATE OR REPLACE), so the update ends with exactly the new version's routines."""
+    managed, _ = read_managed(managed_dir)
+    out = ["-- idempotency %s -> %s, the managed edition's update, generated by managed/generate.py.\n" % (old, new),
+           "DO $idem_update_do$\nDECLARE\n    helper pg_catalog.regprocedure;\nBEGIN\n"
+           "    FOR helper IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc p\n"
+           "                  WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace\n"
+           "                    AND p.proname OPERATOR(pg_catalog.~) '^idem_managed_' LOOP\n"
+           "        EXECUTE pg_catalog.format('DROP ROUTINE %s', helper);\n"
+           "    END LOOP;\nEND\n$idem_update_do$;\n"]
+    step = os.path.join(ROOT, "extension", "idempotency--%s--%s.sql" % (old, new))
+    if os.path.exists(step):
+        with open(step) as f:
+            for stmt in statements(f.read()):
+                if is_c_function(stmt):
+                    key = function_key(stmt)
+                    out.append(managed[key] if key in managed else stub(stmt, key))
+                else:
+                    out.append(stmt)
+    out.append("\n" + plain_update_part(new_script))
+    return re.sub(r"^\\echo[^\n]*\n", "", "".join(out), flags=re.M)
+
+
+def releases(releases_dir):
+    """The frozen versions under releases_dir: {version: install script}, {(old, new): update script}."""
+    installs, updates = {}, {}
+    if os.path.isdir(releases_dir):
+        for name in os.listdir(releases_dir):
+            m = re.fullmatch(r"idempotency--([^-]+(?:-[^-]+)*?)(?:--([^-]+(?:-[^-]+)*?))?\.sql", name)
+            if not m:
+                continue
+            with open(os.path.join(releases_dir, name)) as f:
+                text = f.read()
+            if m.group(2):
+                updates[(m.group(1), m.group(2))] = text
+            else:
+                installs[m.group(1)] = text
+    return installs, updates
 
 
 def dollar_quote(text, tag):
@@ -209,33 +286,99 @@ def main():
         _, missing, _ = build(os.path.join(ROOT, "managed"))
         print("\n".join(missing))
         return
-    if len(args) != 1:
-        sys.exit("usage: managed/generate.py OUTDIR | --missing")
-    outdir = args[0]
+    releases_dir = os.path.join(ROOT, "managed", "releases")
+    freeze = False
+    rest = []
+    while args:
+        arg = args.pop(0)
+        if arg == "--releases" and args:
+            releases_dir = args.pop(0)
+        elif arg == "--freeze":
+            freeze = True
+        else:
+            rest.append(arg)
+    if len(rest) != 1:
+        sys.exit("usage: managed/generate.py OUTDIR [--releases DIR] [--freeze] | --missing")
+    outdir = rest[0]
     with open(os.path.join(ROOT, "Makefile")) as f:
         version = VERSION_RE.search(f.read()).group(1)
+    # Test only (scripts/test-managed.sh, managed-update): another version number, and SQL added to it.
+    version = os.environ.get("IDEM_MANAGED_VERSION") or version
     with open(os.path.join(ROOT, "idempotency.control")) as f:
         comment = re.search(r"^comment\s*=\s*'((?:[^']|'')*)'", f.read(), re.M).group(1).replace("''", "'")
     script, missing, replaced = build(os.path.join(ROOT, "managed"))
+    if os.environ.get("IDEM_MANAGED_TEST_SQL"):
+        with open(os.environ["IDEM_MANAGED_TEST_SQL"]) as f:
+            script += "\n" + f.read()
+
+    # The released versions, frozen (managed/README.md, "Releases"): each is registered as it was released, with
+    # the update path from each to the next; the version being built is the last, with its update generated.
+    installs, updates = releases(releases_dir)
+    if version in installs and installs[version] != script:
+        sys.exit("generate.py: %s/idempotency--%s.sql is frozen (released) and differs from what managed/ makes "
+                 "now: a released version does not change; raise EXTVERSION in the Makefile for the next one"
+                 % (releases_dir, version))
+    versions = sorted(set(installs) | {version}, key=version_key)
+    if versions[-1] != version:
+        sys.exit("generate.py: %s has a version after %s" % (releases_dir, version))
+    installs[version] = script
+    paths = []
+    for old, new in zip(versions, versions[1:]):
+        if (old, new) in updates:
+            paths.append((old, new, updates[(old, new)]))
+        elif new == version:
+            paths.append((old, new, update_step(os.path.join(ROOT, "managed"), old, new, script)))
+        else:
+            sys.exit("generate.py: %s has no idempotency--%s--%s.sql" % (releases_dir, old, new))
+    if freeze:
+        os.makedirs(releases_dir, exist_ok=True)
+        with open(os.path.join(releases_dir, "idempotency--%s.sql" % version), "w") as f:
+            f.write(script)
+        if paths and paths[-1][1] == version:
+            with open(os.path.join(releases_dir, "idempotency--%s--%s.sql" % paths[-1][:2]), "w") as f:
+                f.write(paths[-1][2])
+
     os.makedirs(outdir, exist_ok=True)
     header = ("-- idempotency %s, the managed edition (SQL and PL/pgSQL only), generated by `make managed` from\n"
               "-- extension/*.sql and managed/*.sql: do not edit. %d C functions of the API are not in it yet and\n"
               "-- raise 0A000 (managed/SUPPORTED).\n" % (version, len(missing)))
 
+    quote = lambda text: "'%s'" % text.replace("'", "''")
+    body = ["DO $idem_pgtle_do$\nDECLARE\n"
+            "    registered text[] := ARRAY(SELECT v.version FROM pgtle.available_extension_versions() v\n"
+            "                               WHERE v.name OPERATOR(pg_catalog.=) 'idempotency');\n"]
+    body += ["    version_%d text := %s;\n" % (n, dollar_quote(installs[v], "idem_tle")) for n, v in enumerate(versions)]
+    body += ["    update_%d text := %s;\n" % (n, dollar_quote(text, "idem_tle")) for n, (_, _, text) in enumerate(paths)]
+    body.append("BEGIN\n")
+    for n, v in enumerate(versions):
+        if n == 0:
+            body.append("    IF pg_catalog.cardinality(registered) OPERATOR(pg_catalog.=) 0 THEN\n"
+                        "        PERFORM pgtle.install_extension('idempotency', %s, %s, version_0);\n"
+                        "    ELSIF %s OPERATOR(pg_catalog.<>) ALL (registered) THEN\n"
+                        "        PERFORM pgtle.install_extension_version_sql('idempotency', %s, version_0);\n"
+                        % (quote(v), quote(comment), quote(v), quote(v)))
+        else:
+            body.append("    IF %s OPERATOR(pg_catalog.<>) ALL (registered) THEN\n"
+                        "        PERFORM pgtle.install_extension_version_sql('idempotency', %s, version_%d);\n"
+                        % (quote(v), quote(v), n))
+        body.append("    ELSE\n        RAISE NOTICE 'idempotency %s is registered already';\n    END IF;\n" % v)
+    for n, (old, new, _) in enumerate(paths):
+        body.append("    IF NOT EXISTS (SELECT FROM pgtle.extension_update_paths('idempotency') p\n"
+                    "                   WHERE p.source OPERATOR(pg_catalog.=) %s AND p.target OPERATOR(pg_catalog.=) %s\n"
+                    "                     AND p.path OPERATOR(pg_catalog.=) %s) THEN\n"
+                    "        PERFORM pgtle.install_update_path('idempotency', %s, %s, update_%d);\n"
+                    "    END IF;\n" % (quote(old), quote(new), quote("%s--%s" % (old, new)), quote(old), quote(new), n))
+    body.append("    IF (SELECT e.default_version FROM pgtle.available_extensions() e\n"
+                "        WHERE e.name OPERATOR(pg_catalog.=) 'idempotency') IS DISTINCT FROM %s THEN\n"
+                "        PERFORM pgtle.set_default_version('idempotency', %s);\n"
+                "    END IF;\nEND\n$idem_pgtle_do$;\n" % (quote(version), quote(version)))
     tle = (header +
            "-- Run with psql as a member of pgtle_admin in each database that will use the extension, after\n"
-           "-- CREATE EXTENSION pg_tle; then CREATE EXTENSION idempotency. Registers version %s unless it is\n"
-           "-- registered already (pgtle.uninstall_extension('idempotency') to register a changed one).\n"
-           "DO $idem_pgtle_do$\nBEGIN\n"
-           "    IF EXISTS (SELECT FROM pgtle.available_extension_versions() v\n"
-           "               WHERE v.name OPERATOR(pg_catalog.=) 'idempotency' AND v.version OPERATOR(pg_catalog.=) %s) THEN\n"
-           "        RAISE NOTICE 'idempotency %s is registered already';\n"
-           "        RETURN;\n"
-           "    END IF;\n"
-           "    PERFORM pgtle.install_extension('idempotency', %s, %s,\n%s);\n"
-           "END\n$idem_pgtle_do$;\n") % (version, "'%s'" % version, version, "'%s'" % version,
-                                          "'%s'" % comment.replace("'", "''"),
-                                          dollar_quote(script, "idem_tle"))
+           "-- CREATE EXTENSION pg_tle; then CREATE EXTENSION idempotency, or ALTER EXTENSION idempotency UPDATE\n"
+           "-- where an earlier version is installed. Registers every released version (%s) and the update path\n"
+           "-- from each to the next, skipping what is registered already (a version registered with other text\n"
+           "-- stays as it is: pgtle.uninstall_extension('idempotency') to register it anew), and makes %s the\n"
+           "-- default version.\n" % (", ".join(versions), version) + "".join(body))
     with open(os.path.join(outdir, "idempotency-pgtle.sql"), "w") as f:
         f.write(tle)
 

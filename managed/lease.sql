@@ -199,6 +199,7 @@ AS $$
 DECLARE
     id text := scope OPERATOR(pg_catalog.||) E'\x1f' OPERATOR(pg_catalog.||) key;
     partitioned boolean;
+    changed boolean;
     result timestamptz;
 BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
@@ -207,12 +208,39 @@ BEGIN
     END IF;
     -- Waits out a claim that is reading the row right now.
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(id COLLATE "C", 7655));
-    partitioned := EXISTS (SELECT FROM pg_catalog.pg_inherits i
-                           WHERE i.inhparent OPERATOR(pg_catalog.=)
-                                 '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
-                             AND NOT i.inhdetachpending
-                             AND i.inhrelid OPERATOR(pg_catalog.<>)
-                                 '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass);
+    -- Table storage's write first; then the storage mode, read once that write holds its lock on idempotency_keys,
+    -- which idem_set_storage locks first (a change that waited for a switch reads the mode it switched to);
+    -- in partitioned storage the table is empty and the write finds nothing.
+    UPDATE @extschema@.idempotency_keys k SET
+        lease_until = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN NULL
+                           WHEN change OPERATOR(pg_catalog.=) 'checkpoint' THEN k.lease_until ELSE new_until END,
+        lease_token = CASE WHEN change OPERATOR(pg_catalog.=) ANY ('{complete,release}'::text[]) THEN NULL
+                           ELSE k.lease_token END,
+        expires_at = CASE WHEN change OPERATOR(pg_catalog.=) 'extend' THEN GREATEST(k.expires_at,
+                         pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', new_until) OPERATOR(pg_catalog.+)
+                                             (k.expires_at OPERATOR(pg_catalog.-) k.lease_until)))
+                          ELSE k.expires_at END,
+        recovery_point = CASE WHEN change OPERATOR(pg_catalog.=) 'checkpoint' THEN idem_managed_lease_change.recovery_point
+                              ELSE k.recovery_point END,
+        recovery_state = CASE WHEN change OPERATOR(pg_catalog.=) 'checkpoint' THEN idem_managed_lease_change.recovery_state
+                              ELSE k.recovery_state END,
+        http_status = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN idem_managed_lease_change.http_status END,
+        response_body = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN idem_managed_lease_change.response_body END,
+        response_headers = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN idem_managed_lease_change.response_headers END,
+        response_content_type = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN content_type END,
+        response_bytes = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN idem_managed_lease_change.response_bytes END
+    WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_lease_change.scope
+      AND k.key OPERATOR(pg_catalog.=) idem_managed_lease_change.key
+      AND k.lease_token OPERATOR(pg_catalog.=) token AND k.http_status IS NULL
+      AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp()
+    RETURNING k.lease_until INTO result;
+    SELECT FOUND, EXISTS (SELECT FROM pg_catalog.pg_inherits i
+                          WHERE i.inhparent OPERATOR(pg_catalog.=)
+                                '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
+                            AND NOT i.inhdetachpending
+                            AND i.inhrelid OPERATOR(pg_catalog.<>)
+                                '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass)
+    INTO changed, partitioned;
     IF partitioned THEN
         UPDATE @extschema@.idempotency_keys_partitioned k SET
             lease_until = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN NULL
@@ -237,32 +265,9 @@ BEGIN
           AND k.lease_token OPERATOR(pg_catalog.=) token AND k.http_status IS NULL
           AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp()
         RETURNING k.lease_until INTO result;
-    ELSE
-        UPDATE @extschema@.idempotency_keys k SET
-            lease_until = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN NULL
-                               WHEN change OPERATOR(pg_catalog.=) 'checkpoint' THEN k.lease_until ELSE new_until END,
-            lease_token = CASE WHEN change OPERATOR(pg_catalog.=) ANY ('{complete,release}'::text[]) THEN NULL
-                               ELSE k.lease_token END,
-            expires_at = CASE WHEN change OPERATOR(pg_catalog.=) 'extend' THEN GREATEST(k.expires_at,
-                             pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', new_until) OPERATOR(pg_catalog.+)
-                                                 (k.expires_at OPERATOR(pg_catalog.-) k.lease_until)))
-                              ELSE k.expires_at END,
-            recovery_point = CASE WHEN change OPERATOR(pg_catalog.=) 'checkpoint' THEN idem_managed_lease_change.recovery_point
-                                  ELSE k.recovery_point END,
-            recovery_state = CASE WHEN change OPERATOR(pg_catalog.=) 'checkpoint' THEN idem_managed_lease_change.recovery_state
-                                  ELSE k.recovery_state END,
-            http_status = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN idem_managed_lease_change.http_status END,
-            response_body = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN idem_managed_lease_change.response_body END,
-            response_headers = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN idem_managed_lease_change.response_headers END,
-            response_content_type = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN content_type END,
-            response_bytes = CASE WHEN change OPERATOR(pg_catalog.=) 'complete' THEN idem_managed_lease_change.response_bytes END
-        WHERE k.scope OPERATOR(pg_catalog.=) idem_managed_lease_change.scope
-          AND k.key OPERATOR(pg_catalog.=) idem_managed_lease_change.key
-          AND k.lease_token OPERATOR(pg_catalog.=) token AND k.http_status IS NULL
-          AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.transaction_timestamp()
-        RETURNING k.lease_until INTO result;
+        changed := FOUND;
     END IF;
-    IF NOT FOUND THEN
+    IF NOT changed THEN
         RAISE EXCEPTION '%: idempotency lease token is not the current one for key "%"', caller, key
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'The lease was taken over after it ran out, or was completed or released.',

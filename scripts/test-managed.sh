@@ -102,6 +102,44 @@ step psql_m -d plain -f "$root/dist/idempotency-managed.sql"
 tail -20 "$log_dir/install.log" | grep -i error
 count managed-install "$install_ok" "$install_bad"
 
+# The update through pg_tle (managed/README.md, "Releases"): this version frozen as a release would freeze it,
+# then a test-only next version generated after it (test/managed/update-next.sql added), which registers both
+# and the update path between them. A database on this version, with the keys of test/managed/move-setup.sql,
+# is updated by ALTER EXTENSION idempotency UPDATE (as idem_tle_admin, not superuser) and keeps every key
+# (test/managed/move-check.sql), and the next version's function answers.
+upd=$work/update
+mkdir -p "$upd/releases"
+[ -d managed/releases ] && cp -a managed/releases/. "$upd/releases/"
+this_version=$(sed -n 's/^EXTVERSION *= *//p' Makefile)
+next_version=$this_version.99
+install_ok=0 install_bad=0
+step python3 managed/generate.py "$upd/this" --releases "$upd/releases" --freeze
+step env IDEM_MANAGED_VERSION="$next_version" IDEM_MANAGED_TEST_SQL=test/managed/update-next.sql \
+    python3 managed/generate.py "$upd/next" --releases "$upd/releases"
+step psql_m -d postgres -c "CREATE DATABASE tle_update"
+step psql_m -d tle_update -c "CREATE EXTENSION pg_tle" -c "GRANT CREATE ON DATABASE tle_update TO idem_tle_admin" \
+    -c "GRANT CREATE ON SCHEMA public TO idem_tle_admin"
+step psql_m -d tle_update -U idem_tle_admin -f "$upd/this/idempotency-pgtle.sql"
+step psql_m -d tle_update -U idem_tle_admin -c "CREATE EXTENSION idempotency" -f test/managed/move-setup.sql
+# The next file registers the next version and the path; run again, it changes nothing.
+step psql_m -d tle_update -U idem_tle_admin -f "$upd/next/idempotency-pgtle.sql"
+step psql_m -d tle_update -U idem_tle_admin -f "$upd/next/idempotency-pgtle.sql"
+step psql_m -d tle_update -U idem_tle_admin -c "ALTER EXTENSION idempotency UPDATE"
+count managed-update-setup "$install_ok" "$install_bad"
+{
+    psql_m -d tle_update -At -c "SELECT CASE WHEN extversion = '$next_version' THEN 'ok' ELSE 'not ok' END
+        || ' updated to the next version (' || extversion || ')' FROM pg_extension WHERE extname = 'idempotency'"
+    psql_m -d tle_update -At -c "SELECT CASE WHEN idem_managed_test_next() = 'next' THEN 'ok' ELSE 'not ok' END
+        || ' the next version''s function answers'"
+    psql_m -d tle_update -At -f test/managed/move-check.sql
+} >"$work/update.txt" 2>&1
+ok=$(grep -c '^ok' "$work/update.txt")
+bad=$(grep -c -v '^ok' "$work/update.txt")
+# Every promise answered: two here, one per check of move-check.sql.
+[ "$ok" -eq $((2 + $(grep -c "'not ok'" test/managed/move-check.sql))) ] || bad=$((bad + 1))
+[ "$bad" -eq 0 ] || { echo "not ok: the update through pg_tle:"; grep -v '^ok' "$work/update.txt"; }
+count managed-update "$ok" "$bad"
+
 # Expiry through pg_cron, started now and checked at the end (pg_cron 1.4 runs a job at most once a minute): a
 # database owned by a role that is not superuser, the plain script installed by it, 300 expired keys and 10
 # live ones; the job runs as that role.
@@ -222,6 +260,18 @@ else
     psql_m -d plain -c "SELECT status, username, return_message FROM cron.job_run_details" | tail -5
     count managed-cron 0 1
 fi
+
+# The sweep's partition upkeep in partitioned storage, as the key table's owner (not superuser): the expired
+# partition dropped with its keys, the partitions ahead made again (test/managed/sweep-partitions.sql).
+psql_m -d postgres -c "CREATE DATABASE sweep_parts OWNER idem_cron_owner" >/dev/null 2>&1
+{
+    psql_m -d sweep_parts -U idem_cron_owner -f "$root/dist/idempotency-managed.sql" &&
+        psql_m -d sweep_parts -U idem_cron_owner -At -f test/managed/sweep-partitions.sql
+} >"$work/sweep.txt" 2>&1
+ok=$(grep -c '^ok' "$work/sweep.txt")
+bad=$(grep -c '^not ok' "$work/sweep.txt")
+if [ "$ok" -ne 4 ]; then echo "not ok: the sweep's partition upkeep:"; grep -v '^ok' "$work/sweep.txt" | head -5; fi
+judge managed-sweep-partitions $(( ok == 4 ? 0 : 1 )) "$ok" "$bad"
 
 # 4. The fingerprint cross-check against the C edition.
 if [ ! -f "$("$pg_config_src" --sharedir)/extension/idempotency.control" ]; then
