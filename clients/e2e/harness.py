@@ -211,8 +211,17 @@ def stack_up(stack, settings=None):
         if r.returncode != 0:
             raise HarnessError(f"managed/generate.py failed: {r.stdout}")
         _managed_script = os.path.join(out, "idempotency-managed.sql")
-    r = subprocess.run(["bash", "-c", script, "_", REPO, pg, str(PG_PORT), preload], cwd=stack,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for attempt in range(5):
+        r = subprocess.run(["bash", "-c", script, "_", REPO, pg, str(PG_PORT), preload], cwd=stack,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The port is inside the ephemeral range: another program's outgoing connection can hold it for a moment
+        # (the server then fails to bind it). Wait and start afresh.
+        if r.returncode == 0 or "Address already in use" not in _tail(os.path.join(pg, "server.log"), 4000):
+            break
+        log(f"port {PG_PORT} was held by another socket; starting the cluster again")
+        subprocess.run(["bash", "-c", 'source "$1/scripts/lib/cluster.sh" && stop_cluster "$2"', "_", REPO, pg],
+                       cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)
     if r.returncode != 0:
         raise HarnessError(f"start_cluster failed: {r.stdout}\n{_tail(os.path.join(pg, 'server.log'), 2000)}")
     create_database(DB)
