@@ -210,6 +210,21 @@ else
     count managed-collision 0 1
 fi
 
+# idempotency.tombstone_ttl is a placeholder here (SET takes any text: managed/DIFFERENCES.md), so the managed
+# edition refuses a bad value where it reads it: a claim that finds no live row and the sweep answer 22023 for a
+# value past 3650 days, below 0, or no time at all, and write nothing.
+ok=0 bad=0
+for value in "'3651d'" "-1" "'bogus'"; do
+    for query in "SELECT idem_claim('ts-bad', idem_hash('x'))" "SELECT idem_cleanup()"; do
+        out=$(psql_m -d plain -v VERBOSITY=sqlstate -c "SET idempotency.tombstone_ttl = $value" -c "$query" 2>&1)
+        if [ "$out" = "ERROR:  22023" ]; then ok=$((ok + 1))
+        else echo "not ok: tombstone_ttl = $value, $query: $out"; bad=$((bad + 1)); fi
+    done
+done
+left=$(psql_m -d plain -At -c "SELECT count(*) FROM idempotency_keys WHERE key = 'ts-bad'")
+[ "$left" = 0 ] && ok=$((ok + 1)) || { echo "not ok: a refused claim wrote key ts-bad"; bad=$((bad + 1)); }
+count managed-tombstone-ttl "$ok" "$bad"
+
 # The expiry job: every expired key gone, the live ones kept, the run succeeded as the owner.
 for _ in $(seq 1 90); do
     left=$(psql_m -d cron_owned -At -c "SELECT count(*) FROM idempotency_keys WHERE expires_at <= now()")
