@@ -83,3 +83,30 @@ BEGIN
            OPERATOR(pg_catalog.>) 0;
 END
 $$;
+
+-- For the drop of an expired partition (src/tombstones.c, tombstones_bury_partition): its completed rows that
+-- expired after now() - idempotency.tombstone_ttl become tombstones, in the dropping transaction, before the
+-- drop; a lease that ran out is taken over, not remembered. Returns how many were written; 0 while tombstones are
+-- off. The managed edition's partition drop (not written yet: managed/SUPPORTED) calls it.
+CREATE FUNCTION @extschema@.idem_managed_bury_partition(partition regclass)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    since timestamptz := @extschema@.idem_managed_tombstone_since();
+    buried bigint;
+BEGIN
+    IF since IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE pg_catalog.format('INSERT INTO @extschema@.idempotency_tombstones (expired_at, scope, key, request_hash)'
+        ' SELECT expires_at, scope, key, request_hash FROM %s'
+        ' WHERE http_status IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) $1 ON CONFLICT DO NOTHING', partition)
+        USING since;
+    GET DIAGNOSTICS buried = ROW_COUNT;
+    RETURN buried;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_managed_bury_partition(regclass) FROM PUBLIC;
