@@ -114,6 +114,8 @@ DECLARE
     rows_read bigint;
     stored record;
     pause float8 := 0.002;
+    tombstone_ttl text;
+    expired_at timestamptz;
     saved_timeout text;
     until timestamptz;
     wait_until timestamptz;
@@ -215,7 +217,24 @@ BEGIN
             -- A lease that ran out is taken over like an absent key, below.
         END IF;
         IF outcome IS NULL THEN
-            outcome := CASE WHEN granted THEN 'claimed' ELSE 'in_progress' END;
+            -- 1.4, tombstones (managed/tombstones.sql), only while idempotency.tombstone_ttl is above 0: a
+            -- completed key whose response expired within it answers expired, whoever holds the lock. Its
+            -- expired row still there tells when it expired (never a lease that ran out); with no row, its
+            -- tombstone does.
+            expired_at := NULL;
+            tombstone_ttl := pg_catalog.current_setting('idempotency.tombstone_ttl', true);
+            IF tombstone_ttl OPERATOR(pg_catalog.<>) '' AND tombstone_ttl OPERATOR(pg_catalog.<>) '0' THEN
+                IF NOT found_row THEN
+                    expired_at := @extschema@.idem_managed_tombstone(key, scope,
+                                      @extschema@.idem_managed_tombstone_since(), partitioned);
+                ELSIF stored.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                      AND NOT (stored.http_status IS NULL AND stored.lease_until IS NOT NULL)
+                      AND stored.expires_at OPERATOR(pg_catalog.>) @extschema@.idem_managed_tombstone_since() THEN
+                    expired_at := stored.expires_at;
+                END IF;
+            END IF;
+            outcome := CASE WHEN expired_at IS NOT NULL THEN 'expired' WHEN granted THEN 'claimed'
+                            ELSE 'in_progress' END;
         END IF;
         EXIT WHEN outcome OPERATOR(pg_catalog.<>) 'in_progress' OR wait_until IS NULL
                   OR pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) wait_until;
@@ -248,11 +267,12 @@ BEGIN
         recovery_point := stored.recovery_point;
         recovery_state := stored.recovery_state;
     END IF;
-    IF outcome OPERATOR(pg_catalog.=) 'claimed' THEN
+    IF outcome OPERATOR(pg_catalog.=) 'claimed' OR (outcome OPERATOR(pg_catalog.=) 'expired' AND granted) THEN
         -- REPEATABLE READ and SERIALIZABLE: a completion (or the replacement or removal of an expired row)
         -- committed after the snapshot would be run twice. No statement can look with a newer snapshot, so
         -- the claim probes: FOR UPDATE on the row it saw, or an insert that is always rolled back; either
-        -- fails with 40001 when the row changed after the snapshot.
+        -- fails with 40001 when the row changed after the snapshot. An expired key is probed too, as the C
+        -- edition decides 40001 before expired (a sweep that removed the row after the snapshot).
         IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
             BEGIN
                 IF found_row AND NOT partitioned THEN
@@ -277,6 +297,8 @@ BEGIN
                           HINT = 'Retry the transaction.';
             END;
         END IF;
+    END IF;
+    IF outcome OPERATOR(pg_catalog.=) 'claimed' THEN
         IF NOT transactional THEN
             RETURN;
         END IF;
@@ -297,6 +319,10 @@ BEGIN
         http_status := COALESCE(NULLIF(pg_catalog.current_setting('idempotency.mismatch_status', true), ''),
                                 '422')::pg_catalog.int4;
         expires_at := stored.expires_at;
+    ELSIF outcome OPERATOR(pg_catalog.=) 'expired' THEN
+        -- 410 Gone, and when the key's response expired.
+        http_status := 410;
+        expires_at := expired_at;
     ELSE
         http_status := 409;
     END IF;

@@ -6,10 +6,13 @@
 -- the C edition; the procedure idem_managed_sweep() commits after each batch and paces them
 -- (idempotency.cleanup_keys_per_second), as the background worker does: what pg_cron runs.
 -- In partitioned storage the sweep first makes partitions ahead and drops the expired ones (partitions.sql), then
--- deletes from the default partition.
+-- deletes from the default partition. 1.4: with idempotency.tombstone_ttl above 0 the expired completed rows a batch
+-- deletes become tombstones in the same statement (a partition's, before its drop); after the keys the sweep
+-- deletes the tombstones past the ttl (all of them once it is 0) by the same batches and pace
+-- (managed/tombstones.sql).
 
 CREATE FUNCTION @extschema@.idem_managed_cleanup_batch(
-    batch_size integer, from_tid tid,
+    batch_size integer, from_tid tid, tombstones boolean,
     OUT removed bigint, OUT next_tid tid, OUT finished boolean, OUT pages bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -17,23 +20,40 @@ SET lock_timeout = '200ms'
 AS $$
 DECLARE
     -- The table by its name of now: a renamed one is 42P01 with the C edition's message.
-    relation_name text := CASE WHEN @extschema@.idem_managed_partitioned()
+    relation_name text := CASE WHEN tombstones THEN 'idempotency_tombstones'
+                               WHEN @extschema@.idem_managed_partitioned()
                                THEN 'idempotency_keys_partitioned_default' ELSE 'idempotency_keys' END;
     relation regclass := pg_catalog.to_regclass('@extschema@.' OPERATOR(pg_catalog.||) relation_name);
+    -- 1.4: NULL while tombstones are off (refusing a bad idempotency.tombstone_ttl).
+    tombstone_since timestamptz := @extschema@.idem_managed_tombstone_since();
+    cutoff timestamptz := pg_catalog.now();
+    buried text := '';
     blocks bigint;
     from_block bigint := (pg_catalog.ltrim(pg_catalog.split_part(from_tid::pg_catalog.text, ',', 1), '('))::pg_catalog.int8;
     to_block bigint;
     to_tid tid;
     selected bigint;
     last_tid tid;
-    statement text := 'WITH batch AS MATERIALIZED (SELECT ctid FROM %s'
+    column_name text := 'expires_at';
+    statement text := 'WITH batch AS MATERIALIZED (SELECT ctid FROM %1$s'
         ' WHERE ctid OPERATOR(pg_catalog.>=) $3 AND ctid OPERATOR(pg_catalog.<) $4'
-        ' AND expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2%s),'
-        ' gone AS (DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))'
-        ' AND expires_at OPERATOR(pg_catalog.<=) $1 RETURNING 1)'
+        ' AND %3$s OPERATOR(pg_catalog.<=) $1 LIMIT $2%2$s),'
+        ' gone AS (DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))'
+        ' AND %3$s OPERATOR(pg_catalog.<=) $1 RETURNING %4$s)%5$s'
         ' SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.max(ctid) FROM batch),'
         ' (SELECT pg_catalog.count(*) FROM gone)';
 BEGIN
+    IF tombstones THEN
+        -- Tombstones go idempotency.tombstone_ttl after their key expired (all of them once it is 0).
+        column_name := 'expired_at';
+        cutoff := COALESCE(tombstone_since, pg_catalog.now());
+    ELSIF tombstone_since IS NOT NULL THEN
+        -- The rows a key batch deletes that were completed (a status: not a lease that ran out) and expired
+        -- after $5 become tombstones in the same statement, so no snapshot sees the key with neither.
+        buried := ', buried AS (INSERT INTO @extschema@.idempotency_tombstones (expired_at, scope, key, request_hash)'
+            ' SELECT expires_at, scope, key, request_hash FROM gone WHERE http_status IS NOT NULL'
+            ' AND expires_at OPERATOR(pg_catalog.>) $5 ON CONFLICT DO NOTHING)';
+    END IF;
     IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
         RAISE EXCEPTION 'cannot execute idem_cleanup() in a read-only transaction'
             USING ERRCODE = 'read_only_sql_transaction';
@@ -57,11 +77,15 @@ BEGIN
     to_tid := pg_catalog.format('(%s,1)', to_block)::pg_catalog.tid;
     PERFORM pg_catalog.set_config('lock_timeout', '20ms', true);
     BEGIN
-        EXECUTE pg_catalog.format(statement, relation, '', relation)
-            INTO selected, last_tid, removed USING pg_catalog.now(), batch_size, from_tid, to_tid;
+        EXECUTE pg_catalog.format(statement, relation, '', column_name,
+                                  CASE WHEN buried OPERATOR(pg_catalog.=) '' THEN '1'
+                                       ELSE 'expires_at, scope, key, request_hash, http_status' END, buried)
+            INTO selected, last_tid, removed USING cutoff, batch_size, from_tid, to_tid, tombstone_since;
     EXCEPTION WHEN lock_not_available THEN
-        EXECUTE pg_catalog.format(statement, relation, ' FOR UPDATE SKIP LOCKED', relation)
-            INTO selected, last_tid, removed USING pg_catalog.now(), batch_size, from_tid, to_tid;
+        EXECUTE pg_catalog.format(statement, relation, ' FOR UPDATE SKIP LOCKED', column_name,
+                                  CASE WHEN buried OPERATOR(pg_catalog.=) '' THEN '1'
+                                       ELSE 'expires_at, scope, key, request_hash, http_status' END, buried)
+            INTO selected, last_tid, removed USING cutoff, batch_size, from_tid, to_tid, tombstone_since;
     END;
     IF selected OPERATOR(pg_catalog.=) batch_size THEN
         -- Stopped inside the range: go on right after the last row taken.
@@ -98,13 +122,24 @@ DECLARE
     position tid := '(0,1)';
     total bigint := 0;
     size integer := @extschema@.idem_managed_cleanup_batch_size();
+    tombstones boolean := false;
 BEGIN
+    -- The keys, then (1.4) the tombstones past idempotency.tombstone_ttl, counted with them.
     LOOP
-        batch := @extschema@.idem_managed_cleanup_batch(size, position);
+        batch := @extschema@.idem_managed_cleanup_batch(size, position, tombstones);
         total := total OPERATOR(pg_catalog.+) batch.removed;
         position := batch.next_tid;
-        EXIT WHEN batch.finished;
+        IF batch.finished THEN
+            EXIT WHEN tombstones OR NOT @extschema@.idem_managed_tombstones_swept();
+            tombstones := true;
+            position := '(0,1)';
+        END IF;
     END LOOP;
+    -- Then expired partitions dropped, last, as the C edition's idem_cleanup() does: a drop's lock on the parent
+    -- holds partitioned claims until the caller's transaction ends (the pg_cron sweep drops one per transaction).
+    IF @extschema@.idem_managed_partitioned() THEN
+        total := total OPERATOR(pg_catalog.+) (@extschema@.idem_managed_drop_expired(0)).keys_removed;
+    END IF;
     RETURN total;
 END
 $$;
@@ -122,6 +157,7 @@ DECLARE
     batch record;
     position pg_catalog.tid := '(0,1)';
     size pg_catalog.int4 := @extschema@.idem_managed_cleanup_batch_size();
+    tombstones pg_catalog.bool := false;
     pace pg_catalog.int4 := COALESCE(NULLIF(pg_catalog.btrim(
         pg_catalog.current_setting('idempotency.cleanup_keys_per_second', true)), ''), '2000')::pg_catalog.int4;
     upkeep record;
@@ -138,11 +174,16 @@ BEGIN
             EXIT WHEN NOT upkeep.more;
         END LOOP;
     END IF;
+    -- The keys, then (1.4) the tombstones past idempotency.tombstone_ttl, paced alike.
     LOOP
-        batch := @extschema@.idem_managed_cleanup_batch(size, position);
+        batch := @extschema@.idem_managed_cleanup_batch(size, position, tombstones);
         position := batch.next_tid;
         COMMIT;
-        EXIT WHEN batch.finished;
+        IF batch.finished THEN
+            EXIT WHEN tombstones OR NOT @extschema@.idem_managed_tombstones_swept();
+            tombstones := true;
+            position := '(0,1)';
+        END IF;
         IF pace OPERATOR(pg_catalog.>) 0 THEN
             PERFORM pg_catalog.pg_sleep(GREATEST(batch.removed, batch.pages)::pg_catalog.float8
                                         OPERATOR(pg_catalog./) pace);
@@ -152,4 +193,4 @@ END
 $$;
 
 REVOKE ALL ON PROCEDURE @extschema@.idem_managed_sweep() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_managed_cleanup_batch(integer, tid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_managed_cleanup_batch(integer, tid, boolean) FROM PUBLIC;

@@ -9,12 +9,15 @@
 #      files of managed/SUPPORTED run against each, compared with the C edition's expected/ files after
 #      managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own functions; the
 #      isolation specs of managed/SUPPORTED the same way;
+#   3b. the clients' e2e suite (go, node and python reference services, direct and through PgBouncer) against the
+#      managed edition's plain script in a stack of that copy (clients/e2e/harness.py, IDEM_E2E_EDITION=managed);
 #   4. the fingerprint cross-check: a cluster of PG_CONFIG's own PostgreSQL, where the C edition is installed, with
 #      the C edition in one database and the plain script in another; test/managed/crosscheck.sql computes
 #      idem_hash and idem_fingerprint over a generated corpus in both, and every digest must be equal.
 # Run as root. Prints "<suite> N passed, N failed" per suite, then "managed N passed, N failed".
 #   PG_CONFIG          the PostgreSQL to copy and to cross-check against (default the system's 15)
 #   IDEM_MANAGED_PORT  the first of the two ports used (default 55470; the second is one more)
+#   IDEM_E2E_PORT_BASE the clients' e2e stack's ports (base .. base+49; default 55480); IDEM_MANAGED_E2E=0 skips it
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -245,6 +248,21 @@ else
     count managed-collision 0 1
 fi
 
+# idempotency.tombstone_ttl is a placeholder here (SET takes any text: managed/DIFFERENCES.md), so the managed
+# edition refuses a bad value where it reads it: a claim that finds no live row and the sweep answer 22023 for a
+# value past 3650 days, below 0, or no time at all, and write nothing.
+ok=0 bad=0
+for value in "'3651d'" "-1" "'bogus'"; do
+    for query in "SELECT idem_claim('ts-bad', idem_hash('x'))" "SELECT idem_cleanup()"; do
+        out=$(psql_m -d plain -v VERBOSITY=sqlstate -c "SET idempotency.tombstone_ttl = $value" -c "$query" 2>&1)
+        if [ "$out" = "ERROR:  22023" ]; then ok=$((ok + 1))
+        else echo "not ok: tombstone_ttl = $value, $query: $out"; bad=$((bad + 1)); fi
+    done
+done
+left=$(psql_m -d plain -At -c "SELECT count(*) FROM idempotency_keys WHERE key = 'ts-bad'")
+[ "$left" = 0 ] && ok=$((ok + 1)) || { echo "not ok: a refused claim wrote key ts-bad"; bad=$((bad + 1)); }
+count managed-tombstone-ttl "$ok" "$bad"
+
 # The expiry job: every expired key gone, the live ones kept, the run succeeded as the owner.
 for _ in $(seq 1 90); do
     left=$(psql_m -d cron_owned -At -c "SELECT count(*) FROM idempotency_keys WHERE expires_at <= now()")
@@ -272,6 +290,29 @@ ok=$(grep -c '^ok' "$work/sweep.txt")
 bad=$(grep -c '^not ok' "$work/sweep.txt")
 if [ "$ok" -ne 4 ]; then echo "not ok: the sweep's partition upkeep:"; grep -v '^ok' "$work/sweep.txt" | head -5; fi
 judge managed-sweep-partitions $(( ok == 4 ? 0 : 1 )) "$ok" "$bad"
+
+# The clients' e2e suite (clients/e2e, not the load test) against the managed edition: one service per language
+# (go, node, python reference services), each direct and through PgBouncer, in a stack of the copy above (no file
+# of the C edition there) whose database gets the plain script (harness.py, IDEM_E2E_EDITION=managed). Skipped
+# with IDEM_MANAGED_E2E=0; its ports are IDEM_E2E_PORT_BASE's (55480 by default, the clients' stack's: one stack
+# at a time, harness.py takes the lock).
+if [ "${IDEM_MANAGED_E2E:-1}" != 0 ]; then
+    e2e_start=$(date +%s)
+    if scripts/install-deps.sh clients >"$log_dir/e2e-deps.log" 2>&1; then
+        (cd clients/e2e && PG_BIN=$pg_bin IDEM_E2E_EDITION=managed E2E_LANGS=go,node,python E2E_REQUIRE_ALL=1 \
+            /usr/bin/python3 -m pytest -m "not load" -rfEs --tb=short --junitxml="$log_dir/e2e.xml" test_e2e.py) \
+            </dev/null >"$log_dir/e2e.log" 2>&1
+        status=$?
+        ok=0 bad=0
+        [ -f "$log_dir/e2e.xml" ] && read -r ok bad _ < <(/usr/bin/python3 scripts/lib/counts.py junit "$log_dir/e2e.xml")
+        [ "$status" -ne 0 ] && { grep -E '^(FAILED|ERROR)' "$log_dir/e2e.log" | head -20; tail -3 "$log_dir/e2e.log"; }
+        echo "managed-e2e: $(( $(date +%s) - e2e_start ))s"
+        judge managed-e2e "$status" "$ok" "$bad"
+    else
+        tail -20 "$log_dir/e2e-deps.log"
+        count managed-e2e 0 1
+    fi
+fi
 
 # 4. The fingerprint cross-check against the C edition.
 if [ ! -f "$("$pg_config_src" --sharedir)/extension/idempotency.control" ]; then

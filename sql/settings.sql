@@ -12,3 +12,15 @@ FROM pg_settings WHERE name = 'idempotency.cleanup_wal_compression';
 SET idempotency.ttl = '90min';
 SHOW idempotency.ttl;
 RESET idempotency.ttl;
+
+-- idempotency.tombstone_ttl (1.4, issue 41): seconds, units accepted, 0 by default, at most 3650 days.
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/sqlstate_of.sql
+SHOW idempotency.tombstone_ttl;
+SET idempotency.tombstone_ttl = '30d';
+SHOW idempotency.tombstone_ttl;
+-- The range's own spelling differs by version (PostgreSQL 15: "(0 .. 315360000)", 17 and 18: "(0 s .. 315360000 s)").
+SELECT split_part(sqlstate_of($$SET idempotency.tombstone_ttl = '3651d'$$), ' (', 1) AS too_long;
+SELECT split_part(sqlstate_of($$SET idempotency.tombstone_ttl = -1$$), ' (', 1) AS negative;
+RESET idempotency.tombstone_ttl;
+DROP FUNCTION sqlstate_of(text);

@@ -16,6 +16,11 @@ command line:
     python3 harness.py createdb NAME     another database like `payments` (without DB_SETTINGS) in the running
                                          stack, print its URL
     python3 harness.py stack-down DIR    stop every process recorded in DIR (services too) and remove DIR
+
+IDEM_E2E_EDITION=managed: the stack is the managed edition's (issue 40) instead: a cluster that loads no library of
+this extension (no shared_preload_libraries, no CREATE EXTENSION), every database given dist/idempotency-managed.sql
+(the plain script, generated afresh from managed/ into the stack folder) before clients/schema.sql. PG_BIN (the
+server's bin directory, Debian's 15 by default) is the PostgreSQL it runs, as for scripts/lib/cluster.sh.
 """
 
 import contextlib
@@ -50,6 +55,13 @@ RIDES_LEASE_SECONDS = 2  # POST /rides' lease in the e2e suite (CONTRACT.md "lea
 # direct and through PgBouncer, and must answer as under the defaults (CONTRACT.md "session-settings": nothing is
 # read back as text these change). IDEM_E2E_DB_SETTINGS=default runs the suite under the server's defaults; the
 # benchmarks' stacks (bench/clients, stack_up(dir)) always are, to measure the usual case.
+# The edition the stack's databases get: "c" (CREATE EXTENSION idempotency, the library preloaded) or "managed" (the
+# plain script of the managed edition, no library loaded).
+EDITION = os.environ.get("IDEM_E2E_EDITION", "c")
+if EDITION not in ("c", "managed"):
+    raise SystemExit(f"harness.py: IDEM_E2E_EDITION must be c or managed, not {EDITION!r}")
+PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+_managed_script = None  # the plain script written for this stack (stack_up)
 DB_SETTINGS = {} if os.environ.get("IDEM_E2E_DB_SETTINGS") == "default" else {
     "bytea_output": "escape", "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard", "TimeZone": "Asia/Kolkata",
     "extra_float_digits": "0"}
@@ -198,9 +210,29 @@ def stack_up(stack, settings=None):
             raise HarnessError(f"port {port} is already in use on 127.0.0.1 (a stack left running?)")
     pg = os.path.join(stack, "pg")
     script = 'source "$1/scripts/lib/cluster.sh" && start_cluster "$2" "$3" "$4" "max_connections = 400"'
-    r = subprocess.run(["bash", "-c", script, "_", REPO, pg, str(PG_PORT),
-                        "shared_preload_libraries = 'idempotency'"], cwd=stack,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    preload = "shared_preload_libraries = 'idempotency'"
+    if EDITION == "managed":
+        # No library of ours is loaded: nothing preloaded, and the databases get the plain script, written here
+        # from this tree's managed/ (generate.py, what `make managed` runs).
+        global _managed_script
+        preload = "shared_preload_libraries = ''"
+        out = os.path.join(stack, "managed")
+        r = subprocess.run([sys.executable, os.path.join(REPO, "managed", "generate.py"), out],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            raise HarnessError(f"managed/generate.py failed: {r.stdout}")
+        _managed_script = os.path.join(out, "idempotency-managed.sql")
+    for attempt in range(5):
+        r = subprocess.run(["bash", "-c", script, "_", REPO, pg, str(PG_PORT), preload], cwd=stack,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The port is inside the ephemeral range: another program's outgoing connection can hold it for a moment
+        # (the server then fails to bind it). Wait and start afresh.
+        if r.returncode == 0 or "Address already in use" not in _tail(os.path.join(pg, "server.log"), 4000):
+            break
+        log(f"port {PG_PORT} was held by another socket; starting the cluster again")
+        subprocess.run(["bash", "-c", 'source "$1/scripts/lib/cluster.sh" && stop_cluster "$2"', "_", REPO, pg],
+                       cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)
     if r.returncode != 0:
         raise HarnessError(f"start_cluster failed: {r.stdout}\n{_tail(os.path.join(pg, 'server.log'), 2000)}")
     create_database(DB)
@@ -245,14 +277,22 @@ pidfile = {bdir}/pgbouncer.pid
 
 
 def create_database(name):
-    """A database with CREATE EXTENSION idempotency and clients/schema.sql; returns its direct URL."""
+    """A database with CREATE EXTENSION idempotency (IDEM_E2E_EDITION=managed: the managed edition's plain
+    script) and clients/schema.sql; returns its direct URL."""
     import psycopg
     with psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres", autocommit=True) as c:
         c.execute(f'CREATE DATABASE "{name}"')
     url = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{name}"
     schema = open(os.path.join(CLIENTS, "schema.sql")).read()
+    if EDITION == "managed":
+        script = _managed_script or os.path.join(REPO, "dist", "idempotency-managed.sql")
+        r = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", script],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            raise HarnessError(f"the managed edition's script failed in {name}: {r.stdout[-3000:]}")
     with psycopg.connect(url, autocommit=True) as c:
-        c.execute("CREATE EXTENSION idempotency")
+        if EDITION != "managed":
+            c.execute("CREATE EXTENSION idempotency")
         c.execute(schema)
     return url
 
