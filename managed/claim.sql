@@ -189,6 +189,16 @@ BEGIN
                                     '@extschema@.idempotency_keys_partitioned_default'::pg_catalog.regclass)
         INTO found_row, partitioned;
         IF partitioned THEN
+            -- No unique index spans the partitions, and PL/pgSQL reads with the transaction's snapshot: under
+            -- REPEATABLE READ a completion committed after the snapshot would be missed and the request run
+            -- twice (the C edition answers 40001). Refused instead (managed/DIFFERENCES.md).
+            IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+                RAISE EXCEPTION 'idempotency: the managed edition claims in partitioned storage under READ COMMITTED only'
+                    USING ERRCODE = 'feature_not_supported',
+                          DETAIL = pg_catalog.format('This transaction is %s.',
+                                                     pg_catalog.current_setting('transaction_isolation')),
+                          HINT = 'Claim in a READ COMMITTED transaction, or use table storage (idem_set_storage).';
+            END IF;
             -- Planned with the time as a constant, so the planner prunes the expired partitions: a claim never
             -- locks one, and never queues behind its drop (a cached generic plan would lock every partition).
             EXECUTE 'SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers,'
