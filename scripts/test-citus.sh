@@ -5,7 +5,8 @@
 # (IdemNode->citus_cluster in test/perl/IdemNode.pm), run as user postgres. Run as root. Prints one line per
 # suite, "<suite> N passed, N failed" (one per TAP assertion), then the total "N passed, N failed":
 #   citus-build      the builds (extension with zero warnings)
-#   citus-layout     each unsupported layout refused with its message, then idem_citus_distribute
+#   citus-layout     each unsupported layout refused with its message, then idem_citus_distribute; then
+#                    idempotency.tombstone_ttl > 0 refused (SET, claims, idem_cleanup(), the sweeper)
 #   citus-semantics  new key, replay, mismatch, in_progress, rollback, 5xx, scopes, lease takeover, a delegated
 #                    post_payment, from every node; a call that was not delegated is refused
 #   citus-ops        the sweeper on every node, idem_citus_stats() on the coordinator

@@ -468,6 +468,49 @@ lock_local_shard(Oid table, text *scope)
 	return relation;
 }
 
+/*
+ * 1.4: tombstones are not supported on a distributed key table (the tombstones table is a plain table on each
+ * node, not co-located with the keys' shards, and the sweep of a worker's shards does not write them): with
+ * idempotency.tombstone_ttl above 0 every call of the key store and every sweep refuses, so no claim answers as
+ * if tombstones were kept when they are not.
+ */
+static void
+refuse_tombstones(void)
+{
+	if (idem_tombstone_ttl_seconds <= 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("idempotency: tombstones are not supported on a Citus-distributed key table"),
+			 errdetail("idempotency.tombstone_ttl is %d s in this session; Citus distributes idempotency_keys, and "
+					   "idempotency_tombstones is not kept in the keys' shards.", idem_tombstone_ttl_seconds),
+			 errhint("Leave idempotency.tombstone_ttl at 0 in a Citus cluster: "
+					 "ALTER DATABASE ... RESET idempotency.tombstone_ttl.")));
+}
+
+bool
+citus_keys_distributed_here(void)
+{
+	int			rc;
+	bool		distributed,
+				isnull;
+
+	if (!OidIsValid(get_extension_oid("citus", true)) || !OidIsValid(get_extension_oid("idempotency", true)))
+		return false;
+	SPI_connect();
+	rc = SPI_execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p"
+					 " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid"
+					 " JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) c.relnamespace"
+					 " WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'"
+					 "   AND c.relname OPERATOR(pg_catalog.=) 'idempotency_keys'"
+					 "   AND p.partmethod OPERATOR(pg_catalog.=) 'h')", true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "idempotency: reading Citus's pg_dist_partition failed: %s", SPI_result_code_string(rc));
+	distributed = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	return distributed;
+}
+
 Oid
 citus_key_relation(Oid table, bool partitioned, text *scope, bool direct)
 {
@@ -492,6 +535,7 @@ citus_key_relation(Oid table, bool partitioned, text *scope, bool direct)
 					 errhint("Only the layout made by idem_citus_distribute(colocate_with) is supported.")));
 			break;
 		case LAYOUT_DISTRIBUTED:
+			refuse_tombstones();
 			break;
 	}
 	if (partitioned)
@@ -527,6 +571,7 @@ citus_sweep_relations(Oid table)
 			/* Unsupported (claims refuse it): a reference table's copies must change together. */
 			return NIL;
 		case LAYOUT_DISTRIBUTED:
+			refuse_tombstones();	/* on the coordinator too, which has no shard: the same setting everywhere */
 			break;
 	}
 

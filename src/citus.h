@@ -35,4 +35,10 @@ Oid			citus_key_relation(Oid table, bool partitioned, text *scope, bool direct);
  */
 List	   *citus_sweep_relations(Oid table);
 
+/*
+ * In a transaction: whether Citus distributes this database's idempotency_keys (hash, by scope). For the check
+ * of idempotency.tombstone_ttl (guc.c): tombstones are not supported there (1.4).
+ */
+bool		citus_keys_distributed_here(void);
+
 #endif

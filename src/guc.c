@@ -3,8 +3,11 @@
 
 #include <limits.h>
 
+#include "access/parallel.h"
+#include "access/xact.h"
 #include "utils/guc.h"
 
+#include "citus.h"
 #include "guc.h"
 
 int			idem_ttl_seconds = 24 * 60 * 60;
@@ -37,6 +40,26 @@ static const struct config_enum_entry wal_compression_methods[] = {
 #endif
 int			idem_cleanup_wal_compression = DEFAULT_SWEEPER_WAL_COMPRESSION;
 bool		idem_citus_direct = true;
+
+/*
+ * idempotency.tombstone_ttl above 0 set in a session (SET, set_config, a function's SET clause) of a database whose
+ * key table Citus distributes: refused at once (tombstones are not supported on Citus in 1.4), with the claims'
+ * and the sweep's SQLSTATE. Values from the configuration file, ALTER DATABASE or ALTER ROLE are not checked here
+ * (no catalog to read, or another database's); every claim and sweep under them refuses instead (citus.c).
+ */
+static bool
+check_tombstone_ttl(int *newval, void **extra, GucSource source)
+{
+	if (*newval > 0 && source == PGC_S_SESSION && IsTransactionState() && !IsParallelWorker() &&
+		citus_keys_distributed_here())
+	{
+		GUC_check_errcode(ERRCODE_FEATURE_NOT_SUPPORTED);
+		GUC_check_errmsg("idempotency: tombstones are not supported on a Citus-distributed key table");
+		GUC_check_errhint("Leave idempotency.tombstone_ttl at 0 in a Citus cluster.");
+		return false;
+	}
+	return true;
+}
 
 const char *
 cleanup_wal_compression_method(void)
@@ -73,7 +96,7 @@ settings_init(void)
 							IDEM_MAX_TTL_DAYS * 24 * 60 * 60,
 							PGC_USERSET,
 							GUC_UNIT_S,
-							NULL,
+							check_tombstone_ttl,
 							NULL,
 							NULL);
 

@@ -699,6 +699,116 @@ def test_same_request_same_answer_everywhere(stack, _service_registry, db, case)
             f"  {', '.join(langs)}: {f}" for f, langs in fingerprints.items())
 
 
+# --------------------------------------------------------------------------- expired (1.4, tombstones)
+
+def _tombstone_ttl_is(value):
+    """A new session (PostgreSQL's, and PgBouncer's server connections from the same configuration) reads value."""
+    import psycopg
+
+    with psycopg.connect(harness.DIRECT_URL, autocommit=True) as c:
+        return c.execute("SHOW idempotency.tombstone_ttl").fetchone()[0] == value
+
+
+def _set_tombstone_ttl(db, value):
+    """idempotency.tombstone_ttl for every session of the stack, the services' open ones included: ALTER SYSTEM and
+    a reload (the payments database sets no tombstone_ttl of its own, so the server's value is the sessions').
+    Open sessions read the new value from their next message on."""
+    if value is None:
+        db.execute("ALTER SYSTEM RESET idempotency.tombstone_ttl")
+    else:
+        db.execute(f"ALTER SYSTEM SET idempotency.tombstone_ttl = '{value}'")
+    db.execute("SELECT pg_reload_conf()")
+    assert harness.wait_for(lambda: _tombstone_ttl_is(value or "0"), 10), f"tombstone_ttl {value} not in force"
+    time.sleep(0.5)  # the postmaster signals the open sessions right after it read the file itself
+
+
+@pytest.fixture
+def tombstones_on(db):
+    """Tombstones on (idempotency.tombstone_ttl = 30d) for the length of one check, as a DBA turns them on; every
+    other check runs with the default 0, so nothing else is changed (no other check lets a key expire)."""
+    _set_tombstone_ttl(db, "30d")
+    try:
+        yield
+    finally:
+        _set_tombstone_ttl(db, None)
+
+
+def _expire(db, account, key, via):
+    """The key's response expires now without waiting: its expires_at moved an hour into the past ("row": the
+    expired row stays in the key table), then for "tombstone" the sweeper's pass (idem_cleanup(), under the
+    session's tombstone_ttl) turns it into a tombstone."""
+    for table in ("idempotency_keys", "idempotency_keys_partitioned"):
+        db.execute(f"UPDATE {table} SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour' "
+                   "WHERE scope = %s AND key = %s", (account, key))
+    assert stored(db, account, key, "expires_at < now()") == [(True,)]
+    if via == "tombstone":
+        db.execute("SET idempotency.tombstone_ttl = '30d'")
+        try:
+            db.execute("SELECT idem_cleanup()")
+        finally:
+            db.execute("RESET idempotency.tombstone_ttl")
+        assert stored(db, account, key) == [], "the sweep left the expired row"
+        assert tombstones_of(db, account, key) == 1, "the sweep wrote no tombstone"
+
+
+def tombstones_of(db, account, key):
+    return db.execute("SELECT count(*) FROM idempotency_tombstones WHERE scope = %s AND key = %s",
+                      (account, key)).fetchone()[0]
+
+
+def _key_state(db, account, key):
+    return (stored(db, account, key, "(http_status, expires_at, md5(response_bytes))"),
+            tombstones_of(db, account, key))
+
+
+EXPIRED_VIA = ["row", "tombstone"]
+
+
+@rule("expired")
+@pytest.mark.parametrize("via", EXPIRED_VIA)
+def test_expired_key_answers_410_and_runs_nothing(tombstones_on, client, db, account, via):
+    """With tombstones on, a retry of a completed key whose response expired (its row still there, or swept into a
+    tombstone) answers 410 problem idempotency-key-expired, with the first request's body and with another (whatever
+    the request hash), runs nothing (one debit) and stores nothing (the key's row and tombstone as they were)."""
+    key = new_key()
+    assert_created(client.pay(key), account)
+    _expire(db, account, key, via)
+    before = _key_state(db, account, key)
+    for amount in (100, 250):
+        assert_problem(client.pay(key, amount=amount), 410, "idempotency-key-expired")
+    assert len(debits(db, account, key)) == 1, "an expired key ran again"
+    assert _key_state(db, account, key) == before, "an expired key's retry stored something"
+
+
+@rule("expired")
+@pytest.mark.parametrize("via", EXPIRED_VIA)
+def test_expired_key_with_tombstones_off_is_claimed_again(client, db, account, via):
+    """With idempotency.tombstone_ttl at its default 0 the same late retry is claimed and runs again, as in 1.3,
+    even while the key's tombstone exists. (An account of its own: this key is debited twice on purpose.)"""
+    assert _tombstone_ttl_is("0")
+    acct, key = account + "_t0", new_key()
+    first = assert_created(client.pay(key, account=acct), acct)
+    _expire(db, acct, key, via)
+    again = assert_created(client.pay(key, account=acct), acct)
+    assert again["payment_id"] != first["payment_id"]
+    assert len(debits(db, acct, key)) == 2
+    assert stored(db, acct, key, "expires_at > now()") == [(True,)], "the claim again stored no live row"
+
+
+@rule("expired")
+@pytest.mark.parametrize("via", EXPIRED_VIA)
+def test_expired_ride_answers_410_and_runs_nothing(tombstones_on, service, db, account, via):
+    """Lease mode (POST /rides): a late retry of a completed ride is 410 too, with no second charge or ride."""
+    key = new_key()
+    b = assert_ride(ride(service, account, key), account)
+    _expire(db, account, key, via)
+    before = _key_state(db, account, key)
+    assert_problem(ride(service, account, key), 410, "idempotency-key-expired")
+    assert rides_of(db, account, key) == [(b["ride_id"], b["charge_id"], True)]
+    assert charges_of(db, account, key) == [(b["charge_id"],)]
+    assert _key_state(db, account, key) == before, "an expired ride's retry stored something"
+
+
 # --------------------------------------------------------------------------- last
 
 def test_zz_ledger_has_one_debit_per_key(service, db, account):

@@ -75,4 +75,45 @@ $coordinator->fails_like('app', q{CREATE TABLE other_tenants (tenant text COLLAT
 	qr/already in Citus's metadata, not co-located with (public.)?other_tenants/,
 	'another co-location afterwards: refused');
 
+# Tombstones (1.4) are not supported on a distributed key table: idempotency.tombstone_ttl above 0 is refused
+# with 0A000 where a session sets it (SET, set_config), and where it comes from elsewhere (the startup options,
+# ALTER DATABASE on the coordinator) by every claim, by idem_cleanup() and by the background sweeper; back at 0
+# the claims work as before.
+my $refused = qr/0A000: idempotency: tombstones are not supported on a Citus-distributed key table/;
+for my $node ($coordinator, $worker1)
+{
+	$node->fails_like('app', "\\set VERBOSITY verbose\nSET idempotency.tombstone_ttl = '30d'", $refused,
+		"$node->{citus_name}: SET idempotency.tombstone_ttl above 0 refused");
+	$node->fails_like('app', "\\set VERBOSITY verbose\nSELECT set_config('idempotency.tombstone_ttl', '1h', true)",
+		$refused, "$node->{citus_name}: set_config of idempotency.tombstone_ttl above 0 refused");
+}
+is(sql($worker1, "SET idempotency.tombstone_ttl = 0; SHOW idempotency.tombstone_ttl"), '0', 'SET to 0 is allowed');
+{
+	# A value the session did not SET (here the client's startup options, which reach no other node): every claim
+	# and sweep of that session refuses.
+	local $ENV{PGOPTIONS} = '-c idempotency.tombstone_ttl=30d';
+	$worker1->fails_like('app', "\\set VERBOSITY verbose\nSELECT idem_claim('late-1', idem_hash('a'::text), NULL, 'acct-1')",
+		$refused, "worker1 with tombstone_ttl from the startup options: a claim refuses");
+	for my $node ($coordinator, $worker1)
+	{
+		$node->fails_like('app', "\\set VERBOSITY verbose\nSELECT idem_cleanup()", $refused,
+			"$node->{citus_name} with tombstone_ttl from the startup options: idem_cleanup() refuses");
+	}
+}
+# ALTER DATABASE on the coordinator (Citus refuses it on a worker and propagates it to the workers): a claim
+# delegated to the scope's worker refuses there, and every node's sweeper refuses.
+sql($coordinator, "ALTER DATABASE app SET idempotency.tombstone_ttl = '30d'");
+is(sql($worker1, 'SHOW idempotency.tombstone_ttl'), '30d', "the coordinator's ALTER DATABASE reached worker1");
+$coordinator->fails_like('app', "\\set VERBOSITY verbose\nSELECT idem_claim('late-2', idem_hash('a'::text), NULL, 'acct-1')",
+	$refused, 'with ALTER DATABASE ... SET tombstone_ttl: a claim through the coordinator refuses');
+for my $node ($coordinator, $worker1)
+{
+	ok($node->poll_query_until('app', "SELECT coalesce(last_error, '') LIKE "
+		  . "'%tombstones are not supported on a Citus-distributed key table%' FROM idem_stats"),
+		"$node->{citus_name} with ALTER DATABASE ... SET tombstone_ttl: its sweeper refuses (idem_stats.last_error)");
+}
+sql($coordinator, 'ALTER DATABASE app RESET idempotency.tombstone_ttl');
+is(sql($coordinator, q{SELECT outcome FROM idem_claim('after-reset', idem_hash('a'::text), NULL, 'acct-1')}),
+	'claimed', 'tombstone_ttl back at 0: a claim works again');
+
 done_testing();
