@@ -483,6 +483,21 @@ BEGIN
         result.body := COALESCE(c.response_bytes,
                                 pg_catalog.convert_to(pg_catalog.jsonb_out(c.response_body)::pg_catalog.text, 'UTF8'));
     END IF;
+    -- 1.4, rule key-lifetime: the headers this answer carries, with the key's expiry as an RFC 9110 IMF-fixdate in
+    -- GMT (to_char of the UTC time with non-localized patterns: no DateStyle, TimeZone or lc_time changes it); the
+    -- stored headers of a replay without a member of that name in any case; none for a claim in another
+    -- transaction's flight (its row is not visible)
+    IF c.outcome OPERATOR(pg_catalog.=) ANY (ARRAY['claimed', 'replay', 'mismatch'])
+       OR (c.outcome OPERATOR(pg_catalog.=) 'in_progress' AND c.row_found AND c.lease_until IS NOT NULL
+           AND c.row_expires_at OPERATOR(pg_catalog.>) pg_catalog.now()) THEN
+        result.headers := COALESCE((SELECT pg_catalog.jsonb_object_agg(h.k, h.v)
+                                   FROM pg_catalog.jsonb_each(CASE WHEN c.outcome OPERATOR(pg_catalog.=) 'replay'
+                                                                   THEN c.response_headers END) AS h(k, v)
+                                   WHERE pg_catalog.lower(h.k) OPERATOR(pg_catalog.<>) 'idempotency-key-expires'),
+                                  '{}'::pg_catalog.jsonb)
+            OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('Idempotency-Key-Expires',
+                pg_catalog.to_char(pg_catalog.timezone('UTC', COALESCE(c.expires_at, c.row_expires_at)), 'Dy, DD Mon YYYY HH24:MI:SS "GMT"'));
+    END IF;
     RETURN result;
 END
 $$;

@@ -3,6 +3,7 @@
 TRUNCATE idempotency_keys;
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/include/sqlstate_of.sql
+\i :abs_srcdir/sql/include/undated.sql
 CREATE TEMP TABLE held (token uuid);
 
 -- A lease: claimed with a token, then in_progress (with the lease's end) for everyone else.
@@ -41,7 +42,8 @@ WITH lease AS (SELECT * FROM idem_lease('pay-1', idem_hash('a'), '1 min')),
 SELECT outcome, lease_token IS NOT NULL AS has_token, recovery_point, recovery_state FROM lease;
 SELECT idem_lease_complete('pay-1', (SELECT token FROM held), 201, '{"payment_id": 7}', '{"Location": "/payments/7"}');
 -- Completed: replays exactly as a 1.0 key does, through either claim.
-SELECT outcome, http_status, response_body, response_headers, lease_token FROM idem_lease('pay-1', idem_hash('a'), '1 min');
+SELECT outcome, http_status, response_body, pg_temp.undated(response_headers) AS response_headers, lease_token
+FROM idem_lease('pay-1', idem_hash('a'), '1 min');
 SELECT outcome, http_status, response_body, response_headers FROM idem_claim('pay-1', idem_hash('a'));
 SELECT lease_until, lease_token FROM idempotency_keys WHERE key = 'pay-1';
 

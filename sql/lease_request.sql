@@ -4,6 +4,7 @@
 TRUNCATE idempotency_keys;
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/include/sqlstate_of.sql
+\i :abs_srcdir/sql/include/undated.sql
 CREATE TEMP TABLE held (key text PRIMARY KEY, token uuid);
 CREATE FUNCTION token_of(k text) RETURNS uuid LANGUAGE sql AS $$ SELECT token FROM held WHERE key = k $$;
 
@@ -17,11 +18,12 @@ SELECT http_status, response_body IS NULL AS no_jsonb, response_content_type, re
        response_bytes = convert_to(E'<p>caf\u00e9</p>\n', 'UTF8') AS same_bytes, lease_until, lease_token
 FROM idempotency_keys WHERE key = 'html';
 -- Replayed byte for byte by the 1.3 claim, with its type and headers (the JSON request spelled otherwise).
-SELECT (c).outcome, (c).http_status, (c).content_type, (c).headers,
+SELECT (c).outcome, (c).http_status, (c).content_type, pg_temp.undated((c).headers) AS headers,
        (c).body = convert_to(E'<p>caf\u00e9</p>\n', 'UTF8') AS same_bytes
 FROM (SELECT idem_claim_request('html', 'acct', 'POST', '/pages', NULL, 'application/json', '{ "n" : 1 }') AS c) s;
 -- The lease claim replays the same bytes and type (1.3's last two columns); not JSON, so no jsonb body.
-SELECT outcome, http_status, response_body, response_headers, lease_token, response_content_type,
+SELECT outcome, http_status, response_body, pg_temp.undated(response_headers) AS response_headers, lease_token,
+       response_content_type,
        response_bytes = convert_to(E'<p>caf\u00e9</p>\n', 'UTF8') AS same_bytes
 FROM idem_lease('html', idem_fingerprint('POST', '/pages', NULL, 'application/json', '{"n": 1}'), '1 min',
                 scope => 'acct');
@@ -43,10 +45,11 @@ FROM unnest(ARRAY['empty', 'proto', 'none']) AS k, idem_lease(k, idem_fingerprin
 SELECT idem_lease_complete_request('empty', '', token_of('empty'), 204, NULL, NULL, ''::bytea);
 SELECT idem_lease_complete_request('proto', '', token_of('proto'), 200, 'application/x-protobuf', NULL, '\x08960100ff');
 SELECT idem_lease_complete_request('none', '', token_of('none'), 202, NULL, '{"Retry-After": "5"}', NULL);
-SELECT k, (c).outcome, (c).http_status, (c).content_type, (c).headers, (c).body
+SELECT k, (c).outcome, (c).http_status, (c).content_type, pg_temp.undated((c).headers) AS headers, (c).body
 FROM unnest(ARRAY['empty', 'proto', 'none']) AS k,
      LATERAL (SELECT idem_claim_request(k, '', 'POST', '/' || k, NULL, NULL, NULL) AS c) s;
-SELECT k, outcome, http_status, response_content_type, response_headers, response_bytes
+SELECT k, outcome, http_status, response_content_type, pg_temp.undated(response_headers) AS response_headers,
+       response_bytes
 FROM unnest(ARRAY['empty', 'proto', 'none']) AS k,
      idem_lease(k, idem_fingerprint('POST', '/' || k, NULL, NULL, NULL), '1 min');
 

@@ -34,7 +34,9 @@ SELECT * FROM claims_of('late-1', idem_hash('late-1'));
 SELECT * FROM claims_of('late-1', idem_hash('other payload'));
 SELECT outcome, http_status, expires_at < now() AS expired_in_the_past
 FROM idem_claim('late-1', idem_hash('late-1'));
-SELECT outcome, http_status, body FROM idem_claim_request('late-1', '', 'POST', '/p', '', 'application/json', '{}');
+-- 1.4, rule key-lifetime: an expired key carries no Idempotency-Key-Expires (headers NULL)
+SELECT outcome, http_status, headers, body FROM idem_claim_request('late-1', '', 'POST', '/p', '', 'application/json', '{}');
+SELECT outcome, response_headers FROM idem_lease('late-1', idem_hash('late-1'), '1 min');
 COMMIT;
 -- Nothing was claimed, nothing written, no lock kept.
 SELECT key, http_status, lease_until IS NULL AS no_lease FROM idempotency_keys WHERE key = 'late-1';
@@ -51,7 +53,7 @@ SELECT key, length(request_hash) AS hash_bytes, expired_at < now() AS in_the_pas
 SELECT count(*) AS key_rows FROM idempotency_keys;
 BEGIN;
 SELECT * FROM claims_of('late-1', idem_hash('late-1'));
-SELECT outcome, http_status FROM idem_claim_request('late-1', '', 'POST', '/p', '', 'application/json', '{}');
+SELECT outcome, http_status, headers FROM idem_claim_request('late-1', '', 'POST', '/p', '', 'application/json', '{}');
 COMMIT;
 -- Another scope is another key.
 SELECT outcome FROM idem_claim('late-1', idem_hash('late-1'), scope => 'tenant-2');

@@ -20,6 +20,7 @@
 #include "guc.h"
 #include "claim.h"
 #include "fingerprint.h"
+#include "key_lifetime.h"
 #include "key_lock.h"
 #include "lock_timeout.h"
 #include "key_store.h"
@@ -651,8 +652,6 @@ idem_claim_request(PG_FUNCTION_ARGS)
 			nulls[REQUEST_COL_HTTP_STATUS] = attempt.row.http_status_null;
 			values[REQUEST_COL_CONTENT_TYPE] = attempt.row.content_type;
 			nulls[REQUEST_COL_CONTENT_TYPE] = attempt.row.content_type_null;
-			values[REQUEST_COL_HEADERS] = attempt.row.headers;
-			nulls[REQUEST_COL_HEADERS] = attempt.row.headers_null;
 			values[REQUEST_COL_BODY] = claim_replay_bytes(&attempt.row, &nulls[REQUEST_COL_BODY]);
 			break;
 		case IDEM_OUTCOME_MISMATCH:
@@ -670,5 +669,8 @@ idem_claim_request(PG_FUNCTION_ARGS)
 		default:
 			elog(ERROR, "idempotency: outcome %s is not an answer", idem_core_outcome_name(attempt.outcome));
 	}
+	/* 1.4, rule key-lifetime: the headers this answer carries, the stored ones and the key's expiry */
+	values[REQUEST_COL_HEADERS] = key_lifetime_headers(attempt.outcome, &attempt.row, expires_at,
+													   &nulls[REQUEST_COL_HEADERS]);
 	return HeapTupleGetDatum(heap_form_tuple(request_claim_desc(fcinfo), values, nulls));
 }

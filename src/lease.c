@@ -25,6 +25,7 @@
 
 #include "claim.h"
 #include "guc.h"
+#include "key_lifetime.h"
 #include "lease.h"
 #include "sql_args.h"
 
@@ -143,6 +144,9 @@ lease_result(FunctionCallInfo fcinfo, IdemClaimOutcome outcome, const KeyRow *ro
 	desc = BlessTupleDesc(desc);
 	memset(nulls, true, sizeof(nulls));
 	claim_outcome_columns(outcome, row, expires_at, values, nulls);
+	/* 1.4, rule key-lifetime: the headers this answer carries, the stored ones and the key's expiry */
+	values[CLAIM_COL_RESPONSE_HEADERS] = key_lifetime_headers(outcome, row, expires_at,
+															  &nulls[CLAIM_COL_RESPONSE_HEADERS]);
 	switch (outcome)
 	{
 		case IDEM_OUTCOME_CLAIMED:

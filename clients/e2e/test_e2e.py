@@ -169,6 +169,8 @@ def test_parallel_clicks(service, client, db, account):
         r = results[i]
         assert_problem(r, 409)
         assert r.header("Retry-After") == "1", r
+        # CONTRACT.md key-lifetime: the holder's claim is not committed, so the server knows no expiry yet
+        assert r.header("Idempotency-Key-Expires") is None, r
         assert r.elapsed < 2.0, f"409 took {r.elapsed * 1000:.0f} ms, the holder holds 4000 ms: {r}"
     assert len(debits(db, account, key)) == 1
     again = client.pay(key)
@@ -672,6 +674,54 @@ def _answer(r):
         return r.status, r.content_type
     p = r.json
     return r.status, r.content_type, p.get("type"), p.get("title"), p.get("status")
+
+
+IMF_FIXDATE = r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT$"
+HTTP_DATE_OF_EXPIRES_AT = "to_char(expires_at AT TIME ZONE 'UTC', 'Dy, DD Mon YYYY HH24:MI:SS \"GMT\"')"
+
+
+@rule("key-lifetime")
+def test_key_lifetime_on_first_answer_replay_and_422_never_stored(client, db, account):
+    """Idempotency-Key-Expires (1.4): the first answer and its replay say the same date, the key's expires_at in GMT
+    (under the e2e database's DateStyle 'SQL, DMY' and TimeZone 'Asia/Kolkata'), the 422 too; the stored row holds
+    no such header; a 5xx (nothing stored) carries none."""
+    import re
+    key = new_key()
+    first = client.pay(key)
+    assert_created(first, account)
+    date = first.header("Idempotency-Key-Expires")
+    assert date and re.match(IMF_FIXDATE, date), first
+    again = client.pay(key)
+    assert_created(again, account, replayed=True)
+    assert again.header("Idempotency-Key-Expires") == date, again
+    mismatch = client.pay(key, amount=10000)
+    assert_problem(mismatch, 422, "idempotency-key-reused")
+    assert mismatch.header("Idempotency-Key-Expires") == date, mismatch
+    assert stored(db, account, key, HTTP_DATE_OF_EXPIRES_AT) == [(date,)]
+    [(headers,)] = stored(db, account, key, "coalesce(response_headers::text, '')")
+    assert "idempotency-key-expires" not in headers.lower(), headers
+    failed = client.pay(new_key(), fault="503")
+    assert failed.status == 503 and failed.header("Idempotency-Key-Expires") is None, failed
+
+
+@rule("key-lifetime")
+def test_key_lifetime_on_rides(service, db, account):
+    """Lease mode: the first answer and the replay carry the key's expiry (a heartbeat may move it later, never
+    earlier); the stored row holds no such header."""
+    import re
+    from email.utils import parsedate_to_datetime
+    key = new_key()
+    first = ride(service, account, key)
+    assert_ride(first, account)
+    date = first.header("Idempotency-Key-Expires")
+    assert date and re.match(IMF_FIXDATE, date), first
+    again = ride(service, account, key)
+    assert_ride(again, account, replayed=True)
+    later = again.header("Idempotency-Key-Expires")
+    assert later and parsedate_to_datetime(later) >= parsedate_to_datetime(date), (first, again)
+    assert stored(db, account, key, HTTP_DATE_OF_EXPIRES_AT) == [(later,)]
+    [(headers,)] = stored(db, account, key, "coalesce(response_headers::text, '')")
+    assert "idempotency-key-expires" not in headers.lower(), headers
 
 
 @rule("same-answer")

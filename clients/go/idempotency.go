@@ -539,7 +539,16 @@ func (g *Guard) attempt(r *http.Request, in attemptInput, attempt int, h TxHandl
 	if err := s.finish(ctx, []any{in.key, in.scope, resp.Status, contentType, headers, body}); err != nil {
 		return nil, err
 	}
+	// The key's expiry (CONTRACT.md "key-lifetime"), added after what was stored: a replay gets it from the server.
+	AddHeaders(resp.Header, c.AnswerHeaders())
 	return resp, nil
+}
+
+// AddHeaders sets each of extra's headers on h (the claim's AnswerHeaders on a stored first answer).
+func AddHeaders(h, extra http.Header) {
+	for k, vs := range extra {
+		h[k] = append([]string(nil), vs...)
+	}
 }
 
 // CallHandler runs h, turning a panic into a *PanicError.

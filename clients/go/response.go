@@ -159,11 +159,13 @@ func ClaimAnswer(c ClaimRow) (*Response, *ProblemDetails, error) {
 			status = int(*c.HTTPStatus)
 		}
 		return nil, &ProblemDetails{Status: status, Type: "idempotency-key-reused", Title: "Idempotency-Key reused",
-			Detail: "this Idempotency-Key was already used with a different request", Header: http.Header{}}, nil
+			Detail: "this Idempotency-Key was already used with a different request", Header: c.AnswerHeaders()}, nil
 	case OutcomeInProgress:
+		h := c.AnswerHeaders()
+		h.Set("Retry-After", "1")
 		return nil, &ProblemDetails{Status: http.StatusConflict, Type: "idempotency-key-in-progress",
 			Title: "Request in progress", Detail: "a request with this Idempotency-Key is still being processed; retry later",
-			Header: http.Header{"Retry-After": {"1"}}}, nil
+			Header: h}, nil
 	case OutcomeExpired:
 		return nil, &ProblemDetails{Status: http.StatusGone, Type: "idempotency-key-expired",
 			Title:  "Idempotency-Key expired",
@@ -171,6 +173,36 @@ func ClaimAnswer(c ClaimRow) (*Response, *ProblemDetails, error) {
 			Header: http.Header{}}, nil
 	}
 	return nil, nil, fmt.Errorf("idempotency: unknown idem_claim outcome %q", c.Outcome)
+}
+
+// KeyExpiresHeader is the header that says until when the key is kept (CONTRACT.md "key-lifetime", 1.4): an
+// HTTP-date the server writes into the claim's headers.
+const KeyExpiresHeader = "Idempotency-Key-Expires"
+
+// AnswerHeaders is the headers the claim's answer carries besides a replay's stored ones (1.4, CONTRACT.md
+// "key-lifetime"): on "claimed", "mismatch" and "in_progress", the server's headers object (the key's expiry),
+// never empty strings or other types; empty on a 1.0-1.3 server or when the server knows none. The first
+// answer of a claimed key gets them before it is sent, and they are never passed to the completion.
+func (c ClaimRow) AnswerHeaders() http.Header {
+	h := http.Header{}
+	if c.ResponseHeaders == nil || c.Outcome == OutcomeReplay {
+		return h
+	}
+	var m map[string]any
+	if json.Unmarshal([]byte(*c.ResponseHeaders), &m) != nil {
+		return h
+	}
+	for k, v := range m {
+		if s, ok := v.(string); ok && validHeaderValue(s) {
+			h.Set(k, s)
+		}
+	}
+	return h
+}
+
+// validHeaderValue: no CR, LF or NUL (a value that could split the header block).
+func validHeaderValue(s string) bool {
+	return !strings.ContainsAny(s, "\r\n\x00")
 }
 
 func replayResponse(status int, bodyText, headersText *string) (*Response, error) {

@@ -254,3 +254,59 @@ func TestRedactJSON(t *testing.T) {
 		}
 	}
 }
+
+// CONTRACT.md "key-lifetime" (1.4): the claim's headers carry the key's expiry; 422 and 409 answer it through the
+// error-shape hook's headers, a replay through its stored headers, and "claimed" hands it to the first answer.
+func TestKeyLifetimeHeaders(t *testing.T) {
+	const date = "Tue, 08 Dec 2026 10:30:00 GMT"
+	dated := str(`{"Idempotency-Key-Expires": "` + date + `"}`)
+	var i422, i409, i201 int32 = 422, 409, 201
+
+	_, p, err := ClaimAnswer(ClaimRow{Outcome: OutcomeMismatch, HTTPStatus: &i422, ResponseHeaders: dated})
+	if err != nil || p == nil || p.Header.Get(KeyExpiresHeader) != date {
+		t.Fatalf("mismatch: %v %+v", err, p)
+	}
+	resp, _ := ClaimResponse("", ClaimRow{Outcome: OutcomeMismatch, HTTPStatus: &i422, ResponseHeaders: dated})
+	if resp.Header.Get(KeyExpiresHeader) != date {
+		t.Fatalf("mismatch's default problem+json: %v", resp.Header)
+	}
+	_, p, _ = ClaimAnswer(ClaimRow{Outcome: OutcomeInProgress, HTTPStatus: &i409, ResponseHeaders: dated})
+	if p.Header.Get(KeyExpiresHeader) != date || p.Header.Get("Retry-After") != "1" {
+		t.Fatalf("in_progress: %v", p.Header)
+	}
+	// a hook sees it among the headers the middleware adds
+	var seen http.Header
+	RenderProblem(func(w http.ResponseWriter, r *http.Request, p ProblemDetails) {
+		seen = p.Header
+		w.WriteHeader(p.Status)
+	}, "", nil, *p)
+	if seen.Get(KeyExpiresHeader) != date {
+		t.Fatalf("hook: %v", seen)
+	}
+	// in progress without a known expiry (a transaction's claim in flight): Retry-After alone
+	_, p, _ = ClaimAnswer(ClaimRow{Outcome: OutcomeInProgress, HTTPStatus: &i409})
+	if len(p.Header) != 1 || p.Header.Get("Retry-After") != "1" {
+		t.Fatalf("in_progress without expiry: %v", p.Header)
+	}
+	// replay: the stored headers as the server sends them, the member included
+	resp, _, _ = ClaimAnswer(ClaimRow{Outcome: OutcomeReplay, HTTPStatus: &i201, ResponseBody: str("{}"),
+		ResponseHeaders: str(`{"Location": "/p/1", "Idempotency-Key-Expires": "` + date + `"}`)})
+	if resp.Header.Get(KeyExpiresHeader) != date || resp.Header.Get("Location") != "/p/1" {
+		t.Fatalf("replay: %v", resp.Header)
+	}
+	// claimed: the headers for the first answer; a value that could split the header block is dropped
+	c := ClaimRow{Outcome: OutcomeClaimed, ResponseHeaders: str(`{"Idempotency-Key-Expires": "` + date + `", "X-Bad": "a\r\nb", "X-Num": 1}`)}
+	h := c.AnswerHeaders()
+	if len(h) != 1 || h.Get(KeyExpiresHeader) != date {
+		t.Fatalf("claimed: %v", h)
+	}
+	first := http.Header{"Location": {"/p/1"}}
+	AddHeaders(first, h)
+	if first.Get(KeyExpiresHeader) != date || first.Get("Location") != "/p/1" {
+		t.Fatalf("first answer: %v", first)
+	}
+	// a 1.3 server: no headers on claimed
+	if len((ClaimRow{Outcome: OutcomeClaimed}).AnswerHeaders()) != 0 {
+		t.Fatal("1.3 claimed")
+	}
+}

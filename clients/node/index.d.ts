@@ -237,7 +237,7 @@ export interface LeaseContext<State extends Record<string, unknown> = Record<str
   readonly token: string;
   /** The lease's fencing number (1.2; strictly increasing across takeovers of a key), null on a 1.1 database. */
   readonly fencingNumber: bigint | null;
-  /** The key's expires_at as an IMF-fixdate (Idempotency-Key-Expires) when the lease's row has key_expires, else null. */
+  /** The key's expiry as idem_lease wrote it (Idempotency-Key-Expires, an IMF-fixdate; 1.4), else null (1.1-1.3). */
   readonly keyExpires: string | null;
   /** The last step recorded before the current one (null: none yet). */
   recoveryPoint: string | null;

@@ -7,6 +7,7 @@
 #include "errors.hpp"
 #include "fingerprint.hpp"
 #include "hex.hpp"
+#include "http_date.hpp"
 #include "idem_core.h"
 #include "outcome.hpp"
 #include "sha256.hpp"
@@ -76,6 +77,7 @@ const char* idem_core_status_message(IdemStatus status) noexcept {
         case IDEM_ERR_CRYPTO: return "OpenSSL could not compute SHA-256";
         case IDEM_ERR_INTERNAL: return "internal error in the idempotency core";
         case IDEM_ERR_NOT_CANONICAL: return "is not JSON the core canonicalises";
+        case IDEM_ERR_DATE_RANGE: return "is outside the years 1970 to 9999 an HTTP-date writes";
     }
     return "unknown status";
 }
@@ -111,6 +113,10 @@ void idem_core_sha256_to_hex(const uint8_t digest[IDEM_SHA256_BYTES],
     Sha256Digest copy{};
     std::memcpy(copy.data(), digest, copy.size());
     idem::core::sha256_to_hex(copy, out);
+}
+
+IdemStatus idem_core_http_date(int64_t unix_seconds, char out[IDEM_HTTP_DATE_CHARS]) noexcept {
+    return guarded([&] { return idem::core::format_http_date(unix_seconds, out); });
 }
 
 IdemStatus idem_core_sha256(const void* data, size_t len, uint8_t out[IDEM_SHA256_BYTES]) noexcept {

@@ -38,6 +38,8 @@ extern "C" {
 #define IDEM_SHA256_HEX_CHARS 64
 #define IDEM_MAX_KEY_BYTES 255
 #define IDEM_MAX_SCOPE_BYTES 255
+/* an IMF-fixdate, "Tue, 08 Dec 2026 10:30:00 GMT" */
+#define IDEM_HTTP_DATE_CHARS 29
 
 /* Why an input was rejected; IDEM_OK when it was not. */
 typedef enum IdemStatus
@@ -52,7 +54,9 @@ typedef enum IdemStatus
 	IDEM_ERR_CRYPTO,
 	IDEM_ERR_INTERNAL,
 	/* a request body the core does not canonicalise itself: PostgreSQL's jsonb decides (fingerprint) */
-	IDEM_ERR_NOT_CANONICAL
+	IDEM_ERR_NOT_CANONICAL,
+	/* 1.4: a time an HTTP-date cannot write (before 1970 or after 9999) */
+	IDEM_ERR_DATE_RANGE
 } IdemStatus;
 
 /* What idem_claim answers. */
@@ -195,6 +199,13 @@ IdemStatus	idem_core_fingerprint(const IdemRequest *request, uint8_t out[IDEM_SH
 IdemStatus	idem_core_fingerprint_json_body(const IdemRequest *request, const char *canonical_body,
 											size_t canonical_body_len,
 											uint8_t out[IDEM_SHA256_BYTES]) IDEM_CORE_NOEXCEPT;
+
+/*
+ * 1.4, rule key-lifetime: unix_seconds (from 1970-01-01 00:00:00 GMT, a timestamp truncated to the second) as an
+ * RFC 9110 IMF-fixdate, "Tue, 08 Dec 2026 10:30:00 GMT": IDEM_HTTP_DATE_CHARS characters, not NUL-terminated, in
+ * GMT with English names whatever the locale. IDEM_ERR_DATE_RANGE, out untouched, before 1970 or after 9999.
+ */
+IdemStatus	idem_core_http_date(int64_t unix_seconds, char out[IDEM_HTTP_DATE_CHARS]) IDEM_CORE_NOEXCEPT;
 
 #ifdef __cplusplus
 }

@@ -122,7 +122,10 @@ for my $db (sort keys %databases)
 			$outcomes{$outcome}++;
 			push @wrong, "$key: $outcome $status <" . ($body // 'NULL') . "> sent <$sent{$key}>"
 			  unless $outcome eq 'replay' && $status == 201 && defined $body && $body eq $sent{$key}
-			  && !defined $type && $headers eq qq({"Location": "/payments/$i", "Content-Type": "application/json"});
+			  && !defined $type
+			  # 1.4 (rule key-lifetime): the stored headers, then the key's expiry the server adds
+			  && index($headers, qq({"Location": "/payments/$i", "Content-Type": "application/json", "Idempotency-Key-Expires": ")) == 0
+			  && $headers =~ /"Idempotency-Key-Expires": "(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT"\}$/;
 		}
 	}
 	is_deeply(\%outcomes, { replay => 2 * $keys }, "$db: every 1.2 key replays through idem_claim_request");

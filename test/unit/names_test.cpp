@@ -13,6 +13,7 @@ namespace {
 const IdemStatus all_statuses[] = {
     IDEM_OK,           IDEM_ERR_EMPTY,      IDEM_ERR_TOO_LONG, IDEM_ERR_CONTROL_CHAR, IDEM_ERR_HEX_LENGTH,
     IDEM_ERR_HEX_DIGIT, IDEM_ERR_STATUS_RANGE, IDEM_ERR_CRYPTO, IDEM_ERR_INTERNAL, IDEM_ERR_NOT_CANONICAL,
+    IDEM_ERR_DATE_RANGE,
 };
 
 const IdemClaimOutcome all_outcomes[] = {

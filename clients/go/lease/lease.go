@@ -95,6 +95,8 @@ type Run struct {
 	recorded bool
 	hb       *heartbeat
 	response *idempotency.Response
+	// the claim's headers (the key's expiry, CONTRACT.md "key-lifetime"), added to the stored answer once stored
+	answerHeaders http.Header
 }
 
 // PauseHeartbeat stops extending the lease until the step ends (to simulate a stalled holder in tests).
@@ -142,6 +144,8 @@ func (r *Run) Finish(ctx context.Context, fn func(tx pgx.Tx) (*idempotency.Respo
 			r.Key, r.Scope, r.token, resp.Status, contentType, headers, body); err != nil {
 			return err
 		}
+		// The key's expiry goes on the answer, never into the row: a replay gets it from the server.
+		idempotency.AddHeaders(resp.Header, r.answerHeaders)
 		r.response, r.recorded = resp, true
 		return nil
 	})
@@ -326,6 +330,7 @@ FROM idem_lease($1::text, idem_fingerprint($2::text, $3::text, NULL, $8::text, $
 	if r.State == nil {
 		r.State = map[string]any{}
 	}
+	r.answerHeaders = c.AnswerHeaders()
 	return r, nil, nil
 }
 

@@ -27,7 +27,7 @@ import { Readable } from 'node:stream';
 import { KeyHeaderError, parseIdempotencyKey } from './header.js';
 import {
   CapturedResponse, HttpProblem, PROBLEM_BASE, claimResponse, parseJsonBody, parseRecord, problem, renderAnswer,
-  requestClaimResponse, storeOptions, storedBytes, storedForm, toStore,
+  answerHeaders, requestClaimResponse, storeOptions, storedBytes, storedForm, toStore,
 } from './responses.js';
 
 // 1.0-1.2.
@@ -315,7 +315,8 @@ async function begin(cfg, client, request) {
   }
   if (!request.lean) return claimResponse(row, cfg.problemBase);
   const fields = parseRecord(row.c);
-  request.keyExpires = fields[5] ?? null; // CONTRACT.md key-lifetime, when a claim has a sixth field (1.3: five)
+  // CONTRACT.md key-lifetime (1.4): the claim's headers (the key's expiry) go on the first answer once stored
+  request.answerHeaders = fields[0] === 'claimed' ? answerHeaders('claimed', fields[3]) : [];
   return requestClaimResponse(fields, cfg.problemBase);
 }
 
@@ -341,10 +342,10 @@ async function commit(cfg, client, request, captured, store = cfg.store) {
   return withExpiry(sent, request);
 }
 
-/** `answer` with Idempotency-Key-Expires when the claim said (a sixth field, CONTRACT.md key-lifetime) until when its key is kept. */
+/** `answer` with the claim's headers (CONTRACT.md key-lifetime: Idempotency-Key-Expires), once it is stored. */
 function withExpiry(answer, request) {
-  if (!request.keyExpires) return answer;
-  return new CapturedResponse(answer.status, [...answer.headers, ['Idempotency-Key-Expires', request.keyExpires]], answer.body);
+  if (!request.answerHeaders || request.answerHeaders.length === 0) return answer;
+  return new CapturedResponse(answer.status, [...answer.headers, ...request.answerHeaders], answer.body);
 }
 
 /**

@@ -16,7 +16,7 @@
 // step. The same semantics as the Go lease.Runner and Python's idempotency_pg.lease.run.
 
 import {
-  CapturedResponse, PROBLEM_BASE, problem, renderAnswer, requestClaimResponse, storeOptions, storedBytes, storedForm, toStore,
+  CapturedResponse, PROBLEM_BASE, answerHeaders, problem, renderAnswer, requestClaimResponse, storeOptions, storedBytes, storedForm, toStore,
 } from './responses.js';
 import { batch, batchCommit, rollback, sentForm, sqlstate } from './engine.js';
 
@@ -286,9 +286,9 @@ async function complete(cfg, ctx) {
         : [LEASE_COMPLETE_SQL, [ctx.key, ctx.token, kept.status, b.body, b.headers, ctx.scope]] };
     });
     const sent = sentForm(response, stored, row);
-    // CONTRACT.md key-lifetime: until when the key is kept, when the lease's row says (key_expires)
-    return ctx.keyExpires
-      ? new CapturedResponse(sent.status, [...sent.headers, ['Idempotency-Key-Expires', ctx.keyExpires]], sent.body)
+    // CONTRACT.md key-lifetime (1.4): idem_lease's headers (the key's expiry) on the stored answer, never in the row
+    return ctx.answerHeaders.length
+      ? new CapturedResponse(sent.status, [...sent.headers, ...ctx.answerHeaders], sent.body)
       : sent;
   } catch (e) {
     if (!(e instanceof NotStored)) throw e;
@@ -322,10 +322,11 @@ async function leaseRun(pool, key, cfg) {
     // as the engine's 1.3 claim answers: the stored bytes with their type, else (1.1-1.2) jsonb's text of the body
     const body = row.response_bytes ?? (row.idem_body_text === null ? null : Buffer.from(row.idem_body_text));
     return requestClaimResponse([row.outcome, row.http_status, row.response_content_type ?? null, row.idem_headers_text,
-      body, row.key_expires ?? null], cfg.problemBase);
+      body], cfg.problemBase);
   }
   const ctx = new LeaseContext(cfg, row);
-  ctx.keyExpires = row.key_expires ?? null;
+  ctx.answerHeaders = answerHeaders('claimed', row.idem_headers_text);
+  ctx.keyExpires = ctx.answerHeaders.find(([k]) => k.toLowerCase() === 'idempotency-key-expires')?.[1] ?? null;
   const run = ctx._run;
   let start = 0;
   if (ctx.recoveryPoint !== null) {

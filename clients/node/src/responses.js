@@ -290,12 +290,36 @@ export function byteaFromText(text) {
  * in either bytea_output form, or a Buffer), or null for 'claimed'. A replay is the stored bytes with the stored
  * Content-Type and headers; a key stored by 1.0-1.2 (no content type) is decoded as replayResponse does.
  */
-export function requestClaimResponse([outcome, status, contentType, headersText, bytes, keyExpires], base = PROBLEM_BASE) {
+export function requestClaimResponse([outcome, status, contentType, headersText, bytes], base = PROBLEM_BASE) {
   const answer = claimAnswer(outcome, status, contentType, headersText, bytes, base);
-  // CONTRACT.md key-lifetime (not built in 1.4): a sixth field, the key's expires_at as the server wrote it; 1.3: five
-  if (answer && keyExpires && outcome !== 'expired') answer.headers.push(['Idempotency-Key-Expires', keyExpires]);
-  if (answer && answer.problem && keyExpires && outcome !== 'expired') answer.problem.headers['Idempotency-Key-Expires'] = keyExpires;
+  // CONTRACT.md key-lifetime (1.4): a 422 or 409 carries the claim's headers (the key's expiry), through the
+  // error-shape hook's headers too; a replay's come with its stored ones
+  if (answer && (outcome === 'mismatch' || outcome === 'in_progress')) {
+    for (const [k, v] of answerHeaders(outcome, headersText)) {
+      answer.headers.push([k, v]);
+      if (answer.problem) answer.problem.headers[k] = v;
+    }
+  }
   return answer;
+}
+
+/**
+ * The headers a claim's answer carries besides a replay's stored ones (1.4, CONTRACT.md key-lifetime): on
+ * 'claimed', 'mismatch' and 'in_progress', the members of the claim's headers object (Idempotency-Key-Expires: the
+ * key's expiry, written by the server), as [[name, value]]; string values only, none that could split a header
+ * block; [] on a 1.3 server or when the server knows none. A claimed key's go on its first answer once stored,
+ * never into the completion.
+ */
+export function answerHeaders(outcome, headersText) {
+  if (outcome === 'replay' || headersText == null) return [];
+  let obj;
+  try {
+    obj = asJson(headersText);
+  } catch {
+    return [];
+  }
+  if (!obj || typeof obj !== 'object' || Array.isArray(obj)) return [];
+  return Object.entries(obj).filter(([, v]) => typeof v === 'string' && !/[\r\n\0]/.test(v));
 }
 
 function claimAnswer(outcome, status, contentType, headersText, bytes, base) {

@@ -116,13 +116,11 @@ export function fakePool(script = {}) {
   return pool;
 }
 
-/** The text form of an idem_request_claim value from a 1.0-style row (the stored body as bytea), plus key_expires. */
-function recordText({ outcome, http_status: status, response_body: body, response_headers: headers, key_expires: expires }) {
+/** The text form of an idem_request_claim value from a 1.0-style row (the stored body as bytea). */
+function recordText({ outcome, http_status: status, response_body: body, response_headers: headers }) {
   const quote = (v) => `"${v.replace(/["\\]/g, (m) => m + m)}"`;
   const bytes = body == null ? '' : quote(`\\x${Buffer.from(body).toString('hex')}`);
-  // 1.4's sixth field, key_expires, when the row has one (1.3's value has five)
-  const tail = expires === undefined ? '' : `,${expires === null ? '' : quote(expires)}`;
-  return `(${outcome},${status ?? ''},,${headers == null ? '' : quote(headers)},${bytes}${tail})`;
+  return `(${outcome},${status ?? ''},,${headers == null ? '' : quote(headers)},${bytes})`;
 }
 
 /** The statements of `log` reduced to a word each: BEGIN, claim, complete, COMMIT, ROLLBACK or the SQL. */

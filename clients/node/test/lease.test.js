@@ -183,7 +183,10 @@ for (const pipeline of [false, true]) describe(`runLease against PostgreSQL (${p
       await pool.query('SELECT idem_lease_complete($1, $2, 201, $3, $4, $5)', [key, token, stored.body, stored.headers, acct]);
       const r = await go(acct, key, []);
       assert.equal(r.body.toString(), body);
-      assert.deepEqual(Object.fromEntries(r.headers), { ...Object.fromEntries(answer.headers), 'Idempotent-Replayed': 'true' });
+      // 1.4 (CONTRACT.md key-lifetime): the server adds the key's expiry to the stored headers
+      assert.match(r.header('Idempotency-Key-Expires'), / GMT$/);
+      assert.deepEqual(Object.fromEntries(r.headers.filter(([k]) => k !== 'Idempotency-Key-Expires')),
+        { ...Object.fromEntries(answer.headers), 'Idempotent-Replayed': 'true' });
     }
   });
 

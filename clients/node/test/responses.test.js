@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  byteaFromText, parseRecord, requestClaimResponse,
+  answerHeaders, byteaFromText, parseRecord, requestClaimResponse,
   BODY_ENCODING_HEADER,
   CapturedResponse,
   HttpProblem,
@@ -195,7 +195,7 @@ test('toStore: redact drops the members present (RFC 6901 ~0 ~1), keeps a body t
 test('renderAnswer: only the middleware\'s own problems; a value body is JSON', async () => {
   const { renderAnswer } = await import('../src/responses.js');
   const hook = (p) => ({ headers: { ...p.headers, 'X-Seen': p.type }, body: { message: p.detail } });
-  const inProgress = requestClaimResponse(['in_progress', '409', null, null, null, EXPIRES_AT]);
+  const inProgress = requestClaimResponse(['in_progress', '409', null, JSON.stringify({ 'Idempotency-Key-Expires': EXPIRES_AT }), null]);
   const out = renderAnswer(inProgress, hook);
   assert.equal(out.status, 409);
   assert.deepEqual(Object.fromEntries(out.headers), {
@@ -207,14 +207,26 @@ test('renderAnswer: only the middleware\'s own problems; a value body is JSON', 
   assert.equal(renderAnswer(inProgress, null), inProgress);
 });
 
-test('requestClaimResponse: expired -> 410 idempotency-key-expired; the sixth field only when there is one', () => {
-  const gone = requestClaimResponse(['expired', '410', null, null, null, null]);
+test('requestClaimResponse: expired -> 410 idempotency-key-expired; key-lifetime from the claim\'s headers', () => {
+  const gone = requestClaimResponse(['expired', '410', null, null, null]);
   assert.equal(gone.status, 410);
   assert.equal(json(gone).type, `${PROBLEM_BASE}idempotency-key-expired`);
   assert.equal(gone.header('Idempotency-Key-Expires'), undefined);
-  const replay5 = requestClaimResponse(parseRecord('(replay,201,application/json,"{}","\\\\x7b7d")'));
-  assert.equal(replay5.header('Idempotency-Key-Expires'), undefined);
-  const replay6 = requestClaimResponse(parseRecord(`(replay,201,application/json,"{}","\\\\x7b7d","${EXPIRES_AT}")`));
-  assert.equal(replay6.header('Idempotency-Key-Expires'), EXPIRES_AT);
-  assert.equal(replay6.body.toString(), '{}');
+  const replay13 = requestClaimResponse(parseRecord('(replay,201,application/json,"{}","\\\\x7b7d")'));
+  assert.equal(replay13.header('Idempotency-Key-Expires'), undefined);
+  const replay14 = requestClaimResponse(parseRecord(
+    `(replay,201,application/json,"{""Location"": ""/p/1"", ""Idempotency-Key-Expires"": ""${EXPIRES_AT}""}","\\\\x7b7d")`));
+  assert.equal(replay14.header('Idempotency-Key-Expires'), EXPIRES_AT);
+  assert.equal(replay14.header('Location'), '/p/1');
+  assert.equal(replay14.body.toString(), '{}');
+  const mismatch = requestClaimResponse(parseRecord(`(mismatch,422,,"{""Idempotency-Key-Expires"": ""${EXPIRES_AT}""}",)`));
+  assert.equal(mismatch.header('Idempotency-Key-Expires'), EXPIRES_AT);
+  assert.equal(mismatch.problem.headers['Idempotency-Key-Expires'], EXPIRES_AT);
+  // in progress without a known expiry (a claim in another transaction's flight): Retry-After alone
+  assert.deepEqual(requestClaimResponse(['in_progress', '409', null, null, null]).problem.headers, { 'Retry-After': '1' });
+  // claimed: no answer; its headers for the first answer, string values only, none that could split the block
+  assert.equal(requestClaimResponse(['claimed', null, null, '{"Idempotency-Key-Expires": "x"}', null]), null);
+  assert.deepEqual(answerHeaders('claimed', JSON.stringify({ 'Idempotency-Key-Expires': EXPIRES_AT, 'X-Bad': 'a\r\nb', n: 1 })),
+    [['Idempotency-Key-Expires', EXPIRES_AT]]);
+  assert.deepEqual(answerHeaders('claimed', null), []);
 });

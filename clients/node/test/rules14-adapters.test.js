@@ -1,7 +1,7 @@
 // The 1.4 rules of clients/CONTRACT.md (issue 41) in every adapter, on a fake pool: any-body (the framework's own
 // form and multipart parsers after the middleware get the body whole; the claim gets its bytes and Content-Type),
 // error-shape (renderProblem writes the middleware's own answers: Stripe's shape), expired (410 through the hook)
-// and key-lifetime (Idempotency-Key-Expires from the claim's sixth field, none from 1.3's five).
+// and key-lifetime (Idempotency-Key-Expires from the claim's headers, none from 1.3's NULL on claimed).
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import express from 'express';
@@ -163,7 +163,7 @@ for (const adapter of ['express route', 'express app.use', 'koa', 'fastify']) de
   });
 
   test('expired without a hook: 410 problem+json idempotency-key-expired, nothing run', async () => {
-    const pool = fakePool({ claim: () => ({ outcome: 'expired', http_status: 410, key_expires: null }) });
+    const pool = fakePool({ claim: () => ({ outcome: 'expired', http_status: 410 }) });
     await served(pool, () => assert.fail('the handler ran'), async (url) => {
       const r = await send(url, '{}', { 'Content-Type': 'application/json', ...KEY });
       assert.equal(r.status, 410);
@@ -173,8 +173,9 @@ for (const adapter of ['express route', 'express app.use', 'koa', 'fastify']) de
     assert.deepEqual(pool.log.map((s) => s.sql).filter((s) => /^(COMMIT|ROLLBACK)$/.test(s)), ['ROLLBACK']);
   });
 
-  test('key-lifetime: Idempotency-Key-Expires from the claim\'s sixth field; none from 1.3\'s five', async () => {
-    const claimed = fakePool({ claim: () => ({ outcome: 'claimed', key_expires: EXPIRES }) });
+  test('key-lifetime: Idempotency-Key-Expires from the claim\'s headers, added to the first answer, never stored; none from 1.3', async () => {
+    const dated = JSON.stringify({ 'Idempotency-Key-Expires': EXPIRES });
+    const claimed = fakePool({ claim: () => ({ outcome: 'claimed', response_headers: dated }) });
     await served(claimed, created, async (url) => {
       const r = await send(url, '{}', { 'Content-Type': 'application/json', ...KEY });
       assert.equal(r.status, 201);
@@ -184,7 +185,7 @@ for (const adapter of ['express route', 'express app.use', 'koa', 'fastify']) de
     assert.ok(!complete.params[4].includes('Idempotency-Key-Expires'), 'not stored: the replay has it from its claim');
     for (const [outcome, status] of [['replay', 201], ['mismatch', 422], ['in_progress', 409]]) {
       const pool = fakePool({
-        claim: () => ({ outcome, http_status: status, response_body: '{}', response_headers: '{}', key_expires: EXPIRES }),
+        claim: () => ({ outcome, http_status: status, response_body: '{}', response_headers: dated }),
       });
       await served(pool, created, async (url) => {
         const r = await send(url, '{}', { 'Content-Type': 'application/json', ...KEY });
@@ -192,6 +193,13 @@ for (const adapter of ['express route', 'express app.use', 'koa', 'fastify']) de
         assert.equal(r.headers.get('idempotency-key-expires'), EXPIRES, outcome);
       });
     }
+    // a 5xx is not stored: no expiry on it
+    const failing = fakePool({ claim: () => ({ outcome: 'claimed', response_headers: dated }) });
+    await served(failing, (h) => h.answer(503, { error: 'down' }), async (url) => {
+      const r = await send(url, '{}', { 'Content-Type': 'application/json', ...KEY });
+      assert.equal(r.status, 503);
+      assert.equal(r.headers.get('idempotency-key-expires'), null);
+    });
     await served(fakePool(), created, async (url) => {
       const r = await send(url, '{}', { 'Content-Type': 'application/json', ...KEY });
       assert.equal(r.headers.get('idempotency-key-expires'), null);

@@ -202,7 +202,10 @@ def test_the_bytes_answered_are_stored_and_replayed_as_they_are(mode, db, accoun
         return await go(mode, pool, account, "k", [], fin=mode.fn(fin)), await go(mode, pool, account, "k", [])
     first, again = mode.main(body)
     assert (first.status, first.body, again.status, again.body) == (201, sent, 201, sent)
-    assert again.headers == [("Content-Type", ctype), ("Location", "/x"), ("Idempotent-Replayed", "true")]
+    # 1.4 (CONTRACT.md key-lifetime): the server adds the key's expiry to the stored headers of a replay
+    assert [h for h in again.headers if h[0] != "Idempotency-Key-Expires"] == [
+        ("Content-Type", ctype), ("Location", "/x"), ("Idempotent-Replayed", "true")]
+    assert again.header("Idempotency-Key-Expires") and first.header("Idempotency-Key-Expires")
     assert stored(db, account) == (201, ctype, sent)
 
 
@@ -216,7 +219,8 @@ def test_a_key_completed_as_jsonb_by_a_1_2_client_still_replays(mode, db, accoun
                       ("k", token, *stored_form(sent), account)).fetchone()[0]
     again = mode.main(lambda pool: go(mode, pool, account, "k", []))
     assert (again.status, again.body, sorted(again.headers)) == (201, sent.body, sorted(sent.headers + [
-        ("Idempotent-Replayed", "true")]))
+        ("Idempotent-Replayed", "true"), ("Idempotency-Key-Expires", again.header("Idempotency-Key-Expires"))]))
+    assert again.header("Idempotency-Key-Expires").endswith(" GMT")
 
 
 def test_in_progress_while_leased(mode, account):

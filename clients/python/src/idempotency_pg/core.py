@@ -37,7 +37,8 @@ from psycopg.pq import ExecStatus, TransactionStatus
 
 from .header import KeyHeaderError, parse_idempotency_key
 from .responses import (MAX_BODY_BYTES, PROBLEM_BASE, BodyIncomplete, BodyTooLarge, HTTPProblem, NotExecuted,
-                        Problem, claim_response, renderer, replayed_headers, stored_body)
+                        Problem, answer_headers, claim_response, renderer, replayed_headers, stored_body,
+                        with_headers)
 
 log = logging.getLogger("idempotency_pg")
 
@@ -277,7 +278,9 @@ class Options:
             if ctx.not_executed or 500 <= result.status <= 599:
                 await tx.rollback()  # not stored, the handler's writes undone, the key free again
                 return result
-            return await tx.complete(params, result, self.replay_headers)
+            sent = await tx.complete(params, result, self.replay_headers)
+            # the key's expiry (CONTRACT.md "key-lifetime") on the first answer, after it was stored without it
+            return with_headers(sent, answer_headers(outcome, headers))
         except BaseException:
             await tx.rollback()
             raise

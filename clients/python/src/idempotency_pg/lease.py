@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from .core import PgTx, Rollback, aw, complete_args, drive, entered, fetchone, sqlstate
-from .responses import Problem, claim_response, renderer
+from .responses import Problem, answer_headers, claim_response, renderer, with_headers
 
 log = logging.getLogger("idempotency_pg")
 
@@ -146,7 +146,8 @@ async def _run(db, *, key, scope, method, path, steps, finish, body_text=None, b
             args = complete_args({"key": key, "scope": scope, "redact": redact, "store_body": store_body}, response,
                                  replay_headers)  # the bytes sent, less what the route does not store
             await tx.commit_with(COMPLETE_SQL, args[:2] + (ctx.token,) + args[2:])
-        return response
+        # the key's expiry (CONTRACT.md "key-lifetime") on the answer, after it was stored without it
+        return with_headers(response, answer_headers("claimed", row["headers_text"]))
     except Rollback as e:
         await db.release(ctx)  # the lease given back at once, the recovery point kept
         return e.response

@@ -146,16 +146,46 @@ def claim_response(outcome, http_status, response_body, response_headers, base=P
         return replay_response(http_status, response_body, response_headers, content_type)
     if outcome == "mismatch":
         return render(Problem(http_status or 422, "idempotency-key-reused", "Idempotency-Key reused",
-                              "this Idempotency-Key was already used with a different request"))
+                              "this Idempotency-Key was already used with a different request",
+                              answer_headers(outcome, response_headers)))
     if outcome == "in_progress":
         return render(Problem(409, "idempotency-key-in-progress", "Request in progress",
                               "a request with this Idempotency-Key is still being processed; retry later",
-                              [("Retry-After", "1")]))
+                              [("Retry-After", "1")] + answer_headers(outcome, response_headers)))
     if outcome == "expired":  # 1.4, idempotency.tombstone_ttl: the stored response is gone for good
         return render(Problem(410, "idempotency-key-expired", "Idempotency-Key expired",
                               "the response stored for this Idempotency-Key has expired; send the request with a "
                               "new key"))
     raise ValueError("unknown claim outcome %r" % (outcome,))
+
+
+#: The header that says until when the key is kept (CONTRACT.md "key-lifetime", 1.4), written by the server.
+KEY_EXPIRES_HEADER = "Idempotency-Key-Expires"
+
+
+def answer_headers(outcome, headers_text):
+    """The headers a claim's answer carries besides a replay's stored ones (1.4, CONTRACT.md "key-lifetime"): on
+    ``claimed``, ``mismatch`` and ``in_progress``, the members of the claim's headers object (the key's expiry,
+    ``Idempotency-Key-Expires``), as ``[(name, value)]``; string values only, none that could split a header
+    block; ``[]`` on a 1.3 server or when the server knows none.  A claimed key's go on its first answer once it is
+    stored, never into the completion."""
+    if outcome == "replay" or headers_text is None:
+        return []
+    try:
+        obj = json.loads(headers_text) if isinstance(headers_text, (str, bytes)) else headers_text
+    except ValueError:
+        return []
+    if not isinstance(obj, dict):
+        return []
+    return [(k, v) for k, v in obj.items()
+            if isinstance(k, str) and isinstance(v, str) and not any(c in v for c in "\r\n\0")]
+
+
+def with_headers(response, extra):
+    """``response`` with ``extra`` headers added (a new :class:`Response`; the stored one is not changed)."""
+    if not extra:
+        return response
+    return Response(response.status, list(response.headers) + list(extra), response.body)
 
 
 def replay_response(http_status, body, headers_text, content_type=None):
