@@ -95,6 +95,8 @@ SERVICES = {
     "python-sqlalchemy": _python("asgi_main.py", ["payments_service.asgi_main", "sqlalchemy"], POOL_SIZE="10"),
     # Django 3.2 under waitress, the claim inside transaction.atomic() (idempotency_pg.django.idempotent)
     "python-django": _python("django_app.py", ["payments_service.django_app"], THREADS="10"),
+    # Ruby: the Rack middleware (clients/ruby) in a Sinatra app under Puma, on a pool of `pg` connections
+    "ruby-sinatra": {"dir": "ruby", "ready": "service/serve", "argv": ["ruby", "service/serve", "sinatra"]},
 }
 
 # The sample services run from the clients' packages as users install them (clients/package.sh install): the wheel
