@@ -211,7 +211,15 @@ module IdempotencyPg
       return Problems.too_large(@body_limit) if declared && declared > @body_limit
 
       input = env["rack.input"]
-      body = input ? (input.read(@body_limit + 1) || +"").b : +"".b
+      begin
+        body = +"".b
+        # read on until the end (nil): a streaming input (unicorn's) may return fewer bytes than asked
+        while input && body.bytesize <= @body_limit && (chunk = input.read(@body_limit + 1 - body.bytesize))
+          body << chunk.b
+        end
+      rescue EOFError, IOError, SystemCallError # the client went away while its body was read (a streaming server)
+        return Problems.unreadable
+      end
       return Problems.too_large(@body_limit) if body.bytesize > @body_limit
       return Problems.unreadable if declared && body.bytesize != declared
 
