@@ -12,6 +12,8 @@
 #   valgrind  test/robustness/valgrind.sh (not part of scripts/test.sh)
 #   clients   Go, Node.js, Python and the libraries and frameworks of the clients and their sample services,
 #             PgBouncer, wrk, curl, psql: clients/run-tests.sh and every clients/<lang>/test.sh
+#   ruby      clients/ruby (issue 42): Ruby 3.1 and Debian's gems (pg, rack, sinatra, minitest), unicorn (the sample
+#             service's server): clients/run-tests.sh and clients/ruby/test.sh (rubygems.org is never asked)
 #   bench     bench/run.sh's chart (gnuplot), and the groups valgrind (bench/instructions.sh) and clients (bench/clients)
 #   release   scripts/package.sh and its tests: the Debian package (pg_buildext's debhelper add-on in
 #             postgresql-server-dev-all, lintian), PGXN (pgxnclient), the clients' artifacts (python3-build, venv),
@@ -38,6 +40,7 @@ declare -A groups=(
                python3-psycopg python3-psycopg-pool python3-pytest python3-waitress python3-starlette
                python3-fastapi python3-uvicorn python3-httpx python3-anyio python3-sqlalchemy python3-psycopg2
                python3-django python3-multipart python3-build python3-venv pgbouncer wrk curl postgresql-client"
+    [ruby]="ruby ruby-pg ruby-rack ruby-sinatra ruby-minitest unicorn"
     [bench]="gnuplot-nox"
     [managed]="build-essential libkrb5-dev postgresql-server-dev-15 postgresql-15-cron"
     [release]="debhelper devscripts dpkg-dev fakeroot lintian postgresql-server-dev-all pgxnclient

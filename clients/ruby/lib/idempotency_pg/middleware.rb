@@ -91,6 +91,7 @@ module IdempotencyPg
       path, query = target(env)
       content_type = env["CONTENT_TYPE"]
       attempt = 0
+      learnt = false
       begin
         @backend.transaction do |conn|
           run(env, conn, opts, key, scope, path, query, content_type, body, attempt)
@@ -99,7 +100,8 @@ module IdempotencyPg
         render(Problems.not_json)
       rescue StandardError => e
         code = IdempotencyPg.sqlstate(e) || IdempotencyPg.sqlstate(e.cause)
-        if key && @statements.learn(e.cause || e)
+        if key && !learnt && @statements.learn(e.cause || e)
+          learnt = true # once: a second 26000 is an error like any other
           @logger.info("SQLSTATE #{code} at the claim: going on with unnamed statements")
           retry
         end
