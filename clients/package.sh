@@ -20,7 +20,10 @@
 #                           sample service built from it
 #   clients/package.sh check [OUT]     build, then check the artifacts' names and metadata against the sources and the
 #                                      Go module's path and README; ends with "client-packages N passed, N failed"
-# OUT defaults to clients/dist (git-ignored). Needs scripts/install-deps.sh clients release.
+#   Ruby: OUT/ruby/idempotency-pg-VERSION.gem (gem build of idempotency-pg.gemspec); install: gem install --local
+#   into OUT/ruby/gems (pg and rack are Debian's gems, seen through GEM_PATH), OUT/ruby/serve runs the sample service
+#   (copied alone) on it (clients/e2e/harness.py's "ruby-gem")
+# OUT defaults to clients/dist (git-ignored). Needs scripts/install-deps.sh clients ruby release.
 set -euo pipefail
 clients=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$clients")
@@ -29,7 +32,7 @@ out=${2:-$clients/dist}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 py=/usr/bin/python3
-"$root/scripts/install-deps.sh" clients release >&2
+"$root/scripts/install-deps.sh" clients ruby release >&2
 
 # copy_tracked DIR DEST: the files git tracks under clients/DIR (with their working-tree contents), into DEST.
 copy_tracked() {
@@ -56,9 +59,15 @@ build() {
     (cd "$work/node" && npm pack --silent --pack-destination "$out/node" >/dev/null) || {
         echo "package.sh: npm pack failed" >&2; return 1; }
 
+    rm -rf "$out/ruby"
+    mkdir -p "$out/ruby"
+    copy_tracked ruby "$work/ruby"
+    (cd "$work/ruby" && gem build --silent idempotency-pg.gemspec >"$work/ruby-build.log" 2>&1 &&
+        mv idempotency-pg-*.gem "$out/ruby/") || {
+        cat "$work/ruby-build.log"; echo "package.sh: gem build failed" >&2; return 1; }
     copy_tracked go "$out/go/module"
     rm -rf "$out/go/module/vendor"
-    ls "$out"/python/* "$out"/node/*.tgz
+    ls "$out"/python/* "$out"/node/*.tgz "$out"/ruby/*.gem
     echo "$out/go/module ($(awk '$1 == "module" {print $2}' "$out/go/module/go.mod"))"
 }
 
@@ -107,6 +116,24 @@ EOF
     chmod +x "$out/node/serve"
 }
 
+install_ruby() {
+    local gems=$out/ruby/gems svc=$out/ruby/service
+    rm -rf "$gems" "$svc"
+    # as a user installs it offline; its dependencies (pg, rack) are Debian's gems, not installed again
+    gem install --local --ignore-dependencies --no-document --silent --install-dir "$gems" "$out"/ruby/*.gem
+    # The sample service alone: the library comes from the gem or not at all.
+    mkdir -p "$svc"
+    cp -r "$clients/ruby/service/." "$svc/"
+    cat >"$out/ruby/serve" <<EOF
+#!/bin/sh
+# The sample payment service on the idempotency-pg installed from the gem into $gems.
+GEM_PATH='$gems':\$(ruby -e 'print Gem.default_path.join(":")') IDEMPOTENCY_PG_INSTALLED=1 exec sh '$svc/serve' "\$@"
+EOF
+    chmod +x "$out/ruby/serve"
+    # The library loaded is the installed gem's.
+    GEM_PATH="$gems:$(ruby -e 'print Gem.default_path.join(":")')" ruby -e \
+        'require "idempotency_pg"; exit($LOADED_FEATURES.grep(%r{/idempotency_pg\.rb\z}).first.start_with?(ARGV[0]))' "$gems"
+}
 install_go() {
     local project=$out/go/project mod
     mod=$(awk '$1 == "module" {print $2; exit}' "$out/go/module/go.mod")
@@ -207,7 +234,7 @@ EOF
 
 case $cmd in
     build) build ;;
-    install) build && install_python && install_node && install_go ;;
+    install) build && install_python && install_node && install_go && install_ruby ;;
     check) build && check ;;
     *) echo "usage: clients/package.sh build|install|check [OUT]" >&2; exit 2 ;;
 esac

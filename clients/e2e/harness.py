@@ -103,7 +103,8 @@ SERVICES = {
 # in a fresh virtualenv, the npm tarball in a fresh Node.js project, the Go module vendored into a fresh module. A
 # file a package leaves out fails these services while the ones above, run from the sources, pass. One build and
 # install for the three (the same prepare command).
-for _name, _serve in (("python-wheel", "python/serve"), ("node-tarball", "node/serve"), ("go-module", "go/payments")):
+for _name, _serve in (("python-wheel", "python/serve"), ("node-tarball", "node/serve"), ("go-module", "go/payments"),
+                      ("ruby-gem", "ruby/serve")):
     SERVICES[_name] = {"dir": ".", "ready": "package.sh", "argv": ["{bin}/artifacts/" + _serve],
                        "prepare": [["bash", "package.sh", "install", "{bin}/artifacts"]]}
 # The Go service on each framework adapter (PAYMENTS_FRAMEWORK; "go" above is net/http): the same binary, built
@@ -115,7 +116,8 @@ for _fw in ("chi", "echo", "gin"):
 # checks of that rule (marked @pytest.mark.rule("<rule>") in test_e2e.py) are then skipped with the reason; every
 # other service passes every rule.
 NOT_APPLICABLE = {
-    ("ruby-sinatra", "lease-rides"): "clients/ruby has no lease mode yet (issue 42, part 1 in progress)",
+    (_ruby, "lease-rides"): "clients/ruby has no lease mode yet (issue 42, part 1 in progress)"
+    for _ruby in ("ruby-sinatra", "ruby-gem")
 }
 
 LANGS = tuple(SERVICES)
