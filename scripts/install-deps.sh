@@ -40,7 +40,7 @@ declare -A groups=(
                python3-psycopg python3-psycopg-pool python3-pytest python3-waitress python3-starlette
                python3-fastapi python3-uvicorn python3-httpx python3-anyio python3-sqlalchemy python3-psycopg2
                python3-django python3-multipart python3-build python3-venv pgbouncer wrk curl postgresql-client"
-    [ruby]="ruby ruby-pg ruby-rack ruby-sinatra ruby-minitest unicorn"
+    [ruby]="ruby ruby-pg ruby-rack ruby-sinatra ruby-rails ruby-minitest unicorn"
     [bench]="gnuplot-nox"
     [managed]="build-essential libkrb5-dev postgresql-server-dev-15 postgresql-15-cron"
     [release]="debhelper devscripts dpkg-dev fakeroot lintian postgresql-server-dev-all pgxnclient

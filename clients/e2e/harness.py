@@ -97,6 +97,8 @@ SERVICES = {
     "python-django": _python("django_app.py", ["payments_service.django_app"], THREADS="10"),
     # Ruby: the Rack middleware (clients/ruby) in a Sinatra app under unicorn, a `pg` connection per worker
     "ruby-sinatra": {"dir": "ruby", "ready": "service/serve", "argv": ["sh", "service/serve", "sinatra"]},
+    # Rails 6.1 (API app): the same middleware with ActiveRecordBackend, the controller writing with its models
+    "ruby-rails": {"dir": "ruby", "ready": "service/rails_app.rb", "argv": ["sh", "service/serve", "rails"]},
 }
 
 # The sample services run from the clients' packages as users install them (clients/package.sh install): the wheel
@@ -117,7 +119,7 @@ for _fw in ("chi", "echo", "gin"):
 # other service passes every rule.
 NOT_APPLICABLE = {
     (_ruby, "lease-rides"): "clients/ruby has no lease mode yet (issue 42, part 1 in progress)"
-    for _ruby in ("ruby-sinatra", "ruby-gem")
+    for _ruby in ("ruby-sinatra", "ruby-rails", "ruby-gem")
 }
 
 LANGS = tuple(SERVICES)
