@@ -228,6 +228,14 @@ EOF
     expect "go packages import the module's own packages by $mod" $?
     grep -m1 '^## ' "$out/go/module/README.md" | grep -qi 'offline'
     expect "go README: the first section is the offline recipe" $?
+
+    # Ruby: the gem named and versioned as the gemspec says, holding every file the library requires.
+    read -r name version < <(cd "$clients/ruby" && ruby -e 's = Gem::Specification.load("idempotency-pg.gemspec"); puts "#{s.name} #{s.version}"')
+    [ -f "$out/ruby/$name-$version.gem" ]; expect "gem $name-$version.gem" $?
+    (cd "$clients/ruby" && tar -xOf "$out/ruby/$name-$version.gem" data.tar.gz | tar -tz | sort >"$out/ruby/files.txt" &&
+        ruby -e 'need = ["lib/idempotency_pg.rb"] + File.read("lib/idempotency_pg.rb").scan(/require_relative "(.+)"/).flatten.map { |f| "lib/#{f}.rb" }
+                 missing = need - File.readlines(ARGV[0], chomp: true); puts "missing from the gem: #{missing.join(" ")}" unless missing.empty?; exit missing.empty?' "$out/ruby/files.txt")
+    expect "gem holds the library's every file" $?
     echo "client-packages $ok passed, $bad failed"
     [ "$bad" -eq 0 ]
 }
