@@ -25,7 +25,10 @@
 #                           sample service built from it
 #   clients/package.sh check [OUT]     build, then check the artifacts' names and metadata against the sources and the
 #                                      Go module's path and README; ends with "client-packages N passed, N failed"
-# OUT defaults to clients/dist (git-ignored). Needs scripts/install-deps.sh clients release.
+#   Ruby: OUT/ruby/idempotency-pg-VERSION.gem (gem build of idempotency-pg.gemspec); install: gem install --local
+#   into OUT/ruby/gems (pg and rack are Debian's gems, seen through GEM_PATH), OUT/ruby/serve runs the sample service
+#   (copied alone) on it (clients/e2e/harness.py's "ruby-gem")
+# OUT defaults to clients/dist (git-ignored). Needs scripts/install-deps.sh clients ruby release.
 set -euo pipefail
 clients=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$clients")
@@ -34,7 +37,7 @@ out=${2:-$clients/dist}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 py=/usr/bin/python3
-"$root/scripts/install-deps.sh" clients java release >&2
+"$root/scripts/install-deps.sh" clients java ruby release >&2
 
 # copy_tracked DIR DEST: the files git tracks under clients/DIR (with their working-tree contents), into DEST.
 copy_tracked() {
@@ -61,6 +64,12 @@ build() {
     (cd "$work/node" && npm pack --silent --pack-destination "$out/node" >/dev/null) || {
         echo "package.sh: npm pack failed" >&2; return 1; }
 
+    rm -rf "$out/ruby"
+    mkdir -p "$out/ruby"
+    copy_tracked ruby "$work/ruby"
+    (cd "$work/ruby" && gem build --silent idempotency-pg.gemspec >"$work/ruby-build.log" 2>&1 &&
+        mv idempotency-pg-*.gem "$out/ruby/") || {
+        cat "$work/ruby-build.log"; echo "package.sh: gem build failed" >&2; return 1; }
     copy_tracked go "$out/go/module"
     rm -rf "$out/go/module/vendor"
 
@@ -74,7 +83,8 @@ build() {
     cp "$work"/java/idempotency/target/idempotency-servlet-*.jar "$out/java/"
     cp "$work/java/idempotency/pom.xml" "$out/java/idempotency-servlet.pom"
     cp "$work/java/pom.xml" "$out/java/idempotency-java.pom"
-    ls "$out"/python/* "$out"/node/*.tgz "$out"/java/*.jar
+
+    ls "$out"/python/* "$out"/node/*.tgz "$out"/java/*.jar "$out"/ruby/*.gem
     echo "$out/go/module ($(awk '$1 == "module" {print $2}' "$out/go/module/go.mod"))"
 }
 
@@ -123,6 +133,24 @@ EOF
     chmod +x "$out/node/serve"
 }
 
+install_ruby() {
+    local gems=$out/ruby/gems svc=$out/ruby/service
+    rm -rf "$gems" "$svc"
+    # as a user installs it offline; its dependencies (pg, rack) are Debian's gems, not installed again
+    gem install --local --ignore-dependencies --no-document --silent --install-dir "$gems" "$out"/ruby/*.gem
+    # The sample service alone: the library comes from the gem or not at all.
+    mkdir -p "$svc"
+    cp -r "$clients/ruby/service/." "$svc/"
+    cat >"$out/ruby/serve" <<EOF
+#!/bin/sh
+# The sample payment service on the idempotency-pg installed from the gem into $gems.
+GEM_PATH='$gems':\$(ruby -e 'print Gem.default_path.join(":")') IDEMPOTENCY_PG_INSTALLED=1 exec sh '$svc/serve' "\$@"
+EOF
+    chmod +x "$out/ruby/serve"
+    # The library loaded is the installed gem's.
+    GEM_PATH="$gems:$(ruby -e 'print Gem.default_path.join(":")')" ruby -e \
+        'require "idempotency_pg"; exit($LOADED_FEATURES.grep(%r{/idempotency_pg\.rb\z}).first.start_with?(ARGV[0]))' "$gems"
+}
 install_go() {
     local project=$out/go/project mod
     mod=$(awk '$1 == "module" {print $2; exit}' "$out/go/module/go.mod")
@@ -251,13 +279,21 @@ EOF
     expect "java jar holds dev.idempotency.servlet.IdempotencyFilter" $?
     grep -q "<artifactId>$artifact</artifactId>" "$clients/java/README.md"
     expect "java README depends on $artifact" $?
+
+    # Ruby: the gem named and versioned as the gemspec says, holding every file the library requires.
+    read -r name version < <(cd "$clients/ruby" && ruby -e 's = Gem::Specification.load("idempotency-pg.gemspec"); puts "#{s.name} #{s.version}"')
+    [ -f "$out/ruby/$name-$version.gem" ]; expect "gem $name-$version.gem" $?
+    (cd "$clients/ruby" && tar -xOf "$out/ruby/$name-$version.gem" data.tar.gz | tar -tz | sort >"$out/ruby/files.txt" &&
+        ruby -e 'need = ["lib/idempotency_pg.rb"] + File.read("lib/idempotency_pg.rb").scan(/require_relative "(.+)"/).flatten.map { |f| "lib/#{f}.rb" }
+                 missing = need - File.readlines(ARGV[0], chomp: true); puts "missing from the gem: #{missing.join(" ")}" unless missing.empty?; exit missing.empty?' "$out/ruby/files.txt")
+    expect "gem holds the library's every file" $?
     echo "client-packages $ok passed, $bad failed"
     [ "$bad" -eq 0 ]
 }
 
 case $cmd in
     build) build ;;
-    install) build && install_python && install_node && install_go && install_java ;;
+    install) build && install_python && install_node && install_go && install_java && install_ruby ;;
     check) build && check ;;
     *) echo "usage: clients/package.sh build|install|check [OUT]" >&2; exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The client libraries' tests, as root on Debian 12 (CI), with the extension already built and installed:
-#   1. installs the Debian packages of every client and of the harness (scripts/install-deps.sh clients java);
+#   1. installs the Debian packages of every client and of the harness (scripts/install-deps.sh clients java ruby);
 #   2. starts a throwaway PostgreSQL 15 cluster (127.0.0.1:55480, scripts/lib/cluster.sh) and PgBouncer in
 #      transaction pooling mode (127.0.0.1:55481) with clients/e2e/harness.py;
 #   3. runs each language's own clients/<lang>/test.sh, with IDEM_TEST_DATABASE_URL naming a database of its own
@@ -16,7 +16,7 @@ clients=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$clients")
 py=/usr/bin/python3
 
-"$root/scripts/install-deps.sh" clients java || { echo "clients-setup 0 passed, 1 failed"; exit 1; }
+"$root/scripts/install-deps.sh" clients java ruby || { echo "clients-setup 0 passed, 1 failed"; exit 1; }
 
 summary=()
 any_failed=0
@@ -55,7 +55,7 @@ judge() {
     count "$suite" "$ok" "$bad"
 }
 
-for lang in go node python java; do
+for lang in go node python java ruby; do
     suite=client-$lang
     dir=$clients/$lang
     log=$logs/$suite.log

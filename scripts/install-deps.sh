@@ -15,6 +15,8 @@
 #   java      clients/java (the Servlet filter and its Tomcat sample), built offline by Maven against Debian's Maven
 #             repository (/usr/share/maven-repo): the JDK 17, Maven and the plugins a jar's lifecycle runs, pgjdbc,
 #             Tomcat 10.1, JUnit 5; clients/run-tests.sh installs it with clients
+#   ruby      clients/ruby (issue 42): Ruby 3.1 and Debian's gems (pg, rack, sinatra, minitest), unicorn (the sample
+#             service's server): clients/run-tests.sh and clients/ruby/test.sh (rubygems.org is never asked)
 #   bench     bench/run.sh's chart (gnuplot), and the groups valgrind (bench/instructions.sh) and clients (bench/clients)
 #   release   scripts/package.sh and its tests: the Debian package (pg_buildext's debhelper add-on in
 #             postgresql-server-dev-all, lintian), PGXN (pgxnclient), the clients' artifacts (python3-build, venv),
@@ -44,6 +46,7 @@ declare -A groups=(
     [java]="default-jdk-headless maven libpostgresql-jdbc-java libtomcat10-java junit5
             libmaven-compiler-plugin-java libmaven-resources-plugin-java libsurefire-java libmaven-jar-plugin-java
             libmaven-install-plugin-java libmaven-dependency-plugin-java"
+    [ruby]="ruby ruby-pg ruby-rack ruby-sinatra ruby-rails ruby-minitest unicorn"
     [bench]="gnuplot-nox"
     [managed]="build-essential libkrb5-dev postgresql-server-dev-15 postgresql-15-cron"
     [release]="debhelper devscripts dpkg-dev fakeroot lintian postgresql-server-dev-all pgxnclient

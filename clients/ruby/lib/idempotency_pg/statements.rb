@@ -1,0 +1,107 @@
+# frozen_string_literal: true
+
+require "json"
+require "securerandom"
+
+module IdempotencyPg
+  # The 1.3 statements (CONTRACT.md "Statements of 1.3"), named prepared statements on each connection, or the same
+  # text unnamed behind a pooler that cannot keep them. The claim's value is read in binary (record_send), so no
+  # session setting (bytea_output, DateStyle, ...) changes what is read.
+  class Statements
+    CLAIM_SQL = "SELECT idem_claim_request($1, $2, $3, $4, $5, $6, $7, $8)"
+    COMPLETE_SQL = "SELECT idem_complete_request($1, $2, $3, $4, $5, $6)"
+    # A named statement that the pooler's server connection does not hold (26000), or holds already (42P05).
+    NOT_PREPARED = %w[26000 42P05].freeze
+
+    Claim = Struct.new(:outcome, :http_status, :content_type, :headers, :body)
+
+    # prepared: true (always named), false (never), :auto (named until a claim meets 26000/42P05, then unnamed for
+    # good: PgBouncer before 1.21 in transaction pooling).
+    def initialize(prepared = :auto)
+      raise ArgumentError, "prepared must be true, false or :auto" unless [true, false, :auto].include?(prepared)
+
+      @prepared = prepared
+      @named = prepared != false
+      @lock = Mutex.new
+    end
+
+    def named?
+      @named
+    end
+
+    # Learn from an error of a named claim: true when the attempt is worth running again unnamed.
+    def learn(err)
+      return false unless @prepared == :auto && NOT_PREPARED.include?(IdempotencyPg.sqlstate(err))
+
+      @named = false
+      true
+    end
+
+    # The claim, in the transaction the caller opened. Raises PG::Error.
+    def claim(conn, key, scope, method, path, query, content_type, body, ttl = nil)
+      params = [key, scope, method, path, query, content_type, { value: body, format: 1 }, ttl]
+      decode_claim(run(conn, :claim, CLAIM_SQL, params, 1).getvalue(0, 0))
+    end
+
+    # The completion; true when stored (false for a 5xx).
+    def complete(conn, key, scope, status, content_type, headers, body)
+      params = [key, scope, status, content_type, headers && JSON.generate(headers),
+                body.nil? ? nil : { value: body, format: 1 }]
+      run(conn, :complete, COMPLETE_SQL, params, 0).getvalue(0, 0) == "t"
+    end
+
+    # The value of idem_request_claim in PostgreSQL's binary composite layout: int32 field count, then per field
+    # uint32 type OID, int32 length (-1 = NULL) and the value (text: bytes; int4: big-endian; jsonb: version 1 then
+    # the text; bytea: the bytes).
+    def self.decode_claim(bin)
+      bin = bin.b
+      count = bin.unpack1("N")
+      pos = 4
+      fields = Array.new(count) do
+        _oid, len = bin.unpack("Nl>", offset: pos)
+        pos += 8
+        if len.negative?
+          nil
+        else
+          v = bin.byteslice(pos, len)
+          pos += len
+          v
+        end
+      end
+      outcome, status, ctype, headers, body = fields
+      headers = headers && JSON.parse(headers.byteslice(1..).force_encoding(Encoding::UTF_8))
+      Claim.new(outcome&.force_encoding(Encoding::UTF_8), status&.unpack1("l>"),
+                ctype&.force_encoding(Encoding::UTF_8), headers, body)
+    end
+
+    private
+
+    def decode_claim(bin)
+      self.class.decode_claim(bin)
+    end
+
+    def run(conn, which, sql, params, format)
+      return conn.exec_params(sql, params, format) unless @named
+
+      names = prepared_names(conn)
+      name = names[which] ||= begin
+        n = "idem_#{which}_#{names[:id]}"
+        conn.prepare(n, sql)
+        n
+      end
+      conn.exec_prepared(name, params, format)
+    end
+
+    # The names parsed on this client connection (a connection is one server session, or one pooler client).
+    def prepared_names(conn)
+      @lock.synchronize do
+        conn.instance_variable_get(:@idempotency_pg_names) ||
+          conn.instance_variable_set(:@idempotency_pg_names, { id: SecureRandom.hex(6) })
+      end
+    end
+  end
+
+  def self.sqlstate(err)
+    err.respond_to?(:result) && err.result ? err.result.error_field(PG::PG_DIAG_SQLSTATE) : nil
+  end
+end
