@@ -705,6 +705,7 @@ def test_key_lifetime_on_first_answer_replay_and_422_never_stored(client, db, ac
 
 
 @rule("key-lifetime")
+@rule("lease-rides")
 def test_key_lifetime_on_rides(service, db, account):
     """Lease mode: the first answer and the replay carry the key's expiry (a heartbeat may move it later, never
     earlier); the stored row holds no such header."""
@@ -855,6 +856,7 @@ def test_expired_key_with_tombstones_off_is_claimed_again(client, db, account, v
 
 
 @rule("expired")
+@rule("lease-rides")
 @pytest.mark.parametrize("via", EXPIRED_VIA)
 def test_expired_ride_answers_410_and_runs_nothing(tombstones_on, service, db, account, via):
     """Lease mode (POST /rides): a late retry of a completed ride is 410 too, with no second charge or ride."""
