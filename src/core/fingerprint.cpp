@@ -351,6 +351,11 @@ private:
                                                                                : '0');
         }
         const bool zero = digits.find_first_not_of('0') == std::string::npos;
+        // The printed number must itself be within what this reader takes (a fixed point: read again, it prints
+        // itself); a longer one (digits shifted by a large exponent) is left to PostgreSQL, as its input would be.
+        if ((negative && !zero ? 1 : 0) + integer.size() + (fraction.empty() ? 0 : 1 + fraction.size()) >
+            max_number_digits)
+            return false;
         if (negative && !zero)
             out.push_back('-');
         out.append(integer);
