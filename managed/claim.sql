@@ -199,6 +199,16 @@ BEGIN
                                                      pg_catalog.current_setting('transaction_isolation')),
                           HINT = 'Claim in a READ COMMITTED transaction, or use table storage (idem_set_storage).';
             END IF;
+            -- The parent's and the default partition's locks first, in the order ATTACH and DETACH PARTITION
+            -- take theirs (the parent, then the default partition), by a statement of their own: the probe below
+            -- is planned with the partition list read when its plan locks the parent, so a claim whose probe
+            -- waited for an ATTACH's lock on the default partition would probe the list from before the attach
+            -- and answer claimed for a key stored in the attached table. Once this statement has its locks (and
+            -- took in the invalidations of a change that committed while it waited), the probe reads the list as
+            -- it is. '-infinity' is in no range partition: the plan prunes to the default partition, whose rows
+            -- it never reads (LIMIT 0), and needs no privilege on a partition (only SELECT on the parent).
+            PERFORM FROM @extschema@.idempotency_keys_partitioned k
+            WHERE k.expires_at OPERATOR(pg_catalog.=) '-infinity'::pg_catalog.timestamptz LIMIT 0;
             -- Planned with the time as a constant, so the planner prunes the expired partitions: a claim never
             -- locks one, and never queues behind its drop (a cached generic plan would lock every partition).
             EXECUTE 'SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers,'

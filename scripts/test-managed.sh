@@ -5,10 +5,11 @@
 #      pg_tle built into it from the vendored source (scripts/build-pgtle.sh) and pg_cron as it is there;
 #   3. one cluster of that copy with shared_preload_libraries = 'pg_tle, pg_cron' only: database tle gets the
 #      extension through pg_tle (CREATE EXTENSION pg_tle; psql -f dist/idempotency-pgtle.sql; CREATE EXTENSION
-#      idempotency), database plain the plain script (run twice: the second run is its update); the pg_regress
-#      files of managed/SUPPORTED run against each, compared with the C edition's expected/ files after
-#      managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own functions; the
-#      isolation specs of managed/SUPPORTED the same way;
+#      idempotency), database plain the plain script (run twice: the second run is its update); every pg_regress
+#      file but the c-only ones of managed/SUPPORTED runs against each, compared with the C edition's expected/
+#      files after managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own
+#      functions; the isolation specs the same way (each c-only line must name an entry of
+#      managed/DIFFERENCES.md; a not-yet regress or isolation line fails);
 #   3b. the clients' e2e suite (go, node and python reference services, direct and through PgBouncer) against the
 #      managed edition's plain script in a stack of that copy (clients/e2e/harness.py, IDEM_E2E_EDITION=managed);
 #   4. the fingerprint cross-check: a cluster of PG_CONFIG's own PostgreSQL, where the C edition is installed, with
@@ -156,20 +157,33 @@ step psql_m -d plain -c "CREATE EXTENSION pg_cron" -c "SELECT cron.schedule_in_d
     '* * * * *', 'CALL idem_managed_sweep()', 'cron_owned', 'idem_cron_owner')"
 count managed-cron-setup "$install_ok" "$install_bad"
 
-# What runs: every sql/*.sql and every isolation spec, unless managed/SUPPORTED lists it as not yet (a new
-# SQL-level test runs on the managed edition by default). Each not-yet line must name an existing file.
-not_yet() { grep -Eq "^not-yet $1 $2:" managed/SUPPORTED; }
+# What runs: every sql/*.sql and every isolation spec, unless managed/SUPPORTED lists it as c-only (a new
+# SQL-level test runs on the managed edition by default). Each c-only line must name an existing file and an
+# entry of managed/DIFFERENCES.md (the bold lead text of a list item, or a heading) that it is about; a not-yet
+# line for a regress file or an isolation spec fails (the pgTAP files are not run here yet).
+c_only() { grep -Eq "^c-only $1 $2:" managed/SUPPORTED; }
 supported='' iso_supported=''
-for f in sql/*.sql; do n=$(basename "$f" .sql); not_yet regress "$n" || supported="$supported $n"; done
-for f in test/isolation/specs/*.spec; do n=$(basename "$f" .spec); not_yet isolation "$n" || iso_supported="$iso_supported $n"; done
+for f in sql/*.sql; do n=$(basename "$f" .sql); c_only regress "$n" || supported="$supported $n"; done
+for f in test/isolation/specs/*.spec; do n=$(basename "$f" .spec); c_only isolation "$n" || iso_supported="$iso_supported $n"; done
+entries=$(sed -n -E 's/^- \*\*([^*]+)\*\*.*/\1/p; s/^#+ +(.*)/\1/p' managed/DIFFERENCES.md | sed 's/\.$//')
 listed_ok=0 listed_bad=0
-while read -r _ kind name; do
-    name=${name%%:*}
+while read -r keyword kind rest; do
+    name=${rest%%:*}
+    entry=$(printf '%s' "${rest#*:}" | sed 's/^ *//; s/\.$//')
     case $kind in regress) f=sql/$name.sql ;; pgtap) f=test/pgtap/$name.sql ;; *) f=test/isolation/specs/$name.spec ;; esac
-    if [ -f "$f" ]; then listed_ok=$((listed_ok + 1))
-    else echo "not ok: managed/SUPPORTED lists $kind $name, which does not exist"; listed_bad=$((listed_bad + 1)); fi
-done < <(grep '^not-yet ' managed/SUPPORTED | cut -d: -f1)
-count managed-not-yet-listed "$listed_ok" "$listed_bad"
+    if [ ! -f "$f" ]; then
+        echo "not ok: managed/SUPPORTED lists $kind $name, which does not exist"; listed_bad=$((listed_bad + 1))
+    elif [ "$keyword" = not-yet ] && [ "$kind" != pgtap ]; then
+        echo "not ok: managed/SUPPORTED: $kind $name is not-yet (it must run on both editions, or be c-only)"
+        listed_bad=$((listed_bad + 1))
+    elif [ "$keyword" = c-only ] && ! grep -Fxq -- "$entry" <<<"$entries"; then
+        echo "not ok: managed/SUPPORTED: c-only $kind $name names '$entry', which is no entry of managed/DIFFERENCES.md"
+        listed_bad=$((listed_bad + 1))
+    else
+        listed_ok=$((listed_ok + 1))
+    fi
+done < <(grep -E '^(not-yet|c-only) ' managed/SUPPORTED)
+count managed-supported-listed "$listed_ok" "$listed_bad"
 
 # pg_regress, in a directory user postgres can write to; the C edition's sql/ and expected/ as they are.
 regress_dir=$work/regress
@@ -283,6 +297,28 @@ out=$(psql_m -d rr_parts -At -c "SELECT count(*) FROM idempotency_keys_partition
       -c "SELECT outcome FROM idem_claim('rr', idem_hash('x'))" 2>&1 | tr '\n' ' ')
 [ "$out" = "0 claimed " ] && ok=$((ok + 1)) || { echo "not ok: after the refusals, READ COMMITTED: $out"; bad=$((bad + 1)); }
 count managed-rr-partitioned "$ok" "$bad"
+
+# Key characters in a LATIN1 database: regress limits_latin1 makes a database of its own and runs CREATE EXTENSION
+# there, so it runs on the C edition only (managed/DIFFERENCES.md, "Installed in each database"); here the same
+# claims run against the plain script in such a database, compared with that file's expected output.
+psql_m -d postgres -c "CREATE DATABASE latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0" \
+    >/dev/null 2>&1
+psql_m -d latin1 -f "$root/dist/idempotency-managed.sql" >/dev/null 2>&1
+latin1_part='/^SET client_encoding/,/^SELECT count\(\*\) AS rows_written/'
+sed -n -E "${latin1_part}p" sql/limits_latin1.sql | grep -v '^CREATE EXTENSION' >"$work/latin1.sql"
+sed -n -E "${latin1_part}p" expected/limits_latin1.out | grep -v '^CREATE EXTENSION' >"$work/latin1.expected"
+sed -n '/^SELECT count(\*) AS rows_written/,/^(1 row)/p' expected/limits_latin1.out | tail -n +2 >>"$work/latin1.expected"
+echo >>"$work/latin1.expected"  # psql's blank line after the last result
+PG_ABS_SRCDIR=$root "$pg_bin/psql" -X -a -q -h "$cluster" -p "$port" -U postgres -d latin1 <"$work/latin1.sql" \
+    >"$work/latin1.out" 2>&1
+python3 managed/regress-filter.py "$work/latin1.out" >"$work/latin1.filtered"
+claims=$(grep -c '^SELECT sqlstate_of' "$work/latin1.sql")
+if [ "$claims" -ge 5 ] && diff -u "$work/latin1.expected" "$work/latin1.filtered" >"$log_dir/latin1.diff"; then
+    count managed-latin1 "$claims" 0
+else
+    echo "not ok: key characters in a LATIN1 database: $log_dir/latin1.diff"; head -20 "$log_dir/latin1.diff"
+    count managed-latin1 0 1
+fi
 
 # The expiry job: every expired key gone, the live ones kept, the run succeeded as the owner.
 for _ in $(seq 1 90); do

@@ -61,12 +61,6 @@ VALUES (now() + interval '1 hour', now(), '', 'raced', sha256('x'));
 SELECT sqlstate_of($$SELECT idem_complete('raced', 200, '{}')$$);
 ROLLBACK;
 
--- The table's OID is remembered per backend, and forgotten when the table is renamed.
-BEGIN;
-ALTER TABLE idempotency_keys RENAME TO idempotency_keys_renamed;
-SELECT sqlstate_of($$SELECT idem_claim('renamed', idem_hash('renamed'))$$);
-ROLLBACK;
-
 -- Privileges granted on the columns, not on the table: the fast path accepts them as the statements do (the
 -- executor checks each column a statement names when the table's privilege is missing).
 CREATE ROLE column_app;

@@ -62,17 +62,6 @@ SELECT key AS after_release_s3 FROM own_keys;
 ROLLBACK;
 SELECT count(*) AS after_rollback FROM idem_keys_in_flight();
 
--- Eight keys per transaction are listed; more are rows without scope and key (since: the first of them).
-BEGIN;
-SELECT count(*) AS claimed FROM generate_series(1, 11) g,
-    LATERAL idem_claim('many-' || g, idem_hash('a')) c WHERE c.outcome = 'claimed';
-SELECT count(key) AS listed, count(*) - count(key) AS unlisted, count(DISTINCT pid) AS pids
-FROM idem_keys_in_flight();
-SELECT idem_release('many-' || g) FROM generate_series(1, 11) g WHERE g IN (1, 9) ORDER BY g;
-SELECT count(key) AS listed, count(*) - count(key) AS unlisted FROM idem_keys_in_flight();
-COMMIT;
-SELECT count(*) AS after_commit FROM idem_keys_in_flight();
-
 -- A lease is in flight outside any transaction: pid NULL, its end shown; gone once completed.
 SELECT outcome FROM idem_lease('leased', idem_hash('a'), '1 min', scope => 'alice');
 SELECT scope, key, holder, pid IS NULL AS no_pid, lease_until > now() AS lease_end_shown,

@@ -25,10 +25,7 @@ SELECT sqlstate_of($$SELECT idem_claim_wait('k-long', idem_hash('a'), interval '
 -- Past the timestamp range itself.
 SELECT sqlstate_of($$SELECT idem_claim('k-huge', idem_hash('a'), interval '1000000 years')$$);
 SELECT sqlstate_of($$SELECT idem_lease('k-huge', idem_hash('a'), interval '1000000 years')$$);
--- idempotency.ttl has the same maximum.
--- 16 and later print the unit in the range: shown in that form for every version.
-SELECT regexp_replace(sqlstate_of($$SET idempotency.ttl = '3651d'$$), '\(1 \.\. ([0-9]+)\)$', '(1 s .. \1 s)')
-    AS sqlstate_of;
+-- idempotency.ttl has the same maximum (refused at SET: settings.sql); the maximum itself is accepted.
 SELECT sqlstate_of($$SET idempotency.ttl = '3650d'$$);
 RESET idempotency.ttl;
 SELECT count(*) AS rows_written FROM idempotency_keys;
@@ -69,20 +66,4 @@ RESET ROLE;
 DROP ROLE idem_limits_nobody;
 DROP ROLE idem_limits_monitor;
 
--- Key characters in a LATIN1 database: C1 controls are bytes 80..9F there, and are refused as in UTF-8.
-SELECT current_database() AS regress_db \gset
-CREATE DATABASE idem_limits_latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
-\c idem_limits_latin1
-SET client_encoding = 'UTF8';
-CREATE EXTENSION idempotency;
-\getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/sqlstate_of.sql
-SELECT sqlstate_of($$SELECT idem_claim(U&'next\0085line', idem_hash('a'))$$);
-SELECT sqlstate_of($$SELECT idem_claim(U&'csi\009b', idem_hash('a'))$$);
-SELECT sqlstate_of($$SELECT idem_claim('k', idem_hash('a'), scope => U&'tenant\0080')$$);
-SELECT sqlstate_of($$SELECT idem_claim(U&'caf\00e9-\00c2', idem_hash('a'))$$);
-SELECT sqlstate_of($$SELECT idem_claim(E'tab\there', idem_hash('a'))$$);
-SELECT count(*) AS rows_written FROM idempotency_keys;
-\c :regress_db
-DROP DATABASE idem_limits_latin1;
 DROP FUNCTION sqlstate_of(text);

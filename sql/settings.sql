@@ -1,4 +1,5 @@
--- The settings, their defaults and units.
+-- The settings, their defaults and units. The library defines them; without it (the managed edition) they are
+-- placeholders (managed/DIFFERENCES.md, "Settings are placeholders"): this file runs on the C edition only.
 SHOW idempotency.ttl;
 SHOW idempotency.mismatch_status;
 SHOW idempotency.max_response_bytes;
@@ -23,4 +24,14 @@ SHOW idempotency.tombstone_ttl;
 SELECT split_part(sqlstate_of($$SET idempotency.tombstone_ttl = '3651d'$$), ' (', 1) AS too_long;
 SELECT split_part(sqlstate_of($$SET idempotency.tombstone_ttl = -1$$), ' (', 1) AS negative;
 RESET idempotency.tombstone_ttl;
+
+-- Settings reject values out of range at SET (moved here from bad_input.sql and limits.sql, issue 40).
+SELECT sqlstate_of($$SET idempotency.mismatch_status = 500$$);
+-- 16 and later print the unit in the range, "(1 s .. 2147483647 s)": shown in that form for every version.
+SELECT regexp_replace(sqlstate_of($$SET idempotency.ttl = 0$$), '\(1 \.\. ([0-9]+)\)$', '(1 s .. \1 s)')
+    AS sqlstate_of;
+-- idempotency.ttl's maximum is the claims' (3650 days: limits.sql).
+-- 16 and later print the unit in the range: shown in that form for every version.
+SELECT regexp_replace(sqlstate_of($$SET idempotency.ttl = '3651d'$$), '\(1 \.\. ([0-9]+)\)$', '(1 s .. \1 s)')
+    AS sqlstate_of;
 DROP FUNCTION sqlstate_of(text);

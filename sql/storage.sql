@@ -1,4 +1,4 @@
--- Expiry and storage modes: idem_cleanup(), idem_set_storage(), idem_stats.
+-- Expiry and storage modes: idem_cleanup(), idem_set_storage() (idem_stats: stats_counters.sql).
 TRUNCATE idempotency_keys;
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/include/sqlstate_of.sql
@@ -104,14 +104,6 @@ SELECT idem_storage_mode(), (SELECT count(*) FROM idem_partitions()) AS partitio
 SELECT string_agg(key, ',' ORDER BY key) AS keys FROM idempotency_keys;
 SELECT outcome, response_body FROM idem_claim('far-future', idem_hash('far-future'));
 SELECT idem_set_storage('table');
-
--- idem_stats counts claims and outcomes; idem_stats_reset() clears them.
-SELECT idem_stats_reset();
-SELECT claims, replays, mismatches, completions_stored FROM idem_stats;
-SELECT complete_key('stats-1', '1');
-SELECT outcome FROM idem_claim('stats-1', idem_hash('stats-1'));
-SELECT outcome FROM idem_claim('stats-1', idem_hash('other'));
-SELECT claims, replays, mismatches, completions_stored FROM idem_stats;
 
 DROP FUNCTION complete_key(text, jsonb, interval);
 DROP FUNCTION settings_after_cleanup();
