@@ -171,3 +171,73 @@ class TestLease < Minitest::Test
     assert_equal ["", "omitted"], [again.body, again.headers["Idempotent-Replay-Body"]]
   end
 end
+
+begin
+  require "active_record"
+rescue LoadError
+  nil
+end
+
+# Lease mode through ActiveRecordBackend: a step's commit and finish write with a model in ActiveRecord's own
+# transaction (rolled back with a 5xx finish), the heartbeat on a connection of ActiveRecord's pool.
+class TestLeaseActiveRecord < Minitest::Test
+  include DbHelper
+
+  class Entry < ActiveRecord::Base
+    self.table_name = "ledger"
+  end if defined?(ActiveRecord)
+
+  def setup
+    skip "activerecord is not installed (ruby-rails)" unless defined?(ActiveRecord)
+    db
+    ActiveRecord::Base.establish_connection(URL) unless ActiveRecord::Base.connected?
+  end
+
+  def post(key, status: 201, beat_until: nil)
+    handler = lambda do |env|
+      env["idempotency"].lease(lease_seconds: 1.5) do |lease|
+        write = lambda do |_conn, state|
+          Entry.create!(account: lease.scope, amount_cents: -1, currency: "EUR", idempotency_key: lease.key)
+          state
+        end
+        lease.step("one", commit: write) do
+          beat_until&.call
+          { "n" => 1 }
+        end
+        lease.finish do |_conn|
+          Entry.create!(account: lease.scope, amount_cents: -2, currency: "EUR", idempotency_key: lease.key)
+          [status, { "Content-Type" => "application/json" }, ['{"ok":true}']]
+        end
+      end
+    end
+    mw = IdempotencyPg::Middleware.new(handler, backend: IdempotencyPg::ActiveRecordBackend.new,
+                                                scope: ->(_env) { "acct" }, protect: ->(_env) { { lease: true } },
+                                                logger: Logger.new(nil))
+    Rack::MockRequest.new(mw).request("POST", "/rides", method: "POST", input: "{}", "CONTENT_TYPE" => "application/json",
+                                                        "HTTP_IDEMPOTENCY_KEY" => key)
+  end
+
+  def lease_until(key)
+    db.exec_params("SELECT lease_until FROM idempotency_keys WHERE scope = 'acct' AND key = $1 UNION ALL " \
+                   "SELECT lease_until FROM idempotency_keys_partitioned WHERE scope = 'acct' AND key = $1", [key])
+      .getvalue(0, 0)
+  end
+
+  def test_model_writes_commit_with_each_step_and_the_heartbeat_extends
+    key = new_key
+    beat = lambda do
+      first = lease_until(key)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+      sleep 0.05 until lease_until(key) != first || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      refute_equal first, lease_until(key), "the heartbeat never extended the lease"
+    end
+    assert_equal 503, post(key, status: 503, beat_until: beat).status
+    assert_equal [-1], Entry.where(idempotency_key: key).pluck(:amount_cents) # finish's write rolled back
+    first = post(key)
+    assert_equal 201, first.status
+    assert_equal [-2, -1], Entry.where(idempotency_key: key).pluck(:amount_cents).sort
+    again = post(key)
+    assert_equal [first.body, "true"], [again.body, again.headers["Idempotent-Replayed"]]
+    refute ActiveRecord::Base.connection.transaction_open?
+  end
+end
