@@ -139,10 +139,7 @@ for _fw in ("chi", "echo", "gin"):
 # The one place where a CONTRACT.md rule that cannot apply to a service says why: (service, rule) -> reason. The
 # checks of that rule (marked @pytest.mark.rule("<rule>") in test_e2e.py) are then skipped with the reason; every
 # other service passes every rule.
-NOT_APPLICABLE = {
-    (_ruby, "lease-rides"): "clients/ruby has no lease mode yet (issue 42, part 1 in progress)"
-    for _ruby in ("ruby-sinatra", "ruby-rails", "ruby-gem")
-}
+NOT_APPLICABLE = {}
 
 LANGS = tuple(SERVICES)
 FIRST_SERVICE_PORT, LAST_SERVICE_PORT = PORT_BASE + 2, PORT_BASE + 49

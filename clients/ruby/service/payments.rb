@@ -137,6 +137,72 @@ module Payments
          { "Location" => "/documents/#{id}" })
   end
 
+  # POST /rides (CONTRACT.md lease-rides): the rocket-rides story in lease mode. Steps charge_created (the
+  # simulated provider's charge, then the ride and the checkpoint in one transaction) and receipt_sent (the
+  # simulated mailer); finish marks the receipt sent and answers 201, stored as sent. `insert_ride` (conn, lease,
+  # state, payment -> ride id) and `mark_sent` (conn, ride id), in the step's transaction, may write with the app's
+  # own models (Rails); by default, SQL on the transaction's connection.
+  RIDE_CHARGE = "INSERT INTO provider_charges (account, idempotency_key, amount_cents, currency) VALUES ($1, $2, $3, $4) " \
+                "ON CONFLICT (account, idempotency_key) DO UPDATE SET amount_cents = EXCLUDED.amount_cents RETURNING charge_id"
+  RIDE_INSERT = "INSERT INTO rides (account, idempotency_key, amount_cents, currency, charge_id, fencing_number) " \
+                "VALUES ($1, $2, $3, $4, $5, $6) RETURNING id"
+  RIDE_RECEIPT = "INSERT INTO receipts (account, idempotency_key, ride_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
+  RIDE_RECEIPT_SENT = "UPDATE rides SET receipt_sent = true WHERE id = $1"
+  CRASH_STATUS = 70
+
+  class ProviderDown < StandardError; end
+
+  def lease_seconds
+    Float(ENV.fetch("RIDES_LEASE_SECONDS", "30"))
+  end
+
+  def ride(env, faults:, insert_ride: nil, mark_sent: nil)
+    ctx = env["idempotency"]
+    payment = payment_of(env)
+    return problem(400, "request-body-not-json", "Malformed request body", "the request body is not JSON") if payment.nil?
+    return problem(422, "invalid-payment", "Invalid payment", payment[:error]) if payment[:error] # before any lease
+
+    account, key, amount, currency = ctx.scope, ctx.key, payment[:amount], payment[:currency]
+    fault = faults ? env["HTTP_X_FAULT"].to_s : ""
+    insert_ride ||= lambda do |conn, lease, state, _payment|
+      conn.exec_params(RIDE_INSERT, [account, key, amount, currency, state["charge_id"], lease.fencing_number])
+          .getvalue(0, 0).to_i
+    end
+    ctx.lease(lease_seconds: lease_seconds) do |lease|
+      charged = ->(conn, state) { state.merge("ride_id" => insert_ride.call(conn, lease, state, payment)) }
+      lease.step("charge_created", commit: charged) do
+        raise ProviderDown if fault == "provider-503"
+
+        charge_id = lease.connection { |c| c.exec_params(RIDE_CHARGE, [account, key, amount, currency]).getvalue(0, 0) }
+        crash! if fault == "crash-after-charge"
+        if (m = /\Astall=(\d{1,7})\z/.match(fault))
+          lease.stop_heartbeat # a stalled holder: the lease runs out, another attempt takes over
+          sleep(m[1].to_i / 1000.0)
+        end
+        { "charge_id" => charge_id }
+      end
+      lease.step("receipt_sent") do
+        crash! if fault == "crash-after-checkpoint"
+        lease.connection { |c| c.exec_params(RIDE_RECEIPT, [account, key, lease.state["ride_id"]]) }
+        lease.state
+      end
+      lease.finish do |conn|
+        ride_id = lease.state["ride_id"]
+        mark_sent ? mark_sent.call(conn, ride_id) : conn.exec_params(RIDE_RECEIPT_SENT, [ride_id])
+        json(201, { ride_id: ride_id, account: account, amount_cents: amount, currency: currency,
+                    charge_id: lease.state["charge_id"] }, { "Location" => "/rides/#{ride_id}" })
+      end
+    end
+  rescue ProviderDown
+    problem(503, "provider-unavailable", "Service Unavailable", "the payment provider answered 503")
+  end
+
+  # The crash faults: the process exits at once (under unicorn its master goes first, so the service is gone).
+  def crash!
+    Process.kill(:KILL, Process.ppid) if defined?(::Unicorn::HttpServer)
+    exit!(CRASH_STATUS)
+  end
+
   # The framework's own HTTP error a handler raises (rule framework-errors): the app answers it as
   # problem+json http-<status>.
   class FrameworkError < StandardError
@@ -159,6 +225,8 @@ module Payments
     path = env["PATH_INFO"].to_s
     if path == "/payments" || path == "/documents" || path.match?(%r{\A/files/.+})
       true
+    elsif path == "/rides"
+      { lease: true } # lease mode: the handler leases the key and runs its steps (Payments.ride)
     elsif path == "/payments-unprotected"
       { claim: false } # the same handler in one transaction, no key: the benchmark's baseline
     end

@@ -27,6 +27,10 @@ class Document < ActiveRecord::Base
   self.table_name = "documents"
 end
 
+class Ride < ActiveRecord::Base
+  self.table_name = "rides"
+end
+
 class PaymentsRails < Rails::Application
   config.api_only = true
   config.eager_load = false
@@ -38,7 +42,8 @@ class PaymentsRails < Rails::Application
     ENV["DATABASE_URL"] = url
     config.x.faults = faults
     # the pool: one connection per unicorn worker (POOL_SIZE), kept open while idle (CONTRACT.md idle-409)
-    ActiveRecord::Base.configurations = { "production" => { "url" => url, "adapter" => "postgresql", "pool" => pool,
+    # and one more for a lease's heartbeat (POST /rides), which extends the lease from a thread of its own
+    ActiveRecord::Base.configurations = { "production" => { "url" => url, "adapter" => "postgresql", "pool" => pool + 1,
                                                             "prepared_statements" => false,
                                                             "idle_timeout" => 0 } }
     config.middleware.use IdempotencyPg::Middleware, backend: IdempotencyPg::ActiveRecordBackend.new,
@@ -109,8 +114,15 @@ class PaymentsController < ActionController::API
                                 sha256: Digest::SHA256.hexdigest(raw) }, { "Location" => "/documents/#{doc.id}" }))
   end
 
+  # POST /rides: lease mode, the ride written with the model in the checkpoint's transaction (ActiveRecord's own)
   def rides
-    answer(Payments.problem(501, "not-implemented", "Not Implemented", "lease mode is not built in Ruby yet"))
+    env = request.env
+    insert = lambda do |_conn, lease, state, payment|
+      Ride.create!(account: lease.scope, idempotency_key: lease.key, amount_cents: payment[:amount],
+                   currency: payment[:currency], charge_id: state["charge_id"], fencing_number: lease.fencing_number).id
+    end
+    mark_sent = ->(_conn, ride_id) { Ride.where(id: ride_id).update_all(receipt_sent: true) }
+    answer(Payments.ride(env, faults: Rails.application.config.x.faults, insert_ride: insert, mark_sent: mark_sent))
   end
 
   def not_allowed

@@ -49,7 +49,7 @@ class PaymentsSinatra < Sinatra::Base
   end
   post("/documents") { Payments.document(env) }
   other(NOT_POST, "/documents", "POST")
-  post("/rides") { Payments.problem(501, "not-implemented", "Not Implemented", "lease mode is not built in Ruby yet") }
+  post("/rides") { Payments.ride(env, faults: @faults) }
   other(NOT_POST, "/rides", "POST")
 
   error(Payments::FrameworkError) { halt(*Payments.framework_error(env["sinatra.error"])) }

@@ -79,6 +79,11 @@ module IdempotencyPg
       @begin = isolation ? "BEGIN ISOLATION LEVEL #{isolation.to_s.upcase.tr('_', ' ')}" : "BEGIN"
     end
 
+    # A connection of the pool for statements of their own (autocommit): lease mode's lease, heartbeat, release.
+    def connection(&block)
+      @pool.with(&block)
+    end
+
     def transaction
       @pool.with do |conn|
         conn.exec(@begin)
@@ -109,6 +114,12 @@ module IdempotencyPg
   class ActiveRecordBackend
     def initialize(base = ::ActiveRecord::Base)
       @base = base
+    end
+
+    # ActiveRecord's raw connection for statements of their own (autocommit): lease mode's lease, heartbeat,
+    # release; a thread of its own (the heartbeat's) takes a connection of the pool for the block.
+    def connection
+      @base.connection_pool.with_connection { |ar| yield ar.raw_connection }
     end
 
     def transaction

@@ -46,7 +46,8 @@ module IdempotencyPg
   #       scope: ->(env) { account_of(env) }, protect: ->(env) { env["PATH_INFO"] == "/payments" && env["REQUEST_METHOD"] == "POST" }
   #
   # protect(env) returns nil/false (not protected), true, or a Hash of per-route options: redact (JSON Pointers),
-  # store_body (false: status and headers only), claim (false: the transaction only, no key).
+  # store_body (false: status and headers only), claim (false: the transaction only, no key), lease (true: lease
+  # mode, the handler runs env["idempotency"].lease { |lease| ... }, lease.rb).
   class Middleware
     def initialize(app, backend:, protect: ->(env) { env["REQUEST_METHOD"] == "POST" }, scope: ->(_env) { "" },
                    ttl: nil, max_retries: 3, body_limit: DEFAULT_BODY_LIMIT, replay_headers: nil,
@@ -87,6 +88,7 @@ module IdempotencyPg
       key = opts[:claim] ? Header.parse(env["HTTP_IDEMPOTENCY_KEY"]) : nil
       body = read_body(env)
       return render(body) if body.is_a?(Problem)
+      return lease_route(env, opts, key, scope, body) if opts[:lease]
 
       path, query = target(env)
       content_type = env["CONTENT_TYPE"]
@@ -147,6 +149,25 @@ module IdempotencyPg
       ctype, stored_headers, stored_body = to_store(status, headers, bytes, opts)
       @statements.complete(conn, key, scope, status, ctype, stored_headers, stored_body)
       [true, [status, headers.merge(expiry), [bytes]]]
+    end
+
+    # A lease route (protect's `lease: true`, CONTRACT.md lease-rides): the key and the body read as for any
+    # protected route, then the app with a LeaseRequest in env["idempotency"] and no claim: the handler leases
+    # the key and runs its steps (lease.rb). An error the handler lets through answers 500 (the lease released).
+    def lease_route(env, opts, key, scope, body)
+      raise ArgumentError, "a lease route needs a key (claim: true)" unless key
+
+      path, query = target(env)
+      answers = LeaseAnswers.new(render: method(:render), replay: method(:replay),
+                                 store: ->(status, headers, bytes) { to_store(status, headers, bytes, opts) })
+      req = LeaseRequest.new(backend: @backend, key: key, scope: scope, method: env["REQUEST_METHOD"], path: path,
+                             query: query, content_type: env["CONTENT_TYPE"], body: body, ttl: @ttl,
+                             answers: answers, logger: @logger)
+      status, headers, bytes = call_app(env, req, body)
+      [status, headers, [bytes]]
+    rescue StandardError => e
+      @logger.error("lease route failed: #{e.class}: #{e.message}")
+      render(Problems.internal("the request failed; its lease was released"))
     end
 
     # The app's answer as [status, headers, body bytes], the request body given back as rack.input.
