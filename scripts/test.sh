@@ -63,7 +63,18 @@ isolation() {
 }
 timed isolation isolation
 
-pg# tap SUITE TESTS [STORAGE]: STORAGE partitioned switches the database of IdemNode->create to partitioned storage.
+pgtap() {
+    psql -qX -d postgres -c "DROP DATABASE IF EXISTS pgtap_tests" -c "CREATE DATABASE pgtap_tests"
+    psql -qX -d pgtap_tests -c "CREATE EXTENSION idempotency"
+    pg_prove -v -d pgtap_tests test/pgtap/*.sql 2>&1 | tee "$log_dir/pgtap.log"
+    count_tap pgtap "$log_dir/pgtap.log" "${PIPESTATUS[0]}"
+}
+timed pgtap pgtap
+
+# The Perl TAP tests (test/tap, module test/perl/IdemNode.pm). PostgreSQL::Test::Cluster refuses to run as root;
+# it makes its own clusters. They run from a copy: the clone may sit below a directory that user postgres cannot
+# enter. IDEM_TAP_TESTS picks the tests (default every test/tap/*.pl).
+# tap SUITE TESTS [STORAGE]: STORAGE partitioned switches the database of IdemNode->create to partitioned storage.
 tap() {
     local suite=$1 tests=$2 storage=${3:-table} tap_dir
     tap_dir=$(mktemp -d /tmp/idem-tap.XXXXXX)
