@@ -8,7 +8,7 @@
 #      idempotency), database plain the plain script (run twice: the second run is its update); the pg_regress
 #      files of managed/SUPPORTED run against each, compared with the C edition's expected/ files after
 #      managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own functions; the
-#      isolation specs of managed/SUPPORTED the same way;
+#      isolation specs of managed/SUPPORTED the same way, and pgTAP's test/pgtap files with pg_prove;
 #   3b. the clients' e2e suite (go, node and python reference services, direct and through PgBouncer) against the
 #      managed edition's plain script in a stack of that copy (clients/e2e/harness.py, IDEM_E2E_EDITION=managed);
 #   4. the fingerprint cross-check: a cluster of PG_CONFIG's own PostgreSQL, where the C edition is installed, with
@@ -221,6 +221,21 @@ for db in tle plain; do
         fi
     done
     count "managed-isolation-$db" "$ok" "$bad"
+done
+
+# pgTAP (test/pgtap, the API contract), unchanged, against each installation: every file unless managed/SUPPORTED
+# lists it as not yet. Each file runs in a transaction it rolls back, creating pgTAP there (PG_CONFIG's copy of
+# Debian's postgresql-15-pgtap, copied above with the rest of its share directory).
+pgtap_supported=''
+for f in test/pgtap/*.sql; do n=$(basename "$f" .sql); not_yet pgtap "$n" || pgtap_supported="$pgtap_supported $f"; done
+for db in tle plain; do
+    if [ -z "$pgtap_supported" ]; then count "managed-pgtap-$db" 0 0; continue; fi
+    # shellcheck disable=SC2086  # a list of files
+    pg_prove --psql-bin "$pg_bin/psql" -v -h "$cluster" -p "$port" -U postgres -d "$db" $pgtap_supported \
+        >"$log_dir/pgtap-$db.log" 2>&1
+    status=$?
+    [ "$status" -ne 0 ] && { echo "not ok: managed ($db) pgTAP:"; grep -E '^ *not ok|^#|ERROR' "$log_dir/pgtap-$db.log" | head -20; }
+    count_tap "managed-pgtap-$db" "$log_dir/pgtap-$db.log" "$status"
 done
 
 # The in-flight rule's collisions (managed/README.md): another holder of the key's 64-bit advisory lock (here an
