@@ -16,7 +16,7 @@ BEGIN ATOMIC
     SELECT b.relname, b.bounds[1]::pg_catalog.timestamptz, b.bounds[2]::pg_catalog.timestamptz
     FROM (SELECT c.relname,
                  pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
-                                         '^FOR VALUES FROM \(''([^'']+)''\) TO \(''([^'']+)''\)$') AS bounds
+                                         E'^FOR VALUES FROM \\(''([^'']+)''\\) TO \\(''([^'']+)''\\)$') AS bounds
           FROM pg_catalog.pg_inherits i
           JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
           WHERE i.inhparent OPERATOR(pg_catalog.=) '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
