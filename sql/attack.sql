@@ -108,6 +108,30 @@ BEGIN
         END IF;
         made := made + 1;
     END LOOP;
+    -- In the edition's own schema: an overload of each routine taking text, with varchar where it takes text,
+    -- that a call between the edition's routines would reach if it passed other types than it declares.
+    FOR f IN
+        SELECT p.proname, p.prokind, pg_catalog.pg_get_function_arguments(p.oid) AS args,
+               pg_catalog.pg_get_function_result(p.oid) AS result, p.proretset,
+               p.proallargtypes IS NOT NULL AS outs
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'idem\_%'
+          AND 'text'::regtype = ANY (p.proargtypes::oid[])
+    LOOP
+        body := CASE WHEN f.prokind = 'p' THEN 'PERFORM attack.warn(%L);'
+                     WHEN f.proretset OR f.outs OR f.result = 'void' THEN 'PERFORM attack.warn(%L); RETURN;'
+                     ELSE 'PERFORM attack.warn(%L); RETURN NULL;' END;
+        BEGIN
+            EXECUTE pg_catalog.format('CREATE %s public.%I(%s) %s LANGUAGE plpgsql AS %L',
+                CASE WHEN f.prokind = 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, f.proname,
+                regexp_replace(f.args, '\mtext\M', 'varchar', 'g'),
+                CASE WHEN f.prokind = 'p' THEN '' ELSE 'RETURNS ' || f.result END,
+                'BEGIN ' || pg_catalog.format(body, 'public overload of ' || f.proname) || ' END');
+            made := made + 1;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
+    END LOOP;
     RAISE NOTICE 'planted: %', CASE WHEN made > 150 THEN 'more than 150 objects' ELSE made::text END;
 END
 $plant$;
@@ -137,6 +161,17 @@ SET search_path = attack, pg_temp, pg_catalog, public;
 \i :abs_srcdir/sql/include/attack_battery.sql
 RESET search_path;
 DROP TABLE pg_temp.attack_lease;
+-- The overloads go: they are no member of schema attack.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT p.oid::regprocedure AS routine, p.prokind FROM pg_proc p
+             WHERE p.pronamespace = 'public'::regnamespace AND p.prosrc LIKE '%attack.warn%'
+    LOOP
+        EXECUTE format('DROP %s %s', CASE WHEN r.prokind = 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, r.routine);
+    END LOOP;
+END $$;
 -- The planted objects hold what they held.
 SELECT count(*) AS forged_rows_left, count(*) FILTER (WHERE http_status = 299) AS still_forged
 FROM pg_temp.idempotency_keys;
