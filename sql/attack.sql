@@ -294,7 +294,50 @@ SELECT (SELECT count(*) FROM idempotency_keys) AS rows_now, (SELECT count(*) FRO
 DROP TABLE before, held;
 DROP ROLE attack_nobody;
 
--- 7. Bad bytes: what the server cannot hold as text never reaches a function (22021); request bodies of any bytes
+-- 7. Row level security (README, "Security"): a tenant naming another tenant's scope cannot read its responses (its
+-- claims do not see them, its completion fails with 42501), nor list its lease in flight; the rows stay.
+CREATE ROLE attack_tenant NOLOGIN;
+GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO attack_tenant;
+ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY;
+ALTER TABLE idempotency_keys FORCE ROW LEVEL SECURITY;
+CREATE POLICY attack_tenant ON idempotency_keys USING (scope = current_setting('app.tenant'));
+SET ROLE attack_tenant;
+SET app.tenant = 'alice';
+BEGIN;
+SELECT outcome FROM idem_claim('rls', idem_hash('a'), scope => 'alice');
+SELECT idem_complete('rls', 201, '"alice''s"', NULL, 'alice');
+COMMIT;
+BEGIN;
+SELECT outcome FROM idem_claim_request('rls-bytes', 'alice', 'POST', '/p', NULL, 'text/plain', 'x');
+SELECT idem_complete_request('rls-bytes', 'alice', 201, 'text/plain', NULL, 'alice''s bytes');
+COMMIT;
+SELECT outcome, response_body FROM idem_claim('rls', idem_hash('a'), scope => 'alice');
+SELECT outcome FROM idem_lease('rls-lease', idem_hash('l'), interval '1 min', scope => 'alice');
+SET app.tenant = 'bob';
+SELECT count(*) AS rows_bob_sees FROM idempotency_keys;
+BEGIN;
+SELECT outcome, response_body FROM idem_claim('rls', idem_hash('a'), scope => 'alice');
+SELECT left(sqlstate_of($$SELECT idem_complete('rls', 200, '"bob''s"', NULL, 'alice')$$), 5) AS complete_alices;
+ROLLBACK;
+BEGIN;
+SELECT outcome, body FROM idem_claim_request('rls-bytes', 'alice', 'POST', '/p', NULL, 'text/plain', 'x');
+SELECT left(sqlstate_of($$SELECT idem_complete_request('rls-bytes', 'alice', 200, 'text/plain', NULL, 'bob''s')$$), 5)
+    AS complete_request_alices;
+ROLLBACK;
+SELECT left(sqlstate_of($$SELECT idem_lease('rls-lease', idem_hash('l'), interval '1 min', scope => 'alice')$$), 5)
+    AS lease_alices;
+SELECT count(*) AS alices_in_flight_for_bob FROM idem_keys_in_flight() WHERE scope = 'alice';
+RESET ROLE;
+RESET app.tenant;
+SELECT key, http_status, response_body, convert_from(response_bytes, 'UTF8') AS bytes, lease_until IS NOT NULL AS leased
+FROM idempotency_keys WHERE scope = 'alice' ORDER BY key;
+DROP POLICY attack_tenant ON idempotency_keys;
+ALTER TABLE idempotency_keys NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE idempotency_keys DISABLE ROW LEVEL SECURITY;
+REVOKE ALL ON idempotency_keys FROM attack_tenant;
+DROP ROLE attack_tenant;
+
+-- 8. Bad bytes: what the server cannot hold as text never reaches a function (22021); request bodies of any bytes
 -- are hashed or refused with a documented SQLSTATE; every refusal writes nothing.
 SELECT left(sqlstate_of($$SELECT idem_claim(convert_from('\x6bc0af', 'UTF8'), idem_hash('x'))$$), 5) AS overlong_utf8_key;
 SELECT left(sqlstate_of($$SELECT idem_claim('k', idem_hash('x'), NULL, convert_from('\x73ff', 'UTF8'))$$), 5) AS invalid_utf8_scope;
