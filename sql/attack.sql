@@ -34,10 +34,18 @@ DROP TABLE pg_temp.attack_lease;
 -- settings, sequences), and the comparison, concatenation and arithmetic operators of the types it handles; each
 -- warns when called. In pg_temp, which every pinned search_path still holds, a table, view or sequence of each
 -- name the edition has, the key tables holding forged rows of the battery's keys.
+-- A new session, so that every function of the edition is compiled under them (PL/pgSQL compiles a function once a
+-- session and keeps the types it looked up).
+\c -
 CREATE SCHEMA attack;
 CREATE FUNCTION attack.warn(what text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     RAISE WARNING 'attack: % called', what;
+END $$;
+CREATE FUNCTION attack.checked(what text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE WARNING 'attack: a value of domain % made', what;
+    RETURN true;
 END $$;
 DO $plant$
 DECLARE
@@ -93,6 +101,17 @@ BEGIN
             pg_catalog.format('BEGIN PERFORM attack.warn(%L); RETURN NULL; END', f.l || ' ' || f.oprname || ' ' || f.r));
         EXECUTE pg_catalog.format('CREATE OPERATOR attack.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = attack.op_%s)',
             f.oprname, f.l, f.r, f.oid);
+        made := made + 1;
+    END LOOP;
+    -- Types: a domain of each name a body could look up (the keywords' types, such as integer and interval, are
+    -- pg_catalog's whatever the search_path), its check warning whenever a value is made one of it.
+    FOR f IN
+        SELECT t.n, CASE WHEN t.n = 'record' THEN 'int4' ELSE t.n END AS base
+        FROM unnest(ARRAY['text', 'bytea', 'uuid', 'jsonb', 'json', 'tid', 'timestamptz', 'int4', 'int8', 'bool',
+                          'float8', 'name', 'oid', 'regclass', 'numeric', 'record']) AS t(n)
+    LOOP
+        EXECUTE pg_catalog.format('CREATE DOMAIN attack.%I AS pg_catalog.%I CHECK (attack.checked(%L) OR VALUE IS NULL)',
+                                  f.n, f.base, f.n);
         made := made + 1;
     END LOOP;
     -- pg_temp: each relation's name.

@@ -3,7 +3,7 @@
 -- the caller picks; only what the extension's functions do may differ, and nothing does.
 -- Its temporary table is dropped by the caller, under its own search_path (pg_tle's sql_drop event trigger compares
 -- with the caller's =).
-CREATE TEMP TABLE attack_lease (token uuid, fencing bigint);
+CREATE TEMP TABLE attack_lease (token pg_catalog.uuid, fencing bigint);
 -- A transactional claim, its completion, the replay and a mismatch.
 BEGIN;
 SELECT outcome, http_status FROM public.idem_claim('pay', public.idem_hash('a'), scope => :'scope');
