@@ -40,13 +40,13 @@ BEGIN
         RAISE EXCEPTION 'idempotency key is longer than 255 bytes' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- C0 controls, DEL and the C1 controls U+0080..U+009F, in every server encoding.
-    IF key OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+    IF key OPERATOR(pg_catalog.~) E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
         RAISE EXCEPTION 'idempotency key contains a control character' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255 THEN
         RAISE EXCEPTION 'idempotency scope is longer than 255 bytes' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF scope OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+    IF scope OPERATOR(pg_catalog.~) E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
         RAISE EXCEPTION 'idempotency scope contains a control character' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN scope OPERATOR(pg_catalog.||) E'\x1f' OPERATOR(pg_catalog.||) key;
@@ -124,7 +124,7 @@ BEGIN
     -- fewer expressions cost less); the helpers raise the C edition's error when one fails.
     IF key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255
        OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
-       OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+       OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
         PERFORM @extschema@.idem_managed_key_id(key, scope);
     END IF;
     IF request_hash IS NULL THEN
@@ -536,7 +536,7 @@ BEGIN
     IF claim IS NULL OR http_status IS NULL OR http_status OPERATOR(pg_catalog.<) 100
        OR http_status OPERATOR(pg_catalog.>) 599
        OR pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object'
-       OR content_type OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]'
+       OR content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]'
        OR size OPERATOR(pg_catalog.>) 1048576
        OR pg_catalog.current_setting('idempotency.max_response_bytes', true) IS NOT NULL THEN
         IF claim IS NULL THEN
@@ -549,7 +549,7 @@ BEGIN
             RAISE EXCEPTION 'idempotency % must be a JSON object', headers_arg USING ERRCODE = 'invalid_parameter_value';
         END IF;
         -- Replayed as a header value: no CR, LF or other control character (a tab is allowed).
-        IF content_type OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]' THEN
+        IF content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]' THEN
             RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';
         END IF;
         -- Status range, then size against idempotency.max_response_bytes.

@@ -154,13 +154,18 @@ CREATE PROCEDURE @extschema@.idem_managed_sweep()
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    batch record;
+    -- Types named through pg_catalog too: the caller's search_path would find a type of another schema first.
+    batch pg_catalog.record;
     position pg_catalog.tid := '(0,1)';
     size pg_catalog.int4 := @extschema@.idem_managed_cleanup_batch_size();
     tombstones pg_catalog.bool := false;
-    pace pg_catalog.int4 := COALESCE(NULLIF(pg_catalog.btrim(
-        pg_catalog.current_setting('idempotency.cleanup_keys_per_second', true)), ''), '2000')::pg_catalog.int4;
-    upkeep record;
+    -- No SET search_path here (the procedure commits), so no operator is left to the caller's: NULLIF would look
+    -- its = up there (sql/attack.sql).
+    pace_setting pg_catalog.text := pg_catalog.btrim(
+        pg_catalog.current_setting('idempotency.cleanup_keys_per_second', true));
+    pace pg_catalog.int4 := CASE WHEN pace_setting IS NULL OR pace_setting OPERATOR(pg_catalog.=) '' THEN 2000
+                                 ELSE pace_setting::pg_catalog.int4 END;
+    upkeep pg_catalog.record;
 BEGIN
     -- Partitioned storage's upkeep first, as the worker does: partitions made ahead (in their own transaction),
     -- then expired partitions dropped one per transaction (a drop's locks last until it commits); a partition

@@ -32,7 +32,7 @@ BEGIN
     IF pg_catalog.starts_with(q, '?') THEN
         q := pg_catalog.substr(q, 2);
     END IF;
-    body := COALESCE(body, '\x'::pg_catalog.bytea);
+    body := COALESCE(body, E'\\x'::pg_catalog.bytea);
     IF content_type IS NULL THEN
         media := CASE WHEN pg_catalog.length(body) OPERATOR(pg_catalog.>) 0 THEN 'application/json' ELSE '' END;
     ELSE
@@ -60,7 +60,7 @@ BEGIN
                              ELSE pg_catalog.lower(content_type COLLATE "C") END;
     END IF;
     RETURN pg_catalog.encode(pg_catalog.sha256(
-        '\x6964656d706f74656e63792066696e6765727072696e7420312e332062797465730a'::pg_catalog.bytea
+        E'\\x6964656d706f74656e63792066696e6765727072696e7420312e332062797465730a'::pg_catalog.bytea
         OPERATOR(pg_catalog.||) @extschema@.idem_managed_framed(pg_catalog.convert_to(method, 'SQL_ASCII'))
         OPERATOR(pg_catalog.||) @extschema@.idem_managed_framed(pg_catalog.convert_to(path, 'SQL_ASCII'))
         OPERATOR(pg_catalog.||) @extschema@.idem_managed_framed(pg_catalog.convert_to(q, 'SQL_ASCII'))

@@ -420,7 +420,7 @@ BEGIN
     IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object' THEN
         RAISE EXCEPTION 'idempotency headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF content_type OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]' THEN
+    IF content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]' THEN
         RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM @extschema@.idem_managed_check_size(http_status,

@@ -3,6 +3,7 @@
 -- catalog's text of them under this function's own DateStyle and TimeZone (fixed below), so the same values under
 -- every session's settings. Then making them ahead, dropping the expired ones, and switching the storage mode,
 -- as the C edition does; the pg_cron sweep (cleanup.sql) calls the upkeep as the background worker does.
+-- A SQL-standard body, bound when created, as every SQL function of the C edition (pgTAP api_contract).
 CREATE FUNCTION @extschema@.idem_partitions(
     OUT partition_name name, OUT lower_bound timestamptz, OUT upper_bound timestamptz)
 RETURNS SETOF record
@@ -11,18 +12,18 @@ SET search_path = pg_catalog, pg_temp
 SET DateStyle = 'ISO, YMD'
 SET TimeZone = 'UTC'
 SET IntervalStyle = 'postgres'
-AS $$
+BEGIN ATOMIC
     SELECT b.relname, b.bounds[1]::pg_catalog.timestamptz, b.bounds[2]::pg_catalog.timestamptz
     FROM (SELECT c.relname,
                  pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
-                                         '^FOR VALUES FROM \(''([^'']+)''\) TO \(''([^'']+)''\)$') AS bounds
+                                         E'^FOR VALUES FROM \\(''([^'']+)''\\) TO \\(''([^'']+)''\\)$') AS bounds
           FROM pg_catalog.pg_inherits i
           JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
           WHERE i.inhparent OPERATOR(pg_catalog.=) '@extschema@.idempotency_keys_partitioned'::pg_catalog.regclass
             AND NOT i.inhdetachpending) b
     WHERE b.bounds IS NOT NULL
-    ORDER BY 2
-$$;
+    ORDER BY 2;
+END;
 
 -- The C edition's idem_create_partition (PL/pgSQL there too) finds its schema through pg_extension, which the
 -- plain script does not have: the same function, naming @extschema@.

@@ -48,7 +48,8 @@ declare -A groups=(
             libmaven-install-plugin-java libmaven-dependency-plugin-java"
     [ruby]="ruby ruby-pg ruby-rack ruby-sinatra ruby-rails ruby-minitest unicorn"
     [bench]="gnuplot-nox"
-    [managed]="build-essential libkrb5-dev postgresql-server-dev-15 postgresql-15-cron"
+    [managed]="build-essential libkrb5-dev postgresql-server-dev-15 postgresql-15-cron
+               postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl"
     [release]="debhelper devscripts dpkg-dev fakeroot lintian postgresql-server-dev-all pgxnclient
                python3-build python3-venv python3-setuptools python3-wheel prometheus prometheus-postgres-exporter"
     [pg-build]="build-essential dpkg-dev curl gnupg debian-archive-keyring perl libipc-run-perl pkg-config

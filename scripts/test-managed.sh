@@ -8,7 +8,7 @@
 #      idempotency), database plain the plain script (run twice: the second run is its update); every pg_regress
 #      file but the c-only ones of managed/SUPPORTED runs against each, compared with the C edition's expected/
 #      files after managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own
-#      functions; the isolation specs the same way (each c-only line must name an entry of
+#      functions; the isolation specs the same way, and pgTAP's test/pgtap files with pg_prove (each c-only line must name an entry of
 #      managed/DIFFERENCES.md; a not-yet regress or isolation line fails);
 #   3b. the clients' e2e suite (go, node and python reference services, direct and through PgBouncer) against the
 #      managed edition's plain script in a stack of that copy (clients/e2e/harness.py, IDEM_E2E_EDITION=managed);
@@ -160,7 +160,7 @@ count managed-cron-setup "$install_ok" "$install_bad"
 # What runs: every sql/*.sql and every isolation spec, unless managed/SUPPORTED lists it as c-only (a new
 # SQL-level test runs on the managed edition by default). Each c-only line must name an existing file and an
 # entry of managed/DIFFERENCES.md (the bold lead text of a list item, or a heading) that it is about; a not-yet
-# line for a regress file or an isolation spec fails (the pgTAP files are not run here yet).
+# line fails.
 c_only() { grep -Eq "^c-only $1 $2:" managed/SUPPORTED; }
 supported='' iso_supported=''
 for f in sql/*.sql; do n=$(basename "$f" .sql); c_only regress "$n" || supported="$supported $n"; done
@@ -173,7 +173,7 @@ while read -r keyword kind rest; do
     case $kind in regress) f=sql/$name.sql ;; pgtap) f=test/pgtap/$name.sql ;; *) f=test/isolation/specs/$name.spec ;; esac
     if [ ! -f "$f" ]; then
         echo "not ok: managed/SUPPORTED lists $kind $name, which does not exist"; listed_bad=$((listed_bad + 1))
-    elif [ "$keyword" = not-yet ] && [ "$kind" != pgtap ]; then
+    elif [ "$keyword" = not-yet ]; then
         echo "not ok: managed/SUPPORTED: $kind $name is not-yet (it must run on both editions, or be c-only)"
         listed_bad=$((listed_bad + 1))
     elif [ "$keyword" = c-only ] && ! grep -Fxq -- "$entry" <<<"$entries"; then
@@ -235,6 +235,21 @@ for db in tle plain; do
         fi
     done
     count "managed-isolation-$db" "$ok" "$bad"
+done
+
+# pgTAP (test/pgtap, the API contract), unchanged, against each installation: every file unless managed/SUPPORTED
+# lists it as c-only. Each file runs in a transaction it rolls back, creating pgTAP there (PG_CONFIG's copy of
+# Debian's postgresql-15-pgtap, copied above with the rest of its share directory).
+pgtap_supported=''
+for f in test/pgtap/*.sql; do n=$(basename "$f" .sql); c_only pgtap "$n" || pgtap_supported="$pgtap_supported $f"; done
+for db in tle plain; do
+    if [ -z "$pgtap_supported" ]; then count "managed-pgtap-$db" 0 0; continue; fi
+    # shellcheck disable=SC2086  # a list of files
+    pg_prove --psql-bin "$pg_bin/psql" -v -h "$cluster" -p "$port" -U postgres -d "$db" $pgtap_supported \
+        >"$log_dir/pgtap-$db.log" 2>&1
+    status=$?
+    [ "$status" -ne 0 ] && { echo "not ok: managed ($db) pgTAP:"; grep -E '^ *not ok|^#|ERROR' "$log_dir/pgtap-$db.log" | head -20; }
+    count_tap "managed-pgtap-$db" "$log_dir/pgtap-$db.log" "$status"
 done
 
 # The in-flight rule's collisions (managed/README.md): another holder of the key's 64-bit advisory lock (here an

@@ -1,7 +1,29 @@
--- The SQL API contract: names, signatures, result columns, markings, privileges.
+-- The SQL API contract: names, signatures, result columns, markings, privileges. It runs against both editions
+-- (issue 40): the C edition, and the managed edition installed through pg_tle (an extension) or by its plain
+-- script (no extension: its objects are those of schema public that belong to no extension). Where they differ,
+-- the difference is one listed in managed/DIFFERENCES.md, and the assertion says which edition expects what.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(148);
+SELECT plan(155);
+
+CREATE TEMP TABLE contract_edition AS SELECT
+    (SELECT l.lanname = 'c' FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+     WHERE p.oid = 'public.idem_claim(text, text, interval, text)'::regprocedure) AS c,
+    EXISTS (SELECT FROM pg_extension WHERE extname = 'idempotency') AS extension;
+-- The edition's functions and procedures: the extension's members, or, under the plain script, every routine of
+-- schema public that is no extension's member (pgTAP's are pgtap's).
+CREATE TEMP VIEW contract_procs AS
+    SELECT p.* FROM pg_proc p
+    WHERE EXISTS (SELECT FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+                  WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+                    AND e.extname = 'idempotency')
+       OR (NOT (SELECT extension FROM contract_edition) AND p.pronamespace = 'public'::regnamespace
+           AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                             AND d.deptype = 'e'));
+SELECT cmp_ok((SELECT count(*)::int FROM contract_procs), '>=', 30,
+              'the edition''s routines are found (' || CASE WHEN (SELECT c FROM contract_edition) THEN 'C edition'
+              WHEN (SELECT extension FROM contract_edition) THEN 'managed edition, pg_tle'
+              ELSE 'managed edition, plain script' END || ')');
 
 -- Functions and their argument types.
 SELECT has_function('public', 'idem_claim', ARRAY['text', 'text', 'interval', 'text']);
@@ -69,9 +91,7 @@ SELECT isnt_definer('public', 'idem_claim', ARRAY['text', 'text', 'interval', 't
 SELECT isnt_definer('public', 'idem_complete', ARRAY['text', 'integer', 'jsonb', 'jsonb', 'text']);
 SELECT isnt_definer('public', 'idem_release', ARRAY['text', 'text']);
 SELECT is(
-    (SELECT count(*)::int FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid
-     JOIN pg_extension e ON e.oid = d.refobjid
-     WHERE e.extname = 'idempotency' AND p.prosecdef),
+    (SELECT count(*)::int FROM contract_procs p WHERE p.prosecdef),
     0, 'no function of the extension is SECURITY DEFINER');
 
 -- Hashes are STRICT (NULL in, NULL out); the key functions are not (NULL is an error, not a silent NULL).
@@ -118,14 +138,22 @@ SELECT function_privs_are('public', 'idem_claim', ARRAY['text', 'text', 'interva
 SELECT function_privs_are('public', 'idem_hash', ARRAY['text'], 'public', ARRAY['EXECUTE']);
 
 -- The extension owns its objects and pg_dump keeps the keys.
-SELECT is(
+-- The plain script makes no extension: its tables are no extension's members, and pg_dump dumps them as tables.
+SELECT CASE WHEN (SELECT extension FROM contract_edition) THEN is(
     (SELECT extconfig FROM pg_extension WHERE extname = 'idempotency'),
     ARRAY['public.idempotency_keys'::regclass::oid, 'public.idempotency_keys_partitioned_default'::regclass::oid,
           'public.idempotency_fencing_numbers'::regclass::oid, 'public.idempotency_tombstones'::regclass::oid],
-    'the keys of both storage modes, the fencing numbers'' position and the tombstones are dumped by pg_dump');
+    'the keys of both storage modes, the fencing numbers'' position and the tombstones are dumped by pg_dump')
+    ELSE is(
+    (SELECT count(*)::int FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e'
+       AND d.objid IN ('public.idempotency_keys'::regclass, 'public.idempotency_keys_partitioned_default'::regclass,
+                       'public.idempotency_fencing_numbers'::regclass, 'public.idempotency_tombstones'::regclass)),
+    0, 'the plain script: the keys, the fencing numbers'' position and the tombstones are plain tables pg_dump dumps')
+    END;
 SELECT is(
-    (SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'), false,
-    'the extension is not relocatable (its C code finds the table in its own schema)');
+    (SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'),
+    CASE WHEN (SELECT extension FROM contract_edition) THEN false END,
+    'the extension is not relocatable (its functions find the table in its own schema; the plain script makes none)');
 
 -- Expiry and storage functions.
 SELECT has_function('public', 'idem_cleanup', ARRAY[]::text[]);
@@ -154,17 +182,30 @@ SELECT table_privs_are('public', 'idempotency_keys_partitioned', 'public', ARRAY
 
 -- Every SQL or PL/pgSQL function pins its search_path; C functions qualify every name they use.
 SELECT is(
-    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
-     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
-     JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+-- The managed edition's one exception, listed in managed/DIFFERENCES.md: the pg_cron sweep, a procedure that commits
+-- after each batch, which PostgreSQL refuses in a routine with a SET clause.
+    (SELECT array_agg(p.proname::text || '/' || p.prokind::text ORDER BY p.proname) FROM contract_procs p
      JOIN pg_language l ON l.oid = p.prolang
      WHERE l.lanname <> 'c'
        AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)),
-    NULL, 'every non-C function of the extension has SET search_path = pg_catalog, pg_temp');
+    CASE WHEN NOT (SELECT c FROM contract_edition) THEN ARRAY['idem_managed_sweep/p'] END,
+    'every non-C function of the extension has SET search_path = pg_catalog, pg_temp (managed: but the sweep procedure)');
 
--- Settings exist with their documented defaults.
-SELECT is(current_setting('idempotency.ttl'), '1d', 'idempotency.ttl defaults to 24h');
-SELECT is(current_setting('idempotency.mismatch_status'), '422', 'idempotency.mismatch_status defaults to 422');
+-- Settings exist with their documented defaults. The C edition's library defines them; the managed edition's are
+-- placeholders, unset until SET (managed/DIFFERENCES.md), and its functions apply the same defaults.
+SELECT is(current_setting('idempotency.ttl', true), CASE WHEN (SELECT c FROM contract_edition) THEN '1d' END,
+          'idempotency.ttl defaults to 24h (the managed edition: an unset placeholder)');
+SELECT is(current_setting('idempotency.mismatch_status', true),
+          CASE WHEN (SELECT c FROM contract_edition) THEN '422' END,
+          'idempotency.mismatch_status defaults to 422 (the managed edition: an unset placeholder)');
+SELECT is((SELECT outcome FROM idem_claim('pgtap-defaults', idem_hash('a'))), 'claimed',
+          'a key claimed without a ttl');
+SELECT is(idem_complete('pgtap-defaults', 201, '{}', '{}'), true, 'and completed');
+SELECT is((SELECT expires_at - created_at FROM idempotency_keys WHERE key = 'pgtap-defaults' AND scope = ''),
+          interval '1 day', 'is kept for idempotency.ttl''s default, 24h, in both editions');
+SELECT results_eq($$SELECT outcome, http_status FROM idem_claim('pgtap-defaults', idem_hash('b'))$$,
+                  $$VALUES ('mismatch'::text, 422)$$,
+                  'another request hash answers idempotency.mismatch_status''s default, 422, in both editions');
 
 
 -- 1.1: lease mode and the bounded wait, under names of their own (the 1.0 signatures stay as they were).
@@ -184,7 +225,9 @@ SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_claim'), 1,
           'idem_claim has one signature: untyped calls from 1.0 clients stay unambiguous');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'idem_complete'), 1,
           'idem_complete has one signature');
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '1.4', 'a fresh install is at 1.4');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'),
+          CASE WHEN (SELECT extension FROM contract_edition) THEN '1.4' END,
+          'a fresh install is at 1.4 (the plain script makes no extension)');
 
 -- 1.1: keys in flight, for operators. Both run as the caller (privileges and row level security of the key
 -- table apply inside), so PUBLIC may execute them.
@@ -209,26 +252,36 @@ SELECT function_privs_are('public', 'idem_keys_in_flight_claims', ARRAY[]::text[
 
 -- 1.2: nothing bound by name at call time, counters for operators only, fencing numbers.
 SELECT is(
-    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
-     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
-     JOIN pg_extension e ON e.oid = d.refobjid
-     WHERE e.extname = 'idempotency' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'sql')
-       AND p.prosqlbody IS NULL),
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM contract_procs p
+     WHERE p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'sql') AND p.prosqlbody IS NULL),
     NULL, 'every SQL-language function has a BEGIN ATOMIC body, bound when created');
-SELECT is(
-    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
-     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
-     JOIN pg_extension e ON e.oid = d.refobjid
-     WHERE e.extname = 'idempotency' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
+-- The managed edition's bodies name the schema they were created in (managed/DIFFERENCES.md: a renamed schema is
+-- not followed), since the plain script has no pg_extension row to find it by: none looks the extension up but
+-- the Citus helpers (Citus is not for the plain script).
+SELECT CASE WHEN (SELECT c FROM contract_edition) THEN is(
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM contract_procs p
+     WHERE p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
        AND (p.prosrc LIKE '%public.%' OR p.prosrc NOT LIKE '%pg_catalog.pg_extension e%')),
-    NULL, 'no PL/pgSQL body names the schema; each finds it by OID through pg_extension');
+    NULL, 'no PL/pgSQL body names the schema; each finds it by OID through pg_extension')
+    ELSE is(
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM contract_procs p
+     WHERE p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
+       AND p.prosrc ~ 'extname[^;]*''idempotency'''),
+    ARRAY['idem_citus_distribute', 'idem_citus_fencing_before_move', 'idem_citus_stats'],
+    'the managed edition: no PL/pgSQL body but the Citus helpers'' looks the extension up in pg_extension')
+    END;
 SELECT is(
-    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
-     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
-     JOIN pg_extension e ON e.oid = d.refobjid
-     WHERE e.extname = 'idempotency' AND p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
+    (SELECT array_agg(p.proname::text || '/' || p.prokind::text ORDER BY p.proname) FROM contract_procs p
+     WHERE p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
        AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)),
-    NULL, 'every SQL and PL/pgSQL function pins search_path to pg_catalog, pg_temp');
+    CASE WHEN NOT (SELECT c FROM contract_edition) THEN ARRAY['idem_managed_sweep/p'] END,
+    'every SQL and PL/pgSQL function pins search_path to pg_catalog, pg_temp (managed: but the sweep procedure)');
+-- The managed edition is written in trusted languages only (issue 40): nothing a managed service refuses.
+SELECT is(
+    (SELECT array_agg(DISTINCT l.lanname::text ORDER BY l.lanname::text) FROM contract_procs p
+     JOIN pg_language l ON l.oid = p.prolang),
+    CASE WHEN (SELECT c FROM contract_edition) THEN ARRAY['c', 'plpgsql', 'sql'] ELSE ARRAY['plpgsql', 'sql'] END,
+    'the languages of the edition''s routines (managed: SQL and PL/pgSQL only)');
 SELECT function_privs_are('public', 'idem_stats_read', ARRAY[]::text[], 'public', ARRAY[]::text[],
                           'idem_stats_read() is not executable by PUBLIC');
 SELECT function_privs_are('public', 'idem_stats_read', ARRAY[]::text[], 'pg_monitor', ARRAY['EXECUTE']);
@@ -245,9 +298,12 @@ SELECT is(
     'idem_lease_result ends with fencing_number (1.2), then the replay''s content type and bytes (1.3)');
 
 -- 1.3: the partitions' upkeep in C, with bounds read as values; the maintenance functions pin search_path too.
-SELECT function_lang_is('public', 'idem_partitions', ARRAY[]::text[], 'c');
-SELECT function_lang_is('public', 'idem_premake_partitions', ARRAY[]::text[], 'c');
-SELECT function_lang_is('public', 'idem_drop_expired_partitions', ARRAY[]::text[], 'c');
+SELECT function_lang_is('public', 'idem_partitions', ARRAY[]::text[],
+                        (SELECT CASE WHEN c THEN 'c' ELSE 'sql' END FROM contract_edition)::name);
+SELECT function_lang_is('public', 'idem_premake_partitions', ARRAY[]::text[],
+                        (SELECT CASE WHEN c THEN 'c' ELSE 'plpgsql' END FROM contract_edition)::name);
+SELECT function_lang_is('public', 'idem_drop_expired_partitions', ARRAY[]::text[],
+                        (SELECT CASE WHEN c THEN 'c' ELSE 'plpgsql' END FROM contract_edition)::name);
 SELECT volatility_is('public', 'idem_partitions', ARRAY[]::text[], 'stable');
 SELECT volatility_is('public', 'idem_premake_partitions', ARRAY[]::text[], 'volatile');
 SELECT volatility_is('public', 'idem_drop_expired_partitions', ARRAY[]::text[], 'volatile');
@@ -270,7 +326,8 @@ SELECT is((SELECT p.proconfig FROM pg_proc p
 -- 1.3: no function calls another function of the extension by name. idem_set_storage is in C (idem_create_partition
 -- by OID), idem_keys_in_flight has an SQL-standard body bound to its two parts by OID; a PL/pgSQL body names a
 -- function of the extension only in the SQL it sends to the other nodes of a Citus cluster.
-SELECT function_lang_is('public', 'idem_set_storage', ARRAY['text', 'interval'], 'c');
+SELECT function_lang_is('public', 'idem_set_storage', ARRAY['text', 'interval'],
+                        (SELECT CASE WHEN c THEN 'c' ELSE 'plpgsql' END FROM contract_edition)::name);
 SELECT isnt_strict('public', 'idem_set_storage', ARRAY['text', 'interval']);
 SELECT volatility_is('public', 'idem_set_storage', ARRAY['text', 'interval'], 'volatile');
 SELECT is((SELECT p.proconfig FROM pg_proc p WHERE p.oid = 'public.idem_set_storage(text, interval)'::regprocedure),
@@ -295,13 +352,13 @@ SELECT is(
     ARRAY['idem_keys_in_flight_claims()', 'idem_keys_in_flight_rest()'],
     'idem_keys_in_flight is bound by OID to idem_keys_in_flight_claims() and idem_keys_in_flight_rest()');
 SELECT is(
-    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
-     JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
-     JOIN pg_extension e ON e.oid = d.refobjid
-     WHERE e.extname = 'idempotency' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
+    (SELECT array_agg(p.proname::text ORDER BY p.proname) FROM contract_procs p
+     WHERE p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
        AND p.prosrc ~ '%s\.idem_'),
-    ARRAY['idem_citus_stats', 'idem_keys_in_flight_rest'],
-    'PL/pgSQL bodies name the extension''s objects in dynamic SQL only in what they send to other Citus nodes');
+    CASE WHEN (SELECT c FROM contract_edition) THEN ARRAY['idem_citus_stats', 'idem_keys_in_flight_rest']
+         ELSE ARRAY['idem_citus_stats'] END,
+    'PL/pgSQL bodies name the extension''s objects in dynamic SQL only in what they send to other Citus nodes '
+    '(the managed edition''s idem_keys_in_flight_rest lists no other node''s claims: managed/DIFFERENCES.md)');
 
 -- 1.3, the lean request (issue 30): four functions of one signature each (a prepared statement needs no
 -- casts), the claim's row type, the bytes columns in both tables.
@@ -362,7 +419,13 @@ SELECT columns_are('public', 'idempotency_tombstones', ARRAY['expired_at', 'scop
 SELECT col_is_pk('public', 'idempotency_tombstones', ARRAY['key', 'scope'], 'one tombstone per key, as the keys');
 SELECT table_privs_are('public', 'idempotency_tombstones', 'public', ARRAY[]::text[],
                        'PUBLIC has no privilege on idempotency_tombstones');
-SELECT is(current_setting('idempotency.tombstone_ttl'), '0', 'tombstones are off by default');
+SELECT is(current_setting('idempotency.tombstone_ttl', true),
+          CASE WHEN (SELECT c FROM contract_edition) THEN '0' END,
+          'tombstones are off by default (the managed edition: an unset placeholder)');
+INSERT INTO idempotency_keys (expires_at, created_at, http_status, scope, key, request_hash)
+    VALUES (now() - interval '1 minute', now() - interval '1 day', 200, '', 'pgtap-expired', sha256('e'));
+SELECT is((SELECT outcome FROM idem_claim('pgtap-expired', idem_hash('e'))), 'claimed',
+          'with tombstones off, an expired key is claimed again, not answered expired, in both editions');
 
 SELECT * FROM finish();
 ROLLBACK;
