@@ -17,8 +17,9 @@
  *   it: the statement, whose ERROR is PostgreSQL's own.
  *
  * The uniqueness of (scope, key) across partitions is the claim's: it holds the key's lock (key_lock.c) while it
- * looks for a live row and stores one, as with the statements. Replacing a lapsed lease's row and every lease
- * write are UPDATEs, left to the statements.
+ * looks for a live row and stores one, as with the statements. The lease writes and a lapsed lease's
+ * replacement are UPDATEs of the key's live row, taken here too (below, at "Lease writes"): in place while the
+ * new expiry fits the row's partition, else moved as a cross-partition UPDATE moves it.
  *
  * It applies where a probe and an insert do exactly what the statements would: the parent partitioned by range
  * on expires_at alone (timestamptz's default order), the parent's shape as key_store_direct.c requires of a
@@ -499,7 +500,7 @@ route(TimestampTz expires_at)
  * is the partition's only index, the executor's index maintenance otherwise.
  */
 static void
-store_in_partition(Partition *p, Relation rel, HeapTuple tuple, const KeyRef *ref)
+store_in_partition(Partition *p, Relation rel, HeapTuple tuple, Datum scope, Datum key)
 {
 	if (p->index_only)
 	{
@@ -507,8 +508,8 @@ store_in_partition(Partition *p, Relation rel, HeapTuple tuple, const KeyRef *re
 		Datum		entry[2];
 		bool		entry_nulls[2] = {false, false};
 
-		entry[p->scope_column - 1] = PointerGetDatum(ref->scope);
-		entry[p->key_column - 1] = PointerGetDatum(ref->key);
+		entry[p->scope_column - 1] = scope;
+		entry[p->key_column - 1] = key;
 		heap_insert(rel, tuple, GetCurrentCommandId(true), 0, NULL);
 		index_insert(index, entry, entry_nulls, &tuple->t_self, rel,
 					 index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false, p->index_info);
@@ -549,7 +550,8 @@ insert_routed(const KeyTable *table, const KeyRef *ref, TimestampTz expires_at, 
 		return false;
 	privilege(table, table->partitioned_oid);
 	rel = relation_open(p->relid, NoLock);
-	store_in_partition(p, rel, form(RelationGetDescr(rel), ref, arg), ref);
+	store_in_partition(p, rel, form(RelationGetDescr(rel), ref, arg), PointerGetDatum(ref->scope),
+					   PointerGetDatum(ref->key));
 	relation_close(rel, NoLock);
 	return true;
 }
@@ -886,7 +888,6 @@ edit_once(RowEdit *edit, TimestampTz live_after)
 	int			natts;
 	Datum	   *values;
 	bool	   *nulls;
-	HeapTuple	tuple;
 
 	/* As a new SQL statement would: see this transaction's own earlier writes. */
 	CommandCounterIncrement();
@@ -978,17 +979,19 @@ edit_once(RowEdit *edit, TimestampTz live_after)
 			return EDIT_NOT_DIRECT;
 		}
 	}
-	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	/* The index entries are the stored scope and key (equal to the call's, not always byte for byte). */
 	if (target == holder)
 	{
+		HeapTuple	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+
 		if (idem_simple_heap_update(rel, &tid, tuple))
 		{
 			Relation	index = index_open(holder->index, RowExclusiveLock);
 			Datum		entry[2];
 			bool		entry_nulls[2] = {false, false};
 
-			entry[holder->scope_column - 1] = PointerGetDatum(edit->ref->scope);
-			entry[holder->key_column - 1] = PointerGetDatum(edit->ref->key);
+			entry[holder->scope_column - 1] = values[ATTNUM(KEY_COL_SCOPE) - 1];
+			entry[holder->key_column - 1] = values[ATTNUM(KEY_COL_KEY) - 1];
 			index_insert(index, entry, entry_nulls, &tuple->t_self, rel,
 						 index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, true,
 						 holder->index_info);
@@ -1005,7 +1008,8 @@ edit_once(RowEdit *edit, TimestampTz live_after)
 		if (deleted != TM_Ok)
 			elog(ERROR, "idempotency: unexpected result %d moving a locked key row", (int) deleted);
 		into = relation_open(target->relid, NoLock);
-		store_in_partition(target, into, heap_form_tuple(RelationGetDescr(into), values, nulls), edit->ref);
+		store_in_partition(target, into, heap_form_tuple(RelationGetDescr(into), values, nulls),
+						   values[ATTNUM(KEY_COL_SCOPE) - 1], values[ATTNUM(KEY_COL_KEY) - 1]);
 		relation_close(into, NoLock);
 	}
 	ExecDropSingleTupleTableSlot(slot);
