@@ -10,6 +10,8 @@
 #       storage of 1-day and 1-hour partitions, 20,000 stored keys and ttl 24 h in each (a database each); with
 #       INSTR_SPREAD=1 the stored keys expire evenly over the next 1 to 24 hours (a day of traffic: every live
 #       partition holds keys, and a replay finds its key anywhere among them), else all within the same minute
+#       (w_table_lease w_day_lease w_hour_lease: a lease request in each, idem_lease of a new key, an extension,
+#       a checkpoint and the completion, each its own transaction)
 #   INSTR_CASES="w_bare w_client_new w_client_new_simple w_client_new_execute" bench/instructions.sh   the ways a
 #       client can send the 1.3 statements (w_client_new_execute, not in the default list: SQL PREPARE once a
 #       connection, then EXECUTE in simple queries, the INSERT too; clients/python/README.md "Prepared statements")
@@ -130,6 +132,12 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
         w_table_replay|w_day_replay|w_hour_replay) db=bench_${1#w_}; db=${db%_replay}
             label="$(store_label "$db"): replay, \`SELECT idem_claim(key, hash)\` alone (no BEGIN, no ROLLBACK)"
             tx=('SELECT idem_claim(:r, :h);') ;;
+        w_table_lease|w_day_lease|w_hour_lease) db=bench_${1#w_}; db=${db%_lease}
+            label="$(store_label "$db"): a lease request, \`idem_lease\`, \`idem_lease_extend\`, \`idem_checkpoint\`, \`idem_lease_complete\` (4 transactions)"
+            tx=("SELECT lease_token AS t FROM idem_lease(:k, :h, interval '30 s') \\gset"
+                "SELECT idem_lease_extend(:k, :t::uuid, interval '1 min');"
+                "SELECT idem_checkpoint(:k, :t::uuid, 'charged', '{\"step\": 1}'::jsonb);"
+                'SELECT idem_lease_complete(:k, :t::uuid, 201, :resp::jsonb);') ;;
         w_plpgsql) label='the careful PL/pgSQL reference (bench/plpgsql_baseline.sql), new key'
             tx=('SELECT * FROM plpgsql_idem.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_idem.idem_complete(:k, 201, :resp::jsonb);') ;;
         # The managed edition (issue 40; not in the default list): `make managed`'s plain script in schema managed.
@@ -141,7 +149,7 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
     esac
     local begin=BEGIN\; end=COMMIT\;
     [[ $1 == w_replay_* || $1 == w_hand_replay ]] && end=ROLLBACK\;
-    [[ $1 == w_replay_alone || $1 == w_*_replay ]] && begin= end=
+    [[ $1 == w_replay_alone || $1 == w_*_replay || $1 == w_*_lease ]] && begin= end=
     script=$(printf '%s\n' '\set k random(1, 9000000000000000)' '\set a random(1, 1000)' '\set r random(1, 20000)' \
         $begin "${tx[@]}" $end)
 }
@@ -285,11 +293,13 @@ SQL
     # The storage rows against table storage, with issue 39's targets.
     local w kind target
     for w in day hour; do
-        for kind in new replay; do
+        for kind in new replay lease; do
             [ -n "${storage_per[w_table_$kind]:-}" ] && [ -n "${storage_per[w_${w}_$kind]:-}" ] || continue
-            target=$([ "$w" = day ] && echo 1.2 || echo 1.5)
+            # The lease request has no target of its own in issue 39: its ratio alone.
+            target=$([ "$kind" = lease ] && echo 0 || { [ "$w" = day ] && echo 1.2 || echo 1.5; })
             awk -v a="${storage_per[w_${w}_$kind]}" -v b="${storage_per[w_table_$kind]}" -v w="$w" -v k="$kind" -v t="$target" \
-                'BEGIN { r = a / b; printf "\n1-%s partitions, %s / table storage: %.2fx (target <= %.1fx: %s)", w, k, r, t, r <= t ? "met" : "NOT met" }'
+                'BEGIN { r = a / b; printf "\n1-%s partitions, %s / table storage: %.2fx", w, k, r;
+                         if (t > 0) printf " (target <= %.1fx: %s)", t, r <= t ? "met" : "NOT met" }'
         done
     done
     echo

@@ -217,7 +217,8 @@ typedef enum KeyAccess
 {
 	KEY_STATEMENTS,				/* the statements only */
 	KEY_READ,					/* a lookup, on the direct path where it applies */
-	KEY_INSERT					/* an insert, on the direct path where it applies */
+	KEY_INSERT,					/* an insert, on the direct path where it applies */
+	KEY_UPDATE					/* an update: the direct path of partitioned storage where it applies */
 } KeyAccess;
 
 /*
@@ -230,12 +231,15 @@ static void
 open_key_table(const KeyRef *ref, KeyAccess access, KeyTable *table)
 {
 	Oid			rows;
+	bool		direct;
 
 	lock_key_table(function_schema(ref->extension_function), table);
-	rows = citus_key_relation(table->keys, table->partitioned, ref->scope, access != KEY_STATEMENTS);
-	table->direct_partitioned = access != KEY_STATEMENTS && table->partitioned && rows == table->keys;
+	/* Updates take the direct path in partitioned storage only (table storage's are statements). */
+	direct = access == KEY_READ || access == KEY_INSERT || (access == KEY_UPDATE && table->partitioned);
+	rows = citus_key_relation(table->keys, table->partitioned, ref->scope, direct);
+	table->direct_partitioned = direct && table->partitioned && rows == table->keys;
 	/* A read of idempotency_keys itself needs no lock beyond the one lock_key_table took. */
-	if (access != KEY_STATEMENTS && OidIsValid(rows) && !table->partitioned)
+	if ((access == KEY_READ || access == KEY_INSERT) && OidIsValid(rows) && !table->partitioned)
 		table->direct = relation_open(rows, access == KEY_INSERT ? RowExclusiveLock
 									  : rows == table->keys ? NoLock : AccessShareLock);
 }
@@ -273,9 +277,14 @@ key_store_write(const KeyRef *ref, const KeyWrite *row)
 {
 	KeyTable	table;
 
-	/* Replacing an expired row (a lapsed lease's, in partitioned storage) is an UPDATE: the statements. */
-	open_key_table(ref, row->replaces_expired_row ? KEY_STATEMENTS : KEY_INSERT, &table);
-	if (table.direct_partitioned ? !key_partitioned_insert(&table, ref, row)
+	/*
+	 * Replacing an expired row or a lapsed lease's is an UPDATE: the statements in table storage; partitioned
+	 * storage's direct path updates a lapsed lease's live row and inserts beside an expired one.
+	 */
+	open_key_table(ref, !row->replaces_expired_row ? KEY_INSERT : KEY_UPDATE, &table);
+	if (table.direct_partitioned
+		? !(row->replaces_expired_row ? key_partitioned_replace(&table, ref, row)
+			: key_partitioned_insert(&table, ref, row))
 		: table.direct == NULL || !key_direct_insert(&table, ref, row))
 		key_spi_write(&table, ref, row);
 	close_key_table(&table);
@@ -325,16 +334,20 @@ fencing_number_floor(Oid namespace_oid)
 	return Max(nextval_internal(fencing.sequence, false), (int64) GetCurrentTimestamp());
 }
 
-/* Lease writes take the statements: they are UPDATEs, and rare next to lookups. */
+/*
+ * Lease writes are UPDATEs: the statements in table storage, partitioned storage's direct path where it
+ * applies (key_store_partitioned.c: an extension or takeover can move the row to another partition).
+ */
 void
 key_store_take_lease(const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
 {
 	KeyTable	table;
 
-	open_key_table(ref, KEY_STATEMENTS, &table);
+	open_key_table(ref, KEY_UPDATE, &table);
 	require_lease_columns(&table);
 	grant->fencing_number = fencing_number_floor(table.namespace_oid);
-	key_spi_take_lease(&table, ref, how, grant);
+	if (!table.direct_partitioned || !key_partitioned_take_lease(&table, ref, how, grant))
+		key_spi_take_lease(&table, ref, how, grant);
 	close_key_table(&table);
 }
 
@@ -345,7 +358,7 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 	KeyTable	table;
 	bool		changed;
 
-	open_key_table(ref, KEY_STATEMENTS, &table);
+	open_key_table(ref, KEY_UPDATE, &table);
 	require_lease_columns(&table);
 	/*
 	 * Under REPEATABLE READ and SERIALIZABLE an UPDATE of a row changed since the
@@ -358,7 +371,8 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 	{
 		KeyRow		current;
 
-		key_spi_lookup(&table, ref, LOOKUP_LATEST_SNAPSHOT, &current);
+		if (!table.direct_partitioned || !key_partitioned_lookup(&table, ref, LOOKUP_LATEST_SNAPSHOT, &current))
+			key_spi_lookup(&table, ref, LOOKUP_LATEST_SNAPSHOT, &current);
 		if (!current.found || !current.http_status_null || !current.leased ||
 			current.expires_at <= GetCurrentTransactionStartTimestamp() ||
 			memcmp(&current.lease_token, token, sizeof(pg_uuid_t)) != 0)
@@ -368,7 +382,9 @@ key_store_change_lease(const KeyRef *ref, const pg_uuid_t *token, LeaseChange ch
 			return false;
 		}
 	}
-	changed = key_spi_change_lease(&table, ref, token, change, values, lease_until);
+	if (!table.direct_partitioned ||
+		!key_partitioned_change_lease(&table, ref, token, change, values, &changed, lease_until))
+		changed = key_spi_change_lease(&table, ref, token, change, values, lease_until);
 	close_key_table(&table);
 	return changed;
 }

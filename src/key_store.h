@@ -11,10 +11,12 @@
  *     key_store_direct.c                  table storage: one index probe, one heap insert (where it behaves
  *                                          exactly like SQL; on Citus the scope's local shard)
  *     key_store_partitioned.c             partitioned storage: the same per partition, only the partitions
- *                                          that can hold a live row, from a per-backend partition list
- *     key_store_spi.c                     prepared statements: whatever the direct paths do not take (lease
- *                                          writes, an expired row's replacement, a table or partition whose
- *                                          shape, triggers or row level security the direct paths leave to SQL)
+ *                                          that can hold a live row, from a per-backend partition list; and
+ *                                          its lease writes (1.4), row moves across partitions included
+ *     key_store_spi.c                     prepared statements: whatever the direct paths do not take (table
+ *                                          storage's lease writes and expired row's replacement, a table or
+ *                                          partition whose shape, triggers or row level security the direct
+ *                                          paths leave to SQL)
  *   key_store_row.c                       the columns of a key row and their one decoder, used by every path
  *   key_store_types.h                     the shared types (KeyRef, KeyRow, KeyWrite, leases)
  *

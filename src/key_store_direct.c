@@ -214,8 +214,7 @@ key_index_order(Relation index)
 	return shape.index_probes;
 }
 
-/* A set of key columns, one bit per KeyColumn. */
-#define COLUMN_BIT(column) (UINT32_C(1) << (column))
+#define COLUMN_BIT(column) KEY_COLUMN_BIT(column)
 #define FIRST_COLUMNS(n) (COLUMN_BIT(n) - 1)
 
 /*
@@ -227,10 +226,23 @@ key_index_order(Relation index)
 static void
 require_privilege(Oid relid, AclMode mode, uint32 columns)
 {
+	key_require_columns(relid, mode, columns, false);
+}
+
+void
+key_require_columns(Oid relid, AclMode mode, uint32 columns, bool fencing_number)
+{
 	Oid			user = GetUserId();
 
 	if (pg_class_aclcheck(relid, user, mode) == ACLCHECK_OK)
 		return;
+	if (fencing_number)
+	{
+		AttrNumber	attnum = get_attnum(relid, "fencing_number");
+
+		if (attnum == InvalidAttrNumber || pg_attribute_aclcheck(relid, attnum, user, mode) != ACLCHECK_OK)
+			aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(get_rel_relkind(relid)), get_rel_name(relid));
+	}
 	for (int c = 0; c < KEY_COLUMNS; c++)
 	{
 		AttrNumber	attnum;

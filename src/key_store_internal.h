@@ -12,6 +12,7 @@
 
 #include "access/htup.h"
 #include "executor/tuptable.h"
+#include "utils/acl.h"
 #include "utils/relcache.h"
 
 #include "key_store_types.h"
@@ -78,11 +79,19 @@ typedef struct KeyShape
 	bool		writable;		/* and a heap tuple of them is what INSERT would store */
 } KeyShape;
 
+/* A set of key columns, one bit per KeyColumn. */
+#define KEY_COLUMN_BIT(column) (UINT32_C(1) << (column))
+
 /* What both direct paths share (key_store_direct.c). */
 void		key_shape_of(TupleDesc desc, bool has_lease_columns, bool has_bytes_columns, KeyShape *out);
 /* The privileges the lookup and the insert statement would need on relid, checked as the executor does. */
 void		key_require_select(const KeyTable *table, Oid relid);
 void		key_require_insert(const KeyTable *table, Oid relid);
+/*
+ * The privilege mode on the columns a statement names (KEY_COLUMN_BITs, and 1.4's fencing_number if
+ * fencing_number), checked as the executor does: the table's privilege, or else that of each column.
+ */
+void		key_require_columns(Oid relid, AclMode mode, uint32 columns, bool fencing_number);
 /* The row in a scan slot, its columns at attnums, through the one decoder. */
 void		key_read_row(TupleTableSlot *slot, const AttrNumber *attnums, bool has_lease_columns,
 						 bool has_bytes_columns, KeyRow *out, MemoryContext context);
@@ -103,6 +112,14 @@ bool		key_direct_insert(const KeyTable *table, const KeyRef *ref, const KeyWrite
 bool		key_partitioned_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot,
 								   KeyRow *out);
 bool		key_partitioned_insert(const KeyTable *table, const KeyRef *ref, const KeyWrite *row);
+/* A completed claim's row where a lapsed lease's live row is replaced (an UPDATE), else inserted. */
+bool		key_partitioned_replace(const KeyTable *table, const KeyRef *ref, const KeyWrite *row);
+/* The lease writes, as key_spi_take_lease and key_spi_change_lease (*changed: the token was current). */
+bool		key_partitioned_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how,
+									   LeaseGrant *grant);
+bool		key_partitioned_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *token,
+										 LeaseChange change, const LeaseChangeValues *values, bool *changed,
+										 TimestampTz *lease_until);
 void		key_partitioned_forget(Oid relid);
 
 /* The prepared statements (key_store_spi.c). */

@@ -17,8 +17,9 @@
  *   it: the statement, whose ERROR is PostgreSQL's own.
  *
  * The uniqueness of (scope, key) across partitions is the claim's: it holds the key's lock (key_lock.c) while it
- * looks for a live row and stores one, as with the statements. Replacing a lapsed lease's row and every lease
- * write are UPDATEs, left to the statements.
+ * looks for a live row and stores one, as with the statements. The lease writes and a lapsed lease's
+ * replacement are UPDATEs of the key's live row, taken here too (below, at "Lease writes"): in place while the
+ * new expiry fits the row's partition, else moved as a cross-partition UPDATE moves it.
  *
  * It applies where a probe and an insert do exactly what the statements would: the parent partitioned by range
  * on expires_at alone (timestamptz's default order), the parent's shape as key_store_direct.c requires of a
@@ -59,6 +60,7 @@
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/partcache.h"
@@ -66,6 +68,7 @@
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 
 #include "key_store_internal.h"
 #include "pg_compat.h"
@@ -96,6 +99,7 @@ static struct
 	bool		has_lease_columns;	/* what the shape was worked out for */
 	bool		has_bytes_columns;
 	KeyShape	shape;
+	AttrNumber	fencing_attnum;	/* 1.4's fencing_number, which key_shape_of allows beside the key columns */
 	int			natts;
 	int			nranges;		/* range partitions, ascending by bounds */
 	Partition  *ranges;
@@ -166,6 +170,13 @@ build_list(const KeyTable *table)
 	list.has_lease_columns = table->has_lease_columns;
 	list.has_bytes_columns = table->has_bytes_columns;
 	list.natts = RelationGetDescr(parent)->natts;
+	for (int i = 0; i < list.natts; i++)
+	{
+		Form_pg_attribute attr = TupleDescAttr(RelationGetDescr(parent), i);
+
+		if (!attr->attisdropped && strcmp(NameStr(attr->attname), "fencing_number") == 0)
+			list.fencing_attnum = attr->attnum;
+	}
 	list.applies = parent->rd_rel->relkind == RELKIND_PARTITIONED_TABLE && list.shape.readable &&
 		partitioned_by_expiry(parent, &list.shape) && !parent->rd_rel->relrowsecurity &&
 		parent->trigdesc == NULL;
@@ -484,18 +495,50 @@ route(TimestampTz expires_at)
 	return OidIsValid(list.default_partition.relid) ? &list.default_partition : NULL;
 }
 
-bool
-key_partitioned_insert(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
+/*
+ * Stores a formed tuple in partition p (locked, usable) with its index entries: the probe index alone when it
+ * is the partition's only index, the executor's index maintenance otherwise.
+ */
+static void
+store_in_partition(Partition *p, Relation rel, HeapTuple tuple, Datum scope, Datum key)
+{
+	if (p->index_only)
+	{
+		Relation	index = index_open(p->index, RowExclusiveLock);
+		Datum		entry[2];
+		bool		entry_nulls[2] = {false, false};
+
+		entry[p->scope_column - 1] = scope;
+		entry[p->key_column - 1] = key;
+		heap_insert(rel, tuple, GetCurrentCommandId(true), 0, NULL);
+		index_insert(index, entry, entry_nulls, &tuple->t_self, rel,
+					 index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false, p->index_info);
+		index_close(index, NoLock);
+	}
+	else
+		key_insert_with_executor(rel, tuple);
+}
+
+/* How a row to insert is formed, from the partition's descriptor (the parent's columns) and the list's shape. */
+typedef HeapTuple (*FormRow) (TupleDesc desc, const KeyRef *ref, const void *arg);
+
+/*
+ * Routes a new row expiring at expires_at as the INSERT's tuple routing does, locks its partition and stores
+ * the row formed there; false (nothing written) when the direct path does not apply. The privilege is checked
+ * by the caller with privilege(), once the parent is locked.
+ */
+static bool
+insert_routed(const KeyTable *table, const KeyRef *ref, TimestampTz expires_at, FormRow form, const void *arg,
+			  void (*privilege) (const KeyTable *table, Oid relid))
 {
 	Partition  *p;
 	Relation	rel;
-	HeapTuple	tuple;
 
 	for (;;)
 	{
 		if (!lock_parent(table, RowExclusiveLock) || !list.shape.writable)
 			return false;
-		p = route(row->expires_at);
+		p = route(expires_at);
 		if (p == NULL)
 			return false;
 		if (lock_partition(p, RowExclusiveLock, list_forgotten))
@@ -505,24 +548,677 @@ key_partitioned_insert(const KeyTable *table, const KeyRef *ref, const KeyWrite 
 		work_out_partition(p);
 	if (!p->usable)
 		return false;
-	key_require_insert(table, table->partitioned_oid);
+	privilege(table, table->partitioned_oid);
 	rel = relation_open(p->relid, NoLock);
-	tuple = key_form_row(RelationGetDescr(rel), list.shape.attnums, ref, row);
-	if (p->index_only)
-	{
-		Relation	index = index_open(p->index, RowExclusiveLock);
-		Datum		entry[2];
-		bool		entry_nulls[2] = {false, false};
-
-		entry[p->scope_column - 1] = PointerGetDatum(ref->scope);
-		entry[p->key_column - 1] = PointerGetDatum(ref->key);
-		heap_insert(rel, tuple, GetCurrentCommandId(true), 0, NULL);
-		index_insert(index, entry, entry_nulls, &tuple->t_self, rel,
-					 index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false, p->index_info);
-		index_close(index, NoLock);
-	}
-	else
-		key_insert_with_executor(rel, tuple);
+	store_in_partition(p, rel, form(RelationGetDescr(rel), ref, arg), PointerGetDatum(ref->scope),
+					   PointerGetDatum(ref->key));
 	relation_close(rel, NoLock);
 	return true;
+}
+
+static HeapTuple
+form_completed_row(TupleDesc desc, const KeyRef *ref, const void *arg)
+{
+	return key_form_row(desc, list.shape.attnums, ref, (const KeyWrite *) arg);
+}
+
+bool
+key_partitioned_insert(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
+{
+	return insert_routed(table, ref, row->expires_at, form_completed_row, row, key_require_insert);
+}
+
+/*
+ * Lease writes (issue 39): each is an UPDATE of the key's live row in the statements (key_store_spi.c), here an
+ * index probe, a row lock and a heap update, with the UPDATE's answers:
+ *
+ * - the row is the key's live row (expires_at after the transaction's start) that the statement's WHERE takes
+ *   (the holder's token, a lapsed lease), looked for as the lookup looks, with the statement's snapshot (the
+ *   transaction's under REPEATABLE READ, a new one under READ COMMITTED);
+ * - it is locked as the UPDATE locks it: under READ COMMITTED the latest version of it (a change committed
+ *   since the snapshot, which the key's lock makes rare), checked again against the WHERE as EvalPlanQual
+ *   does (no longer matching: nothing written); under REPEATABLE READ and SERIALIZABLE a row changed or
+ *   deleted since the snapshot is 40001, and under any level a row moved to another partition meanwhile, as
+ *   PostgreSQL answers;
+ * - the new version stays in its partition when its expiry still fits the partition's bounds (a heap update,
+ *   HOT when it can be, the probe index's entry otherwise); an expiry that routes elsewhere (an extension past
+ *   the partition's upper bound, a takeover with a later expiry, a row in the default partition whose range
+ *   partition now exists) moves the row as a cross-partition UPDATE does: the old version deleted and marked
+ *   as moved, so a concurrent writer of it gets 40001, and the new one inserted where the routing puts it.
+ *
+ * The privileges checked are the statement's (UPDATE on the columns set, SELECT on those read), on the parent.
+ * Anything the direct path does not take (no partition for the new expiry, a partition with triggers or other
+ * indexes to keep) is found before anything is written, and the whole call goes to the statements.
+ */
+typedef enum EditKind
+{
+	EDIT_TAKE_LEASE,			/* lease_replace: the live row, whatever it holds */
+	EDIT_CHANGE_LEASE,			/* lease_change[]: the live row holding the token, not completed */
+	EDIT_REPLACE_LAPSED			/* replace: the live row whose lease has run out, not completed */
+} EditKind;
+
+typedef struct RowEdit
+{
+	EditKind	kind;
+	const KeyTable *table;
+	const KeyRef *ref;
+	TimestampTz now;			/* EDIT_REPLACE_LAPSED: clock_timestamp() */
+	LeaseTake	how;			/* EDIT_TAKE_LEASE */
+	LeaseGrant *grant;
+	const pg_uuid_t *token;		/* EDIT_CHANGE_LEASE */
+	LeaseChange change;
+	const LeaseChangeValues *values;
+	const KeyWrite *write;		/* EDIT_REPLACE_LAPSED */
+	/* RETURNING: the row's values once written */
+	TimestampTz expires_at;
+	TimestampTz lease_until;	/* 0: NULL */
+	int64		fencing_number;
+} RowEdit;
+
+typedef enum EditResult
+{
+	EDIT_DONE,					/* the row was changed */
+	EDIT_NO_ROW,				/* no row matched: nothing written */
+	EDIT_NOT_DIRECT,			/* the statements, for the whole call: nothing written */
+	EDIT_RETRY					/* the list was forgotten meanwhile: nothing written, start again */
+} EditResult;
+
+#define ATTNUM(column) (list.shape.attnums[(column)])
+
+/* The statement's WHERE beyond scope and key, on the row in slot. */
+static bool
+edit_matches(const RowEdit *edit, TupleTableSlot *slot, TimestampTz live_after)
+{
+	bool		isnull;
+	bool		until_null;
+	TimestampTz expires_at = DatumGetTimestampTz(slot_getattr(slot, ATTNUM(KEY_COL_EXPIRES_AT), &isnull));
+	Datum		value;
+
+	if (isnull || expires_at <= live_after)
+		return false;
+	if (edit->kind == EDIT_TAKE_LEASE)
+		return true;
+	(void) slot_getattr(slot, ATTNUM(KEY_COL_HTTP_STATUS), &isnull);
+	if (!isnull)
+		return false;
+	if (edit->kind == EDIT_REPLACE_LAPSED)
+	{
+		value = slot_getattr(slot, ATTNUM(KEY_COL_LEASE_UNTIL), &until_null);
+		return !until_null && DatumGetTimestampTz(value) <= edit->now;
+	}
+	value = slot_getattr(slot, ATTNUM(KEY_COL_LEASE_TOKEN), &isnull);
+	return !isnull && memcmp(DatumGetUUIDP(value), edit->token, sizeof(pg_uuid_t)) == 0;
+}
+
+/* The key's expiry after an extension: as the statement's sum, in UTC, with the same functions (and errors). */
+static TimestampTz
+extended_expiry(TimestampTz expires_at, TimestampTz lease_until, TimestampTz until)
+{
+	Datum		outlives = DirectFunctionCall2(timestamp_mi, TimestampTzGetDatum(expires_at),
+											   TimestampTzGetDatum(lease_until));
+	TimestampTz sum = DatumGetTimestamp(DirectFunctionCall2(timestamp_pl_interval, TimestampGetDatum(until),
+															outlives));
+
+	return Max(expires_at, sum);
+}
+
+static bytea *
+hash_bytea(const uint8 hash[IDEM_SHA256_BYTES])
+{
+	bytea	   *result = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
+
+	SET_VARSIZE(result, VARHDRSZ + IDEM_SHA256_BYTES);
+	memcpy(VARDATA(result), hash, IDEM_SHA256_BYTES);
+	return result;
+}
+
+/* The statement's SET, on the old row's values (every column of the partition, by attribute number - 1). */
+static void
+edit_apply(RowEdit *edit, Datum *values, bool *nulls)
+{
+#define SET(column, value, isnull) \
+	(values[ATTNUM(column) - 1] = (value), nulls[ATTNUM(column) - 1] = (isnull))
+#define GET(column) (values[ATTNUM(column) - 1])
+#define IS_NULL(column) (nulls[ATTNUM(column) - 1])
+	const KeyTable *table = edit->table;
+
+	switch (edit->kind)
+	{
+		case EDIT_TAKE_LEASE:
+			{
+				bool		take_over = edit->how == LEASE_TAKE_OVER;
+				LeaseGrant *grant = edit->grant;
+
+				if (!take_over || IS_NULL(KEY_COL_EXPIRES_AT) ||
+					DatumGetTimestampTz(GET(KEY_COL_EXPIRES_AT)) < grant->expires_at)
+					SET(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(grant->expires_at), false);
+				if (!take_over)
+					SET(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
+				SET(KEY_COL_REQUEST_HASH, PointerGetDatum(hash_bytea(grant->request_hash)), false);
+				SET(KEY_COL_HTTP_STATUS, (Datum) 0, true);
+				SET(KEY_COL_RESPONSE_BODY, (Datum) 0, true);
+				SET(KEY_COL_RESPONSE_HEADERS, (Datum) 0, true);
+				if (table->has_bytes_columns)
+				{
+					SET(KEY_COL_RESPONSE_CONTENT_TYPE, (Datum) 0, true);
+					SET(KEY_COL_RESPONSE_BYTES, (Datum) 0, true);
+				}
+				if (list.fencing_attnum != InvalidAttrNumber)
+				{
+					/* GREATEST($9, fencing_number + 1): the sum's overflow is int8pl's error; NULL is skipped */
+					int64		number = grant->fencing_number;
+					AttrNumber	f = list.fencing_attnum - 1;
+
+					if (!nulls[f])
+						number = Max(number, DatumGetInt64(DirectFunctionCall2(int8pl, values[f],
+																			   Int64GetDatum(1))));
+					values[f] = Int64GetDatum(number);
+					nulls[f] = false;
+					edit->fencing_number = number;
+				}
+				SET(KEY_COL_LEASE_UNTIL, TimestampTzGetDatum(grant->lease_until), false);
+				SET(KEY_COL_LEASE_TOKEN, UUIDPGetDatum(&grant->token), false);
+				if (!take_over)
+				{
+					SET(KEY_COL_RECOVERY_POINT, (Datum) 0, true);
+					SET(KEY_COL_RECOVERY_STATE, (Datum) 0, true);
+				}
+				break;
+			}
+		case EDIT_CHANGE_LEASE:
+			{
+				const LeaseChangeValues *v = edit->values;
+
+				switch (edit->change)
+				{
+					case LEASE_EXTEND:
+						if (!IS_NULL(KEY_COL_LEASE_UNTIL))
+							SET(KEY_COL_EXPIRES_AT,
+								TimestampTzGetDatum(extended_expiry(DatumGetTimestampTz(GET(KEY_COL_EXPIRES_AT)),
+																	DatumGetTimestampTz(GET(KEY_COL_LEASE_UNTIL)),
+																	v->until)), false);
+						SET(KEY_COL_LEASE_UNTIL, TimestampTzGetDatum(v->until), false);
+						break;
+					case LEASE_CHECKPOINT:
+						SET(KEY_COL_RECOVERY_POINT, v->recovery_point, v->recovery_point_null);
+						SET(KEY_COL_RECOVERY_STATE, v->recovery_state, v->recovery_state_null);
+						break;
+					case LEASE_COMPLETE:
+						SET(KEY_COL_HTTP_STATUS, Int32GetDatum(v->response.http_status), false);
+						SET(KEY_COL_RESPONSE_BODY, v->response.body, v->response.body_null);
+						SET(KEY_COL_RESPONSE_HEADERS, v->response.headers, v->response.headers_null);
+						SET(KEY_COL_LEASE_UNTIL, (Datum) 0, true);
+						SET(KEY_COL_LEASE_TOKEN, (Datum) 0, true);
+						if (table->has_bytes_columns)
+						{
+							SET(KEY_COL_RESPONSE_CONTENT_TYPE, v->response.content_type,
+								v->response.content_type_null);
+							SET(KEY_COL_RESPONSE_BYTES, v->response.bytes, v->response.bytes_null);
+						}
+						break;
+					case LEASE_RELEASE:
+						SET(KEY_COL_LEASE_UNTIL, TimestampTzGetDatum(v->until), false);
+						SET(KEY_COL_LEASE_TOKEN, (Datum) 0, true);
+						break;
+				}
+				break;
+			}
+		case EDIT_REPLACE_LAPSED:
+			{
+				const KeyWrite *w = edit->write;
+
+				SET(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(w->expires_at), false);
+				SET(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
+				SET(KEY_COL_HTTP_STATUS, Int32GetDatum(w->response.http_status), false);
+				SET(KEY_COL_REQUEST_HASH, PointerGetDatum(hash_bytea(w->request_hash)), false);
+				SET(KEY_COL_RESPONSE_HEADERS, w->response.headers, w->response.headers_null);
+				SET(KEY_COL_RESPONSE_BODY, w->response.body, w->response.body_null);
+				if (table->has_bytes_columns)
+				{
+					SET(KEY_COL_RESPONSE_CONTENT_TYPE, w->response.content_type, w->response.content_type_null);
+					SET(KEY_COL_RESPONSE_BYTES, w->response.bytes, w->response.bytes_null);
+				}
+				SET(KEY_COL_LEASE_UNTIL, (Datum) 0, true);
+				SET(KEY_COL_LEASE_TOKEN, (Datum) 0, true);
+				SET(KEY_COL_RECOVERY_POINT, (Datum) 0, true);
+				SET(KEY_COL_RECOVERY_STATE, (Datum) 0, true);
+				break;
+			}
+	}
+	edit->expires_at = DatumGetTimestampTz(GET(KEY_COL_EXPIRES_AT));
+	edit->lease_until = IS_NULL(KEY_COL_LEASE_UNTIL) ? 0 : DatumGetTimestampTz(GET(KEY_COL_LEASE_UNTIL));
+#undef SET
+#undef GET
+#undef IS_NULL
+}
+
+/*
+ * The key's live row that the edit's WHERE takes, with the latest expiry, probed as lookup_once probes (the
+ * default partition, then the range partitions from the latest bound down to the first holding a match), each
+ * partition locked as the UPDATE locks it. *holder and *tid: where it is; false: none, or *result says why not.
+ */
+static bool
+find_row(RowEdit *edit, Snapshot snapshot, TimestampTz live_after, uint64 found_at, Partition **holder,
+		 ItemPointer tid, TimestampTz *best_expiry, EditResult *result)
+{
+	const KeyRef *ref = edit->ref;
+	bool		found = false;
+
+	*result = EDIT_NO_ROW;
+	for (int i = OidIsValid(list.default_partition.relid) ? -1 : 0; i < list.nranges; i++)
+	{
+		Partition  *p = i < 0 ? &list.default_partition : &list.ranges[list.nranges - 1 - i];
+		Relation	rel;
+		Relation	index;
+		ScanKeyData keys[2];
+		IndexScanDesc scan;
+		TupleTableSlot *slot;
+		bool		found_here = false;
+
+		if (!p->is_default && !p->upper_unbounded && p->upper <= live_after)
+			break;
+		if (!lock_partition(p, RowExclusiveLock, found_at))
+		{
+			*result = EDIT_RETRY;
+			return false;
+		}
+		if (!p->known)
+			work_out_partition(p);
+		if (!p->usable)
+		{
+			*result = EDIT_NOT_DIRECT;
+			return false;
+		}
+		rel = relation_open(p->relid, NoLock);
+		if (RelationGetNumberOfBlocks(rel) == 0)
+		{
+			relation_close(rel, NoLock);
+			continue;
+		}
+		index = index_open(p->index, RowExclusiveLock);
+		ScanKeyEntryInitialize(&keys[p->key_column - 1], 0, p->key_column, BTEqualStrategyNumber, InvalidOid,
+							   index->rd_indcollation[p->key_column - 1], F_TEXTEQ, PointerGetDatum(ref->key));
+		ScanKeyEntryInitialize(&keys[p->scope_column - 1], 0, p->scope_column, BTEqualStrategyNumber,
+							   InvalidOid, index->rd_indcollation[p->scope_column - 1], F_TEXTEQ,
+							   PointerGetDatum(ref->scope));
+		slot = table_slot_create(rel, NULL);
+		scan = idem_index_beginscan(rel, index, snapshot, 2, 0);
+		index_rescan(scan, keys, 2, NULL, 0);
+		while (index_getnext_slot(scan, ForwardScanDirection, slot))
+		{
+			bool		isnull;
+			TimestampTz expires_at;
+
+			if (!edit_matches(edit, slot, live_after))
+				continue;
+			expires_at = DatumGetTimestampTz(slot_getattr(slot, ATTNUM(KEY_COL_EXPIRES_AT), &isnull));
+			if (found && expires_at <= *best_expiry)
+				continue;
+			found = found_here = true;
+			*best_expiry = expires_at;
+			*holder = p;
+			*tid = slot->tts_tid;
+		}
+		index_endscan(scan);
+		ExecDropSingleTupleTableSlot(slot);
+		index_close(index, NoLock);
+		relation_close(rel, NoLock);
+		if (found_here && !p->is_default)
+			break;
+	}
+	return found;
+}
+
+/* One attempt at the edit, the parent locked and the list found. */
+static EditResult
+edit_once(RowEdit *edit, TimestampTz live_after)
+{
+	uint64		found_at = list_forgotten;
+	Snapshot	snapshot;
+	Partition  *holder = NULL;
+	Partition  *target;
+	ItemPointerData tid;
+	TimestampTz best_expiry = 0;
+	EditResult	result;
+	Relation	rel;
+	TupleTableSlot *slot;
+	TM_FailureData tmfd;
+	TM_Result	locked;
+	CommandId	cid;
+	int			natts;
+	Datum	   *values;
+	bool	   *nulls;
+
+	/* As a new SQL statement would: see this transaction's own earlier writes. */
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	if (!find_row(edit, snapshot, live_after, found_at, &holder, &tid, &best_expiry, &result))
+	{
+		UnregisterSnapshot(snapshot);
+		return result;
+	}
+	cid = GetCurrentCommandId(true);
+	rel = relation_open(holder->relid, NoLock);
+	slot = table_slot_create(rel, NULL);
+	locked = table_tuple_lock(rel, &tid, snapshot, slot, cid, LockTupleExclusive, LockWaitBlock,
+							  IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+	UnregisterSnapshot(snapshot);
+	switch (locked)
+	{
+		case TM_Ok:
+			break;
+		case TM_Updated:
+			/* READ COMMITTED follows an update to the latest version; it stops only at a moved row. */
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("tuple to be locked was already moved to another partition due to concurrent update")));
+			break;
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent delete")));
+			if (ItemPointerIndicatesMovedPartitions(&tmfd.ctid))
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("tuple to be locked was already moved to another partition due to concurrent update")));
+			/* Deleted (a sweep) since the snapshot: the UPDATE skips it. */
+			ExecDropSingleTupleTableSlot(slot);
+			relation_close(rel, NoLock);
+			return EDIT_NO_ROW;
+		case TM_SelfModified:
+			/* This call's own command wrote it: not possible for one row of one key; the executor skips it. */
+			ExecDropSingleTupleTableSlot(slot);
+			relation_close(rel, NoLock);
+			return EDIT_NO_ROW;
+		default:
+			elog(ERROR, "idempotency: unexpected result %d locking a key row", (int) locked);
+	}
+	/* The version locked, checked again as EvalPlanQual checks it (it may be a later one). */
+	if (tmfd.traversed && !edit_matches(edit, slot, live_after))
+	{
+		ExecDropSingleTupleTableSlot(slot);
+		relation_close(rel, NoLock);
+		return EDIT_NO_ROW;
+	}
+	tid = slot->tts_tid;
+	natts = RelationGetDescr(rel)->natts;
+	slot_getallattrs(slot);
+	values = palloc(natts * sizeof(Datum));
+	nulls = palloc(natts * sizeof(bool));
+	memcpy(values, slot->tts_values, natts * sizeof(Datum));
+	memcpy(nulls, slot->tts_isnull, natts * sizeof(bool));
+	edit_apply(edit, values, nulls);
+
+	/* Where the new version belongs, found and locked before anything is written. */
+	target = route(edit->expires_at);
+	if (target == NULL || (target == holder && !holder->index_only))
+	{
+		ExecDropSingleTupleTableSlot(slot);
+		relation_close(rel, NoLock);
+		return EDIT_NOT_DIRECT;
+	}
+	if (target != holder)
+	{
+		if (!lock_partition(target, RowExclusiveLock, found_at))
+		{
+			ExecDropSingleTupleTableSlot(slot);
+			relation_close(rel, NoLock);
+			return EDIT_RETRY;
+		}
+		if (!target->known)
+			work_out_partition(target);
+		if (!target->usable)
+		{
+			ExecDropSingleTupleTableSlot(slot);
+			relation_close(rel, NoLock);
+			return EDIT_NOT_DIRECT;
+		}
+	}
+	/* The index entries are the stored scope and key (equal to the call's, not always byte for byte). */
+	if (target == holder)
+	{
+		HeapTuple	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+
+		if (idem_simple_heap_update(rel, &tid, tuple))
+		{
+			Relation	index = index_open(holder->index, RowExclusiveLock);
+			Datum		entry[2];
+			bool		entry_nulls[2] = {false, false};
+
+			entry[holder->scope_column - 1] = values[ATTNUM(KEY_COL_SCOPE) - 1];
+			entry[holder->key_column - 1] = values[ATTNUM(KEY_COL_KEY) - 1];
+			index_insert(index, entry, entry_nulls, &tuple->t_self, rel,
+						 index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, true,
+						 holder->index_info);
+			index_close(index, NoLock);
+		}
+	}
+	else
+	{
+		Relation	into;
+		TM_Result	deleted;
+
+		/* A cross-partition UPDATE: the old version deleted as moved, the new one stored where it routes. */
+		deleted = heap_delete(rel, &tid, cid, InvalidSnapshot, true, &tmfd, true);
+		if (deleted != TM_Ok)
+			elog(ERROR, "idempotency: unexpected result %d moving a locked key row", (int) deleted);
+		into = relation_open(target->relid, NoLock);
+		store_in_partition(target, into, heap_form_tuple(RelationGetDescr(into), values, nulls),
+						   values[ATTNUM(KEY_COL_SCOPE) - 1], values[ATTNUM(KEY_COL_KEY) - 1]);
+		relation_close(into, NoLock);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	relation_close(rel, NoLock);
+	return EDIT_DONE;
+}
+
+/* The privileges of the edit's statement, on the parent. */
+static void
+edit_privileges(const RowEdit *edit)
+{
+	const KeyTable *table = edit->table;
+	Oid			parent = table->partitioned_oid;
+	uint32		bytes = table->has_bytes_columns
+		? KEY_COLUMN_BIT(KEY_COL_RESPONSE_CONTENT_TYPE) | KEY_COLUMN_BIT(KEY_COL_RESPONSE_BYTES) : 0;
+	uint32		lease = KEY_COLUMN_BIT(KEY_COL_LEASE_UNTIL) | KEY_COLUMN_BIT(KEY_COL_LEASE_TOKEN);
+	uint32		recovery = KEY_COLUMN_BIT(KEY_COL_RECOVERY_POINT) | KEY_COLUMN_BIT(KEY_COL_RECOVERY_STATE);
+	uint32		response = KEY_COLUMN_BIT(KEY_COL_HTTP_STATUS) | KEY_COLUMN_BIT(KEY_COL_RESPONSE_BODY) |
+		KEY_COLUMN_BIT(KEY_COL_RESPONSE_HEADERS) | bytes;
+	uint32		named = KEY_COLUMN_BIT(KEY_COL_SCOPE) | KEY_COLUMN_BIT(KEY_COL_KEY) |
+		KEY_COLUMN_BIT(KEY_COL_EXPIRES_AT);
+	bool		fencing = list.fencing_attnum != InvalidAttrNumber;
+	static const uint32 change_sets[LEASE_CHANGES] = {
+		[LEASE_EXTEND] = KEY_COLUMN_BIT(KEY_COL_LEASE_UNTIL) | KEY_COLUMN_BIT(KEY_COL_EXPIRES_AT),
+		[LEASE_CHECKPOINT] = KEY_COLUMN_BIT(KEY_COL_RECOVERY_POINT) | KEY_COLUMN_BIT(KEY_COL_RECOVERY_STATE),
+		[LEASE_COMPLETE] = KEY_COLUMN_BIT(KEY_COL_HTTP_STATUS) | KEY_COLUMN_BIT(KEY_COL_RESPONSE_BODY) |
+		KEY_COLUMN_BIT(KEY_COL_RESPONSE_HEADERS) | KEY_COLUMN_BIT(KEY_COL_LEASE_UNTIL) |
+		KEY_COLUMN_BIT(KEY_COL_LEASE_TOKEN),
+		[LEASE_RELEASE] = KEY_COLUMN_BIT(KEY_COL_LEASE_UNTIL) | KEY_COLUMN_BIT(KEY_COL_LEASE_TOKEN)
+	};
+
+	switch (edit->kind)
+	{
+		case EDIT_TAKE_LEASE:
+			key_require_columns(parent, ACL_UPDATE, KEY_COLUMN_BIT(KEY_COL_EXPIRES_AT) |
+								KEY_COLUMN_BIT(KEY_COL_CREATED_AT) | KEY_COLUMN_BIT(KEY_COL_REQUEST_HASH) |
+								response | lease | recovery, fencing);
+			key_require_columns(parent, ACL_SELECT, named | KEY_COLUMN_BIT(KEY_COL_CREATED_AT) | recovery,
+								fencing);
+			break;
+		case EDIT_CHANGE_LEASE:
+			key_require_columns(parent, ACL_UPDATE, change_sets[edit->change] |
+								(edit->change == LEASE_COMPLETE ? bytes : 0), false);
+			key_require_columns(parent, ACL_SELECT, named | lease | KEY_COLUMN_BIT(KEY_COL_HTTP_STATUS), false);
+			break;
+		case EDIT_REPLACE_LAPSED:
+			key_require_columns(parent, ACL_UPDATE, KEY_COLUMN_BIT(KEY_COL_EXPIRES_AT) |
+								KEY_COLUMN_BIT(KEY_COL_CREATED_AT) | KEY_COLUMN_BIT(KEY_COL_REQUEST_HASH) |
+								response | lease | recovery, false);
+			key_require_columns(parent, ACL_SELECT, named | KEY_COLUMN_BIT(KEY_COL_HTTP_STATUS) |
+								KEY_COLUMN_BIT(KEY_COL_LEASE_UNTIL), false);
+			break;
+	}
+}
+
+/* The edit on the direct path: EDIT_DONE, EDIT_NO_ROW or EDIT_NOT_DIRECT (nothing written). */
+static EditResult
+edit_row(RowEdit *edit)
+{
+	TimestampTz live_after = GetCurrentTransactionStartTimestamp();
+	bool		privilege_checked = false;
+
+	for (;;)
+	{
+		EditResult	result;
+
+		if (!lock_parent(edit->table, RowExclusiveLock) || !list.shape.writable)
+			return EDIT_NOT_DIRECT;
+		if (!privilege_checked)
+		{
+			edit_privileges(edit);
+			privilege_checked = true;
+		}
+		result = edit_once(edit, live_after);
+		if (result != EDIT_RETRY)
+			return result;
+	}
+}
+
+/* A new lease's row: the lease insert's columns, the others NULL. */
+static HeapTuple
+form_lease_row(TupleDesc desc, const KeyRef *ref, const void *arg)
+{
+	const LeaseGrant *grant = (const LeaseGrant *) arg;
+	Datum	   *values = palloc0(desc->natts * sizeof(Datum));
+	bool	   *nulls = palloc(desc->natts * sizeof(bool));
+
+	memset(nulls, true, desc->natts * sizeof(bool));
+#define SET(column, value) (values[ATTNUM(column) - 1] = (value), nulls[ATTNUM(column) - 1] = false)
+	SET(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(grant->expires_at));
+	SET(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
+	SET(KEY_COL_SCOPE, PointerGetDatum(ref->scope));
+	SET(KEY_COL_KEY, PointerGetDatum(ref->key));
+	SET(KEY_COL_REQUEST_HASH, PointerGetDatum(hash_bytea(grant->request_hash)));
+	SET(KEY_COL_LEASE_UNTIL, TimestampTzGetDatum(grant->lease_until));
+	SET(KEY_COL_LEASE_TOKEN, UUIDPGetDatum(&grant->token));
+#undef SET
+	if (list.fencing_attnum != InvalidAttrNumber)
+	{
+		values[list.fencing_attnum - 1] = Int64GetDatum(grant->fencing_number);
+		nulls[list.fencing_attnum - 1] = false;
+	}
+	return heap_form_tuple(desc, values, nulls);
+}
+
+static void
+require_lease_insert(const KeyTable *table, Oid relid)
+{
+	key_require_columns(relid, ACL_INSERT, KEY_COLUMN_BIT(KEY_COL_EXPIRES_AT) |
+						KEY_COLUMN_BIT(KEY_COL_CREATED_AT) | KEY_COLUMN_BIT(KEY_COL_SCOPE) |
+						KEY_COLUMN_BIT(KEY_COL_KEY) | KEY_COLUMN_BIT(KEY_COL_REQUEST_HASH) |
+						KEY_COLUMN_BIT(KEY_COL_LEASE_UNTIL) | KEY_COLUMN_BIT(KEY_COL_LEASE_TOKEN),
+						list.fencing_attnum != InvalidAttrNumber);
+}
+
+/*
+ * The fencing column is the statement's only if the key table has it (table->has_fencing_column, which the
+ * statements' text follows) and the parent has it where the shape allows it.
+ */
+static bool
+fencing_as_statements(const KeyTable *table)
+{
+	return table->has_fencing_column == (list.fencing_attnum != InvalidAttrNumber);
+}
+
+bool
+key_partitioned_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, LeaseGrant *grant)
+{
+	RowEdit		edit;
+
+	if (!table->has_lease_columns)
+		return false;
+	if (how != LEASE_NEW_ROW)
+	{
+		memset(&edit, 0, sizeof(edit));
+		edit.kind = EDIT_TAKE_LEASE;
+		edit.table = table;
+		edit.ref = ref;
+		edit.how = how;
+		edit.grant = grant;
+		if (!lock_parent(table, RowExclusiveLock) || !fencing_as_statements(table))
+			return false;
+		switch (edit_row(&edit))
+		{
+			case EDIT_DONE:
+				grant->expires_at = edit.expires_at;
+				if (table->has_fencing_column)
+					grant->fencing_number = edit.fencing_number;
+				return true;
+			case EDIT_NOT_DIRECT:
+				return false;
+			default:
+				/* A cleanup removed the row meanwhile, or it expired: a new row. */
+				break;
+		}
+	}
+	if (!lock_parent(table, RowExclusiveLock) || !fencing_as_statements(table))
+		return false;
+	return insert_routed(table, ref, grant->expires_at, form_lease_row, grant, require_lease_insert);
+}
+
+bool
+key_partitioned_change_lease(const KeyTable *table, const KeyRef *ref, const pg_uuid_t *token,
+							 LeaseChange change, const LeaseChangeValues *values, bool *changed,
+							 TimestampTz *lease_until)
+{
+	RowEdit		edit;
+	EditResult	result;
+
+	if (!table->has_lease_columns)
+		return false;
+	memset(&edit, 0, sizeof(edit));
+	edit.kind = EDIT_CHANGE_LEASE;
+	edit.table = table;
+	edit.ref = ref;
+	edit.token = token;
+	edit.change = change;
+	edit.values = values;
+	result = edit_row(&edit);
+	if (result == EDIT_NOT_DIRECT)
+		return false;
+	*changed = result == EDIT_DONE;
+	*lease_until = *changed ? edit.lease_until : 0;
+	return true;
+}
+
+bool
+key_partitioned_replace(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
+{
+	RowEdit		edit;
+
+	if (table->has_lease_columns)
+	{
+		memset(&edit, 0, sizeof(edit));
+		edit.kind = EDIT_REPLACE_LAPSED;
+		edit.table = table;
+		edit.ref = ref;
+		edit.write = row;
+		edit.now = GetCurrentTimestamp();
+		switch (edit_row(&edit))
+		{
+			case EDIT_DONE:
+				return true;
+			case EDIT_NOT_DIRECT:
+				return false;
+			default:
+				break;
+		}
+	}
+	/* No live row to replace (an expired one stays beside the new row until its partition goes): insert. */
+	return key_partitioned_insert(table, ref, row);
 }

@@ -1,4 +1,7 @@
-/* key_store_spi.c: the key store's prepared statements, for whatever the direct path does not take. */
+/*
+ * key_store_spi.c: the key store's prepared statements, for whatever the direct paths do not take (table
+ * storage's lease writes among them; partitioned storage's where its direct path does not apply).
+ */
 #include "postgres.h"
 
 #include "access/relation.h"

@@ -85,4 +85,28 @@
 #define idem_function_aclcheck(function, role, mode) pg_proc_aclcheck((function), (role), (mode))
 #endif
 
+/*
+ * 16 added the out argument that says which indexes an update must keep (TU_UpdateIndexes) to
+ * simple_heap_update; before, a heap-only (HOT) tuple needs no index entry. True: every index needs one.
+ */
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#if PG_VERSION_NUM >= 160000
+static inline bool
+idem_simple_heap_update(Relation rel, ItemPointer otid, HeapTuple tuple)
+{
+	TU_UpdateIndexes update_indexes;
+
+	simple_heap_update(rel, otid, tuple, &update_indexes);
+	return update_indexes == TU_All;
+}
+#else
+static inline bool
+idem_simple_heap_update(Relation rel, ItemPointer otid, HeapTuple tuple)
+{
+	simple_heap_update(rel, otid, tuple);
+	return !HeapTupleIsHeapOnly(tuple);
+}
+#endif
+
 #endif							/* IDEM_PG_COMPAT_H */
