@@ -70,7 +70,10 @@ module IdempotencyPg
   end
 
   # Runs a request's transaction on a connection of an IdempotencyPg::Pool (or anything with `with { |conn| }`).
-  # The block returns [commit?, value]; COMMIT or ROLLBACK follows; an exception rolls back and is raised again.
+  # The block gets the connection and the Transaction, and returns [commit?, value]; COMMIT or ROLLBACK follows
+  # (unless the last statement carried COMMIT); an exception rolls back and is raised again. BEGIN is not sent
+  # before the block: it goes with the block's first statement (the claim: one round trip), or alone before a
+  # handler that runs without a claim (Transaction#open!).
   class PgBackend
     attr_reader :pool
 
@@ -81,16 +84,10 @@ module IdempotencyPg
 
     def transaction
       @pool.with do |conn|
-        conn.exec(@begin)
+        tx = Transaction.new(conn, @begin)
         begin
-          commit, value = yield conn
-          if commit
-            ended = conn.exec("COMMIT")
-            # COMMIT of a transaction an earlier (swallowed) error aborted answers ROLLBACK
-            raise "the transaction was aborted by an earlier error" unless ended.cmd_status == "COMMIT"
-          else
-            conn.exec("ROLLBACK")
-          end
+          commit, value = yield conn, tx
+          tx.finish(commit)
           value
         rescue Exception # rubocop:disable Lint/RescueException - rolled back whatever happened, then raised again
           begin
@@ -101,6 +98,45 @@ module IdempotencyPg
           raise
         end
       end
+    end
+  end
+
+  # The state of PgBackend's transaction: BEGIN not sent yet (pending), sent (open), or ended by the statement
+  # that carried COMMIT (ended).
+  class Transaction
+    def initialize(conn, begin_sql)
+      @conn, @begin_sql, @state = conn, begin_sql, :pending
+    end
+
+    # The BEGIN to send in front of the next statement, in the same round trip; nil once taken.
+    def take_begin
+      return nil unless @state == :pending
+
+      @state = :open
+      @begin_sql
+    end
+
+    # BEGIN alone, unless it went already (a handler that runs without a claim).
+    def open!
+      sql = take_begin
+      @conn.exec(sql) if sql
+    end
+
+    # The last statement carried COMMIT: nothing more to send.
+    def committed!
+      @state = :ended
+    end
+
+    def finish(commit)
+      state, @state = @state, :ended
+      return unless state == :open # pending: nothing was sent; ended: COMMIT went already
+
+      unless commit
+        @conn.exec("ROLLBACK")
+        return
+      end
+      # COMMIT of a transaction an earlier (swallowed) error aborted answers ROLLBACK
+      raise "the transaction was aborted by an earlier error" unless @conn.exec("COMMIT").cmd_status == "COMMIT"
     end
   end
 

@@ -37,17 +37,21 @@ module IdempotencyPg
       true
     end
 
-    # The claim, in the transaction the caller opened. Raises PG::Error.
-    def claim(conn, key, scope, method, path, query, content_type, body, ttl = nil)
+    # The claim, in the transaction the caller opened; with begin_sql (its BEGIN), that BEGIN and the claim (and
+    # the claim's Parse, the first time on the connection) in one round trip (CONTRACT.md "Round trips"). Raises
+    # PG::Error.
+    def claim(conn, key, scope, method, path, query, content_type, body, ttl = nil, begin_sql: nil)
       params = [key, scope, method, path, query, content_type, { value: body, format: 1 }, ttl]
-      decode_claim(run(conn, :claim, CLAIM_SQL, params, 1).getvalue(0, 0))
+      decode_claim(run(conn, :claim, CLAIM_SQL, params, 1, before: begin_sql).getvalue(0, 0))
     end
 
-    # The completion; true when stored (false for a 5xx).
-    def complete(conn, key, scope, status, content_type, headers, body)
+    # The completion; true when stored (false for a 5xx). With commit: true, COMMIT goes with it in one round trip
+    # and the transaction has ended when this returns (raises when COMMIT answered ROLLBACK: an earlier error had
+    # aborted it).
+    def complete(conn, key, scope, status, content_type, headers, body, commit: false)
       params = [key, scope, status, content_type, headers && JSON.generate(headers),
                 body.nil? ? nil : { value: body, format: 1 }]
-      run(conn, :complete, COMPLETE_SQL, params, 0).getvalue(0, 0) == "t"
+      run(conn, :complete, COMPLETE_SQL, params, 0, after: commit ? "COMMIT" : nil).getvalue(0, 0) == "t"
     end
 
     # The value of idem_request_claim in PostgreSQL's binary composite layout: int32 field count, then per field
@@ -80,7 +84,8 @@ module IdempotencyPg
       self.class.decode_claim(bin)
     end
 
-    def run(conn, which, sql, params, format)
+    def run(conn, which, sql, params, format, before: nil, after: nil)
+      return pipelined(conn, which, sql, params, format, before, after) if before || after
       return conn.exec_params(sql, params, format) unless @named
 
       names = prepared_names(conn)
@@ -90,6 +95,43 @@ module IdempotencyPg
         n
       end
       conn.exec_prepared(name, params, format)
+    end
+
+    # `before` (BEGIN), the statement and `after` (COMMIT) in one round trip: libpq's pipeline mode, each as an
+    # extended-protocol exchange (a named statement's Parse in front of its first Bind), one Sync at the end. The
+    # statement's result; the first error among the results is raised (the ones after it are aborted and the
+    # transaction block, when BEGIN went first, is left failed for the caller's ROLLBACK).
+    def pipelined(conn, which, sql, params, format, before, after)
+      name = parse = nil
+      if @named
+        names = prepared_names(conn)
+        name = names[which] || (parse = "idem_#{which}_#{names[:id]}")
+      end
+      results = []
+      conn.enter_pipeline_mode
+      begin
+        conn.send_query_params(before, []) if before
+        conn.send_prepare(parse, sql) if parse
+        name ? conn.send_query_prepared(name, params, format) : conn.send_query_params(sql, params, format)
+        conn.send_query_params(after, []) if after
+        conn.pipeline_sync
+        # each statement's result is followed by nil; the Sync's result ends the round trip
+        while (r = conn.get_result).nil? || r.result_status != PG::PGRES_PIPELINE_SYNC
+          results << r if r
+        end
+        conn.exit_pipeline_mode
+      rescue StandardError
+        # a connection that cannot leave pipeline mode is of no use to anyone: closed, the pool drops it
+        conn.finish if !conn.finished? && conn.pipeline_status != PG::PQ_PIPELINE_OFF
+        raise
+      end
+      results.each { |r| r.check unless r.result_status == PG::PGRES_PIPELINE_ABORTED }
+      prepared_names(conn)[which] = parse if parse
+      main = results[(before ? 1 : 0) + (parse ? 1 : 0)]
+      if after && results.last.cmd_status != after
+        raise "the transaction was aborted by an earlier error" # COMMIT answered ROLLBACK
+      end
+      main
     end
 
     # The names parsed on this client connection (a connection is one server session, or one pooler client).

@@ -1,0 +1,142 @@
+# frozen_string_literal: true
+
+require_relative "helper"
+require "tempfile"
+
+# CONTRACT.md "Round trips", read from libpq's trace of the connection: PgBackend sends BEGIN with the claim and
+# the completion with COMMIT (pipeline mode), so a claimed request costs what a bare transactional handler costs.
+class TestRoundTrips < Minitest::Test
+  include DbHelper
+
+  # A pool of one connection: the traced one.
+  OneConnection = Struct.new(:conn) do
+    def with
+      yield conn
+    end
+  end
+
+  INSERT = "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -100, 'EUR', $2) RETURNING id"
+
+  def app(conn, prepared)
+    handler = lambda do |env|
+      ctx = env["idempotency"]
+      id = ctx.connection.exec_params(INSERT, [ctx.scope, ctx.key || ""]).getvalue(0, 0)
+      next [503, {}, ["down"]] if env["HTTP_X_ANSWER"] == "503"
+
+      [201, { "Content-Type" => "application/json" }, [%({"id":#{id}})]]
+    end
+    protect = ->(env) { env["PATH_INFO"] == "/bare" ? { claim: false } : true }
+    @mw = IdempotencyPg::Middleware.new(handler, backend: IdempotencyPg::PgBackend.new(OneConnection.new(conn)),
+                                                 scope: ->(_env) { "acct" }, protect: protect, prepared: prepared,
+                                                 logger: Logger.new(nil))
+    Rack::MockRequest.new(@mw)
+  end
+
+  def post(req, key, path: "/payments", body: '{"amount_cents": 100}', answer: nil)
+    env = { input: body, "CONTENT_TYPE" => "application/json" }
+    env["HTTP_IDEMPOTENCY_KEY"] = key if key
+    env["HTTP_X_ANSWER"] = answer if answer
+    req.request("POST", path, env)
+  end
+
+  # Each round trip of a libpq trace (the messages sent before the answers are read), named by what it sends: a
+  # simple query by its text, an extended-protocol statement by the idem_ function it calls (else its text), a
+  # Parse not bound in the same round trip as "prepare <name>".
+  def self.round_trips(trace)
+    name = ->(sql) { sql[/\b(idem_\w+)\(/, 1] || sql }
+    trips, sent, parsed, texts, last = [], [], [], {}, nil
+    File.foreach(trace) do |line|
+      _time, dir, _len, msg, fields = line.chomp.split("\t", 5)
+      if dir == "B" && last == "F"
+        trips << (sent + parsed.map { |p| "prepare #{p}" }).join("; ")
+        sent, parsed = [], []
+      end
+      last = dir
+      next unless dir == "F"
+
+      case msg
+      when "Query" then sent << name.(fields[/\A\s*"(.*)"\z/, 1])
+      when "Parse"
+        stmt, sql = fields.match(/\A\s*"([^"]*)" "(.*)" \d+/).captures
+        texts[stmt] = name.(sql)
+        parsed << texts[stmt]
+      when "Bind"
+        text = texts[fields[/\A\s*"[^"]*" "([^"]*)"/, 1]]
+        parsed.delete_at(parsed.index(text)) if parsed.include?(text)
+        sent << text
+      end
+    end
+    trips
+  end
+
+  def traced(conn)
+    file = Tempfile.new("idem-trace")
+    conn.trace(file)
+    yield
+    conn.untrace
+    file.flush
+    self.class.round_trips(file.path)
+  ensure
+    file&.close!
+  end
+
+  def check_round_trips(prepared)
+    conn = PG.connect(DbHelper::URL)
+    req = app(conn, prepared)
+    key, failed = new_key, new_key
+    trips = traced(conn) do
+      assert_equal 201, post(req, key).status
+      assert_equal "true", post(req, key).headers["Idempotent-Replayed"]
+      assert_equal 503, post(req, failed, answer: "503").status
+      assert_equal 201, post(req, nil, path: "/bare").status
+      assert_equal 400, post(req, new_key, body: "{not json").status
+      assert_equal 201, post(req, failed).status
+    end
+    insert = INSERT
+    assert_equal ["BEGIN; idem_claim_request", insert, "idem_complete_request; COMMIT", # claimed: 3, as bare
+                  "BEGIN; idem_claim_request", "ROLLBACK",                             # replay: 2
+                  "BEGIN; idem_claim_request", insert, "ROLLBACK",                     # 503: rolled back
+                  "BEGIN", insert, "COMMIT",                                           # no key: the bare handler
+                  "BEGIN; idem_claim_request", "ROLLBACK",                             # not JSON: 22P02 at the claim
+                  "BEGIN; idem_claim_request", insert, "idem_complete_request; COMMIT"], trips
+    assert_equal PG::PQTRANS_IDLE, conn.transaction_status
+    conn.exec("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time").map { |r| r["statement"][/idem_\w+/] }
+  ensure
+    conn&.close
+  end
+
+  def test_begin_goes_with_the_claim_and_commit_with_the_completion_over_named_statements
+    db
+    # the names parsed in the claim's and the completion's first round trips, bound after
+    assert_equal %w[idem_claim_request idem_complete_request], check_round_trips(true)
+  end
+
+  def test_the_same_round_trips_over_unnamed_statements
+    db
+    assert_empty check_round_trips(false) # behind PgBouncer (before 1.21): nothing named
+  end
+
+  def test_a_failed_completion_rolls_back_and_the_connection_goes_on
+    db
+    conn = PG.connect(DbHelper::URL)
+    req = app(conn, :auto)
+    key = new_key
+    # the completion's Bind fails (the name is gone, as behind a pooler's other server connection): COMMIT in the
+    # same pipeline is aborted, the transaction rolled back, the request run again unnamed
+    assert_equal 201, post(req, new_key).status
+    @mw.statements.define_singleton_method(:complete) do |c, *args, **kw|
+      c.exec("DEALLOCATE ALL")
+      singleton_class.send(:remove_method, :complete)
+      complete(c, *args, **kw)
+    end
+    r = post(req, key)
+    assert_equal 201, r.status, r.body
+    assert_nil r.headers["Idempotent-Replayed"]
+    refute @mw.statements.named?
+    assert_equal 1, db.exec_params("SELECT count(*) FROM ledger WHERE idempotency_key = $1", [key]).getvalue(0, 0).to_i
+    assert_equal "true", post(req, key).headers["Idempotent-Replayed"]
+    assert_equal PG::PQ_PIPELINE_OFF, conn.pipeline_status
+  ensure
+    conn&.close
+  end
+end
