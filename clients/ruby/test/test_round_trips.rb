@@ -17,7 +17,7 @@ class TestRoundTrips < Minitest::Test
 
   INSERT = "INSERT INTO ledger (account, amount_cents, currency, idempotency_key) VALUES ($1, -100, 'EUR', $2) RETURNING id"
 
-  def app(conn, prepared)
+  def app(conn, prepared, pipeline: true)
     handler = lambda do |env|
       ctx = env["idempotency"]
       id = ctx.connection.exec_params(INSERT, [ctx.scope, ctx.key || ""]).getvalue(0, 0)
@@ -26,7 +26,7 @@ class TestRoundTrips < Minitest::Test
       [201, { "Content-Type" => "application/json" }, [%({"id":#{id}})]]
     end
     protect = ->(env) { env["PATH_INFO"] == "/bare" ? { claim: false } : true }
-    @mw = IdempotencyPg::Middleware.new(handler, backend: IdempotencyPg::PgBackend.new(OneConnection.new(conn)),
+    @mw = IdempotencyPg::Middleware.new(handler, backend: IdempotencyPg::PgBackend.new(OneConnection.new(conn), pipeline: pipeline),
                                                  scope: ->(_env) { "acct" }, protect: protect, prepared: prepared,
                                                  logger: Logger.new(nil))
     Rack::MockRequest.new(@mw)
@@ -114,6 +114,24 @@ class TestRoundTrips < Minitest::Test
   def test_the_same_round_trips_over_unnamed_statements
     db
     assert_empty check_round_trips(false) # behind PgBouncer (before 1.21): nothing named
+  end
+
+  def test_without_the_pipeline_each_statement_is_a_round_trip
+    db
+    conn = PG.connect(DbHelper::URL)
+    req = app(conn, true, pipeline: false)
+    key = new_key
+    trips = traced(conn) do
+      assert_equal 201, post(req, key).status
+      assert_equal 201, post(req, new_key).status
+      assert_equal "true", post(req, key).headers["Idempotent-Replayed"]
+    end
+    assert_equal ["BEGIN", "prepare idem_claim_request", "idem_claim_request", INSERT, "prepare idem_complete_request",
+                  "idem_complete_request", "COMMIT",
+                  "BEGIN", "idem_claim_request", INSERT, "idem_complete_request", "COMMIT",
+                  "BEGIN", "idem_claim_request", "ROLLBACK"], trips
+  ensure
+    conn&.close
   end
 
   def test_a_failed_completion_rolls_back_and_the_connection_goes_on

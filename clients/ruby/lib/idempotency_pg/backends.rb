@@ -73,12 +73,13 @@ module IdempotencyPg
   # The block gets the connection and the Transaction, and returns [commit?, value]; COMMIT or ROLLBACK follows
   # (unless the last statement carried COMMIT); an exception rolls back and is raised again. BEGIN is not sent
   # before the block: it goes with the block's first statement (the claim: one round trip), or alone before a
-  # handler that runs without a claim (Transaction#open!).
+  # handler that runs without a claim (Transaction#open!). pipeline: false sends each statement in its own round
+  # trip (BEGIN first, COMMIT last: 5 round trips on a new key), for a proxy that mishandles pipelined messages.
   class PgBackend
     attr_reader :pool
 
-    def initialize(pool, isolation: nil)
-      @pool = pool
+    def initialize(pool, isolation: nil, pipeline: true)
+      @pool, @pipeline = pool, pipeline
       @begin = isolation ? "BEGIN ISOLATION LEVEL #{isolation.to_s.upcase.tr('_', ' ')}" : "BEGIN"
     end
 
@@ -86,7 +87,8 @@ module IdempotencyPg
       @pool.with do |conn|
         tx = Transaction.new(conn, @begin)
         begin
-          commit, value = yield conn, tx
+          tx.open! unless @pipeline
+          commit, value = yield conn, (tx if @pipeline)
           tx.finish(commit)
           value
         rescue Exception # rubocop:disable Lint/RescueException - rolled back whatever happened, then raised again
