@@ -98,24 +98,35 @@ module IdempotencyPg
     end
 
     # `before` (BEGIN), the statement and `after` (COMMIT) in one round trip: libpq's pipeline mode, each as an
-    # extended-protocol exchange (a named statement's Parse in front of its first Bind), one Sync at the end. The
-    # statement's result; the first error among the results is raised (the ones after it are aborted and the
-    # transaction block, when BEGIN went first, is left failed for the caller's ROLLBACK).
+    # extended-protocol exchange, one Sync at the end. Named, BEGIN and COMMIT are named statements too (each
+    # Parse in front of its first Bind on the connection): an unnamed BEGIN or COMMIT is parsed and analysed on
+    # every request, which cost the server 15k instructions per request more than the simple-query BEGIN and
+    # COMMIT of one statement per round trip (bench/clients/RESULTS-ruby.md). The statement's result; the first
+    # error among the results is raised (the ones after it are aborted and the transaction block, when BEGIN went
+    # first, is left failed for the caller's ROLLBACK).
     def pipelined(conn, which, sql, params, format, before, after)
-      name = parse = nil
-      if @named
-        names = prepared_names(conn)
-        name = names[which] || (parse = "idem_#{which}_#{names[:id]}")
-      end
+      steps = []
+      steps << [before, [], 0, before] if before
+      steps << [sql, params, format, which]
+      steps << [after, [], 0, after] if after
+      names = @named ? prepared_names(conn) : nil
+      parsed = [] # [key, name] of the Parses sent, recorded once answered
       results = []
       conn.enter_pipeline_mode
       begin
-        conn.send_query_params(before, []) if before
-        conn.send_prepare(parse, sql) if parse
-        name ? conn.send_query_prepared(name, params, format) : conn.send_query_params(sql, params, format)
-        conn.send_query_params(after, []) if after
+        steps.each do |text, args, fmt, key|
+          next conn.send_query_params(text, args, fmt) unless names
+
+          name = names[key]
+          unless name
+            name = "idem_#{key.is_a?(Symbol) ? key : key.downcase.tr(' ', '_')}_#{names[:id]}"
+            conn.send_prepare(name, text)
+            parsed << [key, name]
+          end
+          conn.send_query_prepared(name, args, fmt)
+        end
         conn.pipeline_sync
-        # each statement's result is followed by nil; the Sync's result ends the round trip
+        # each statement's result (and each Parse's) is followed by nil; the Sync's result ends the round trip
         while (r = conn.get_result).nil? || r.result_status != PG::PGRES_PIPELINE_SYNC
           results << r if r
         end
@@ -125,13 +136,23 @@ module IdempotencyPg
         conn.finish if !conn.finished? && conn.pipeline_status != PG::PQ_PIPELINE_OFF
         raise
       end
+      # the results in order: per step, its Parse's (when sent) then its own. A name whose Parse succeeded is on
+      # the server whatever came after it (a claim that failed on the body): it is not parsed again.
+      answers = []
+      i = 0
+      steps.each do |_text, _args, _fmt, key|
+        if (p = parsed.find { |k, _| k == key })
+          names[key] = p[1] if results[i]&.result_status == PG::PGRES_COMMAND_OK
+          i += 1
+        end
+        answers << results[i]
+        i += 1
+      end
       results.each { |r| r.check unless r.result_status == PG::PGRES_PIPELINE_ABORTED }
-      prepared_names(conn)[which] = parse if parse
-      main = results[(before ? 1 : 0) + (parse ? 1 : 0)]
-      if after && results.last.cmd_status != after
+      if after && answers.last.cmd_status != after
         raise "the transaction was aborted by an earlier error" # COMMIT answered ROLLBACK
       end
-      main
+      answers[before ? 1 : 0]
     end
 
     # The names parsed on this client connection (a connection is one server session, or one pooler client).
