@@ -2,6 +2,7 @@
 
 require_relative "helper"
 require "tempfile"
+require "timeout"
 
 # CONTRACT.md "Round trips", read from libpq's trace of the connection: PgBackend sends BEGIN with the claim and
 # the completion with COMMIT (pipeline mode), so a claimed request costs what a bare transactional handler costs.
@@ -133,6 +134,23 @@ class TestRoundTrips < Minitest::Test
     assert_equal 4, conn.exec("SELECT count(*) FROM pg_prepared_statements").getvalue(0, 0).to_i
   ensure
     conn&.close
+  end
+
+  def test_a_connection_lost_in_the_pipeline_is_a_500_and_dropped_from_the_pool
+    db
+    one = IdempotencyPg::Pool.new(DbHelper::URL, size: 1)
+    mw = IdempotencyPg::Middleware.new(->(_env) { [201, {}, ["{}"]] }, backend: IdempotencyPg::PgBackend.new(one),
+                                                                     scope: ->(_env) { "acct" }, logger: Logger.new(nil))
+    req = Rack::MockRequest.new(mw)
+    assert_equal 201, post(req, new_key).status
+    pid = one.with(&:backend_pid)
+    db.exec_params("SELECT pg_terminate_backend($1, 20000)", [pid]) # returns once it is gone
+    r = Timeout.timeout(20) { post(req, new_key) }
+    assert_equal 500, r.status, r.body
+    assert_equal 201, post(req, new_key).status # a new connection
+    refute_equal pid, one.with(&:backend_pid)
+  ensure
+    one&.close
   end
 
   def test_without_the_pipeline_each_statement_is_a_round_trip

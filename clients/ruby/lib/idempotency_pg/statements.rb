@@ -126,9 +126,16 @@ module IdempotencyPg
           conn.send_query_prepared(name, args, fmt)
         end
         conn.pipeline_sync
-        # each statement's result (and each Parse's) is followed by nil; the Sync's result ends the round trip
+        # each statement's result (and each Parse's) is followed by nil; the Sync's result ends the round trip. Two
+        # nils in a row before it: nothing more will come (the connection was lost), not a loop for ever.
+        nils = 0
         while (r = conn.get_result).nil? || r.result_status != PG::PGRES_PIPELINE_SYNC
-          results << r if r
+          if r
+            nils = 0
+            results << r
+          elsif (nils += 1) > 1
+            raise PG::ConnectionBad, "the connection was lost before the pipeline's end"
+          end
         end
         conn.exit_pipeline_mode
       rescue StandardError
