@@ -12,7 +12,7 @@ only.
 Knobs (environment):
   BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_THREADS (2)  wrk rounds, seconds per measurement, wrk threads
   BENCH_CONNECTIONS (8)   wrk's connections, and each service's pool size (so the database sees at most as many)
-  BENCH_LANGS (go,node,python)   one run per language, one after another (also: java)
+  BENCH_LANGS (go,node,python)   one run per language, one after another (also: java, ruby-sinatra, ruby-rails)
   BENCH_FSYNC (both)      on, off or both: switched with ALTER SYSTEM and a reload before each measurement that
                           needs the other setting, then a CHECKPOINT before every measurement
   BENCH_BEFORE (none)     a git revision (b5ec4af is version 1.2): checked out with `git worktree add` into a
@@ -63,7 +63,7 @@ VERSIONS = ("before", "after") if BEFORE else ("after",)
 # Every configuration of a language: (version, fsync, mode, handler)
 CELLS = [(v, f, m) for v in VERSIONS for f in FSYNC for m in MODES]
 CONFIGS = [cell + (h,) for cell in CELLS for h, _ in PATHS]
-SERVICE_LANGS = ("go", "node", "python", "java")
+SERVICE_LANGS = ("go", "node", "python", "java", "ruby-sinatra", "ruby-rails")
 
 
 def log(msg):
@@ -232,6 +232,8 @@ def pool_env(h, lang, mode):
         return {"DATABASE_URL": h.database_url(mode) + f"?pool_max_conns={CONNECTIONS}"}
     if lang in ("node", "java"):
         return {"PG_POOL_MAX": str(CONNECTIONS)}
+    if lang.startswith("ruby"):  # unicorn: a process per request at a time, one connection each
+        return {"WORKERS": str(CONNECTIONS), "POOL_SIZE": "1"}
     return {"POOL_SIZE": str(CONNECTIONS)}
 
 

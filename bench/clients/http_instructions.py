@@ -43,6 +43,10 @@ SERVICES = {
     "python": ("python", "Python WSGI (psycopg)", {"POOL_SIZE": "1", "THREADS": "1"}),
     "python-fastapi": ("python-fastapi", "Python FastAPI (psycopg async)", {"POOL_SIZE": "1"}),
     "java": ("java", "Java Servlet filter on Tomcat 10.1 (pgjdbc)", {"PG_POOL_MAX": "1"}),
+    "ruby-sinatra": ("ruby-sinatra", "Ruby Rack middleware, Sinatra on unicorn (ruby-pg, `PgBackend`)",
+                     {"WORKERS": "1", "POOL_SIZE": "1"}),
+    "ruby-rails": ("ruby-rails", "Ruby Rack middleware, Rails 6.1 on unicorn (`ActiveRecordBackend`)",
+                   {"WORKERS": "1", "POOL_SIZE": "1"}),
 }
 CHOSEN = [s for s in os.environ.get("HTTP_INSTR_SERVICES", ",".join(SERVICES)).split(",") if s]
 PG_BIN = os.environ["PG_BIN"]

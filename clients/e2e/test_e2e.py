@@ -750,6 +750,53 @@ def test_same_request_same_answer_everywhere(stack, _service_registry, db, case)
             f"  {', '.join(langs)}: {f}" for f, langs in fingerprints.items())
 
 
+# --------------------------------------------------------------------------- keys of older clients
+
+# The clients' statements before 1.4, verbatim (TAP 149 and 177 have them too): 1.2's (clients/go at b5ec4af
+# claimSQL and completeSQL; Node.js and Python sent the same composition), a jsonb response; 1.3's, the request's
+# parts with content type NULL (as every 1.3 client sent it) and the response's bytes. A key stored through the 1.0
+# functions on this 1.4 database is the row a 1.2 database holds after ALTER EXTENSION idempotency UPDATE (the
+# same columns: response_body jsonb, response_headers with the Content-Type, response_bytes and
+# response_content_type NULL, the same request_hash), and a 1.3 key the row the 1.3 statements left; TAP 149, 177
+# and 178 update real 1.2 and 1.3 databases and replay their keys through the claim every client sends.
+CLAIM_1_2 = ("SELECT c.outcome FROM idem_claim(%s::text, idem_hash(jsonb_build_object('method', %s::text, "
+             "'path', %s::text, 'body', %s::jsonb)), %s::interval, %s::text) AS c")
+COMPLETE_1_2 = "SELECT idem_complete(%s::text, %s::int, %s::jsonb, %s::jsonb, %s::text)"
+CLAIM_1_3 = "SELECT (idem_claim_request(%s, %s, %s, %s, %s, %s, %s, %s)).outcome"
+COMPLETE_1_3 = "SELECT idem_complete_request(%s, %s, %s, %s, %s, %s)"
+
+
+def _store_as_an_older_client(db, version, account, key, first_body):
+    """The first request's answer, stored as a client of `version` stored it: the bytes its replay must give."""
+    answer = '{"payment_id": 7, "account": "%s", "amount_cents": 100, "currency": "EUR"}' % account
+    with db.transaction():
+        if version == "1.2":
+            assert db.execute(CLAIM_1_2, (key, "POST", "/payments", first_body, None, account)).fetchone() == ("claimed",)
+            db.execute(COMPLETE_1_2, (key, 201, answer,
+                                      '{"Content-Type": "application/json", "Location": "/payments/7"}', account))
+            return db.execute("SELECT %s::jsonb::text", (answer,)).fetchone()[0].encode()  # jsonb's text of it
+        assert db.execute(CLAIM_1_3, (key, account, "POST", "/payments", None, None, first_body.encode(),
+                                      None)).fetchone() == ("claimed",)
+        db.execute(COMPLETE_1_3, (key, account, 201, "application/json", '{"Location": "/payments/7"}',
+                                  answer.encode()))
+        return answer.encode()
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_a_key_stored_by_an_older_client_replays(client, db, account, version):
+    """A key stored before the update by a 1.2 or a 1.3 client (a deploy that updates the extension under keys
+    still in their ttl, then rolls out this service) replays through this service: the stored status, Content-Type,
+    Location and bytes, for the same payment spelled another way, and the handler never runs."""
+    key = new_key("old")
+    sent = _store_as_an_older_client(db, version, account, key, '{"amount_cents": 100, "currency": "EUR"}')
+    r = client.pay(key, body=b'{ "currency" : "EUR", "amount_cents" : 100 }')
+    assert (r.status, r.replayed, r.content_type, r.header("Location")) == (201, True, "application/json",
+                                                                            "/payments/7"), r
+    assert r.body == sent, r
+    assert debits(db, account, key) == [], "the handler ran for a key stored by an older client"
+    assert_problem(client.pay(key, amount=200), 422)  # another payment under the key: a mismatch, as before
+
+
 # --------------------------------------------------------------------------- expired (1.4, tombstones)
 
 def _tombstone_ttl_is(value):

@@ -19,7 +19,7 @@ class TestKeyLifetime < Minitest::Test
       @claim
     end
 
-    def complete(_conn, _key, _scope, status, ctype, headers, body)
+    def complete(_conn, _key, _scope, status, ctype, headers, body, **)
       @completed = [status, ctype, headers, body]
       true
     end

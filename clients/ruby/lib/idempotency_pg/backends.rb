@@ -70,12 +70,16 @@ module IdempotencyPg
   end
 
   # Runs a request's transaction on a connection of an IdempotencyPg::Pool (or anything with `with { |conn| }`).
-  # The block returns [commit?, value]; COMMIT or ROLLBACK follows; an exception rolls back and is raised again.
+  # The block gets the connection and the Transaction, and returns [commit?, value]; COMMIT or ROLLBACK follows
+  # (unless the last statement carried COMMIT); an exception rolls back and is raised again. BEGIN is not sent
+  # before the block: it goes with the block's first statement (the claim: one round trip), or alone before a
+  # handler that runs without a claim (Transaction#open!). pipeline: false sends each statement in its own round
+  # trip (BEGIN first, COMMIT last: 5 round trips on a new key), for a proxy that mishandles pipelined messages.
   class PgBackend
     attr_reader :pool
 
-    def initialize(pool, isolation: nil)
-      @pool = pool
+    def initialize(pool, isolation: nil, pipeline: true)
+      @pool, @pipeline = pool, pipeline
       @begin = isolation ? "BEGIN ISOLATION LEVEL #{isolation.to_s.upcase.tr('_', ' ')}" : "BEGIN"
     end
 
@@ -86,16 +90,11 @@ module IdempotencyPg
 
     def transaction
       @pool.with do |conn|
-        conn.exec(@begin)
+        tx = Transaction.new(conn, @begin)
         begin
-          commit, value = yield conn
-          if commit
-            ended = conn.exec("COMMIT")
-            # COMMIT of a transaction an earlier (swallowed) error aborted answers ROLLBACK
-            raise "the transaction was aborted by an earlier error" unless ended.cmd_status == "COMMIT"
-          else
-            conn.exec("ROLLBACK")
-          end
+          tx.open! unless @pipeline
+          commit, value = yield conn, (tx if @pipeline)
+          tx.finish(commit)
           value
         rescue Exception # rubocop:disable Lint/RescueException - rolled back whatever happened, then raised again
           begin
@@ -106,6 +105,45 @@ module IdempotencyPg
           raise
         end
       end
+    end
+  end
+
+  # The state of PgBackend's transaction: BEGIN not sent yet (pending), sent (open), or ended by the statement
+  # that carried COMMIT (ended).
+  class Transaction
+    def initialize(conn, begin_sql)
+      @conn, @begin_sql, @state = conn, begin_sql, :pending
+    end
+
+    # The BEGIN to send in front of the next statement, in the same round trip; nil once taken.
+    def take_begin
+      return nil unless @state == :pending
+
+      @state = :open
+      @begin_sql
+    end
+
+    # BEGIN alone, unless it went already (a handler that runs without a claim).
+    def open!
+      sql = take_begin
+      @conn.exec(sql) if sql
+    end
+
+    # The last statement carried COMMIT: nothing more to send.
+    def committed!
+      @state = :ended
+    end
+
+    def finish(commit)
+      state, @state = @state, :ended
+      return unless state == :open # pending: nothing was sent; ended: COMMIT went already
+
+      unless commit
+        @conn.exec("ROLLBACK")
+        return
+      end
+      # COMMIT of a transaction an earlier (swallowed) error aborted answers ROLLBACK
+      raise "the transaction was aborted by an earlier error" unless @conn.exec("COMMIT").cmd_status == "COMMIT"
     end
   end
 

@@ -95,8 +95,8 @@ module IdempotencyPg
       attempt = 0
       learnt = false
       begin
-        @backend.transaction do |conn|
-          run(env, conn, opts, key, scope, path, query, content_type, body, attempt)
+        @backend.transaction do |conn, tx|
+          run(env, conn, tx, opts, key, scope, path, query, content_type, body, attempt)
         end
       rescue BadBody
         render(Problems.not_json)
@@ -120,12 +120,14 @@ module IdempotencyPg
       render(Problems.missing_key(e))
     end
 
-    # One attempt, inside the backend's transaction: returns [commit?, rack response].
-    def run(env, conn, opts, key, scope, path, query, content_type, body, attempt)
+    # One attempt, inside the backend's transaction: returns [commit?, rack response]. tx: PgBackend's Transaction
+    # (BEGIN sent with the claim, COMMIT with the completion), or nil (ActiveRecord's transaction, begun already).
+    def run(env, conn, tx, opts, key, scope, path, query, content_type, body, attempt)
       expiry = {}
       if key
         claim = begin
-          @statements.claim(conn, key, scope, env["REQUEST_METHOD"], path, query, content_type, body, @ttl)
+          @statements.claim(conn, key, scope, env["REQUEST_METHOD"], path, query, content_type, body, @ttl,
+                            begin_sql: tx&.take_begin)
         rescue PG::Error => e
           raise BadBody, e.message if BAD_BODY.include?(IdempotencyPg.sqlstate(e))
 
@@ -141,13 +143,15 @@ module IdempotencyPg
         else raise "unknown idem_claim_request outcome #{claim.outcome.inspect}"
         end
       end
+      tx&.open!
       ctx = Context.new(conn, key, scope, attempt)
       status, headers, bytes = call_app(env, ctx, body)
       return [false, [status, headers, [bytes]]] if status >= 500 || ctx.not_executed?
       return [true, [status, headers, [bytes]]] unless key
 
       ctype, stored_headers, stored_body = to_store(status, headers, bytes, opts)
-      @statements.complete(conn, key, scope, status, ctype, stored_headers, stored_body)
+      @statements.complete(conn, key, scope, status, ctype, stored_headers, stored_body, commit: !tx.nil?)
+      tx&.committed!
       [true, [status, headers.merge(expiry), [bytes]]]
     end
 
