@@ -190,7 +190,8 @@ module IdempotencyPg
     # before any local write, and the key's row stays locked until the checkpoint (or the completion) commits.
     # The block returns true to commit, false to roll back.
     def fenced
-      @backend.transaction do |conn|
+      @backend.transaction do |conn, tx|
+        tx&.open! # PgBackend leaves BEGIN to the first statement that can carry it; this one goes alone
         conn.exec_params(LeaseSQL::EXTEND, [@key, @token, @lease_seconds.to_s, @scope])
         commit = yield conn
         [commit, commit]
