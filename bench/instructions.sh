@@ -51,7 +51,9 @@ cases=${INSTR_CASES:-$wire_cases}
 port=${INSTR_PORT:-55434}
 dir=$(mktemp -d /tmp/idem-instr.XXXXXX)
 # INSTR_KEEP=1 keeps the callgrind files in $dir for callgrind_annotate.
-[ "${INSTR_KEEP:-0}" = 1 ] || trap 'stop_cluster "$dir"' EXIT
+wdir=''
+# One EXIT trap for both clusters (the single-user one in $dir, the wire one in $wdir once made).
+[ "${INSTR_KEEP:-0}" = 1 ] || trap 'stop_cluster "$dir"; [ -z "$wdir" ] || stop_cluster "$wdir"' EXIT
 
 kp=bench-key-000000-
 body='{"payment_id":"pay_7Hk2N9xQ4mB8vR1s","status":"succeeded","amount_cents":1999,"currency":"EUR","captured":true}'
@@ -171,7 +173,6 @@ wire_table() {  # wire_table CASE...
     local -A storage_per=()
     wdir=$(mktemp -d /tmp/idem-instr-wire.XXXXXX)    # global: the EXIT trap reads it
     chmod 755 "$wdir"
-    [ "${INSTR_KEEP:-0}" = 1 ] || trap 'stop_cluster "$wdir"' EXIT
     # No checkpoint, full-page image or WAL segment zero-fill lands in one run and not the other.
     init_cluster "$wdir" "$wport" "shared_preload_libraries = 'idempotency'" "autovacuum = off" \
         "synchronous_commit = off" "listen_addresses = ''" "full_page_writes = off" "wal_init_zero = off" \
@@ -306,7 +307,7 @@ SQL
     su postgres -c "$PG_BIN/pg_ctl -D $wdir/data -m fast -t 300 stop" >/dev/null 2>&1 || true
     # The postmaster's own callgrind file is written after pg_ctl saw it go.
     for _ in $(seq 300); do pgrep -f -- "-D $wdir/data" >/dev/null || break; sleep 0.1; done
-    [ "${INSTR_KEEP:-0}" = 1 ] || { rm -rf "$wdir"; trap - EXIT; }
+    [ "${INSTR_KEEP:-0}" = 1 ] || { rm -rf "$wdir"; wdir=''; }
 }
 # -------------------------------------------------------------------------------------------------------------
 
