@@ -512,11 +512,52 @@ BEGIN
 END
 $$;
 
+-- 1.4: a client writes stored headers back on a replay, so each member must be a header it can send: its name an
+-- RFC 9110 token, and every string in its value (the value, or a string within an array or object value) without
+-- CR, LF or another control but HTAB (RFC 9110 field-value); src/complete.c's check_stored_headers. The jsonpath
+-- matches an object with a bad member (one regex per name and per string); the check raises the C edition's
+-- 22023 on the first in jsonb's order, and does nothing for NULL or an object without one.
+CREATE FUNCTION @extschema@.idem_managed_bad_header()
+RETURNS jsonpath
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (E'$.keyvalue() ? (!(@.key like_regex "^[-!#$%&''*+.^_`|~0-9A-Za-z]+$")' OPERATOR(pg_catalog.||)
+        E' || exists(@.value.** ? (@.type() == "string" && @ like_regex "[\\x01-\\x08\\x0a-\\x1f\\x7f]")))')
+       ::pg_catalog.jsonpath;
+
+CREATE FUNCTION @extschema@.idem_managed_check_headers(headers jsonb, argument text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    h record;
+BEGIN
+    IF headers IS NULL OR NOT headers OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN
+        RETURN;
+    END IF;
+    FOR h IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(headers) AS e LOOP
+        IF h.key OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'idempotency %: a header name must not be empty', argument
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF pg_catalog.jsonb_build_object(h.key, 0) OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN
+            RAISE EXCEPTION 'idempotency %: a header name is not an RFC 9110 token', argument
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF pg_catalog.jsonb_build_object('n', h.value) OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN
+            RAISE EXCEPTION 'idempotency %: the value of header "%" contains a control character', argument, h.key
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- The end of a claim this transaction holds: the row it deferred written with the response (true), or for a
 -- 5xx the key given back (false). The checks of the C edition in its order, after the callers' NULL checks of key
 -- and scope: the key and scope (only for a key this transaction has not claimed: its claim checked them), a NULL
--- http_status, headers that are not an object (headers_arg names the argument), a content type with a control
--- character, the status range, the size (size: the response's bytes as the C edition counts them) against
+-- http_status, headers that are not an object (headers_arg names the argument) or hold a header a client cannot
+-- send (idem_managed_check_headers), a content type with a control character, the status range, the size (size: the response's bytes as the C edition counts them) against
 -- idempotency.max_response_bytes, and then ERROR 55000 when this transaction holds no claim on the key.
 CREATE FUNCTION @extschema@.idem_managed_complete(
     key text, scope text, http_status integer, response_body jsonb, response_headers jsonb,
@@ -536,6 +577,7 @@ BEGIN
     IF claim IS NULL OR http_status IS NULL OR http_status OPERATOR(pg_catalog.<) 100
        OR http_status OPERATOR(pg_catalog.>) 599
        OR pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object'
+       OR response_headers OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header()
        OR content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]'
        OR size OPERATOR(pg_catalog.>) 1048576
        OR pg_catalog.current_setting('idempotency.max_response_bytes', true) IS NOT NULL THEN
@@ -548,6 +590,7 @@ BEGIN
         IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
             RAISE EXCEPTION 'idempotency % must be a JSON object', headers_arg USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        PERFORM @extschema@.idem_managed_check_headers(response_headers, headers_arg);
         -- Replayed as a header value: no CR, LF or other control character (a tab is allowed).
         IF content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]' THEN
             RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';

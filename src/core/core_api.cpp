@@ -78,6 +78,7 @@ const char* idem_core_status_message(IdemStatus status) noexcept {
         case IDEM_ERR_INTERNAL: return "internal error in the idempotency core";
         case IDEM_ERR_NOT_CANONICAL: return "is not JSON the core canonicalises";
         case IDEM_ERR_DATE_RANGE: return "is outside the years 1970 to 9999 an HTTP-date writes";
+        case IDEM_ERR_NOT_TOKEN: return "is not an RFC 9110 token";
     }
     return "unknown status";
 }
@@ -95,6 +96,14 @@ IdemStatus idem_core_check_controls(const char* utf8, size_t len) noexcept {
         return idem::core::find_control_character({utf8, len}) == std::string_view::npos ? IDEM_OK
                                                                                           : IDEM_ERR_CONTROL_CHAR;
     });
+}
+
+IdemStatus idem_core_check_header_name(const char* name, size_t len) noexcept {
+    return guarded([&] { return idem::core::check_header_name({name, len}); });
+}
+
+IdemStatus idem_core_check_header_value(const char* value, size_t len) noexcept {
+    return guarded([&] { return idem::core::check_header_value({value, len}); });
 }
 
 IdemStatus idem_core_parse_sha256_hex(const char* hex, size_t len,
