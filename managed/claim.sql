@@ -56,6 +56,8 @@ $$;
 -- now() + ttl (the argument, else the setting idempotency.ttl, else 24 hours): ERROR 22023 unless within
 -- (0, 3650 days], 22008 past the timestamp range. The setting is read as the C edition's unit: a number is
 -- seconds, and interval input reads the units of PostgreSQL's settings ('90min', '1h', '2d') as they are.
+-- 1.4: the ttl is a fixed duration, as extract(epoch) counts it (a day is 24 hours, a month 30 days, a year
+-- 365.25 days), so the caller's TimeZone never moves the expiry (src/claim.c's claim_span_end).
 CREATE FUNCTION @extschema@.idem_managed_expiry(ttl interval)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -63,6 +65,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     setting text;
+    seconds float8;
     until timestamptz;
 BEGIN
     IF ttl IS NULL THEN
@@ -73,14 +76,16 @@ BEGIN
             ttl := setting::pg_catalog.interval;
         END IF;
     END IF;
-    until := pg_catalog.now() OPERATOR(pg_catalog.+) ttl;
-    IF until OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
-        RAISE EXCEPTION 'idempotency ttl must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF until OPERATOR(pg_catalog.-) pg_catalog.now() OPERATOR(pg_catalog.>) interval '3650 days' THEN
+    seconds := pg_catalog.date_part('epoch', ttl);
+    IF seconds OPERATOR(pg_catalog.<=) 0 OR seconds OPERATOR(pg_catalog.>) 315360000 THEN
+        -- 22008 past the timestamp range, as the C edition.
+        until := pg_catalog.now() OPERATOR(pg_catalog.+) ttl;
+        IF seconds OPERATOR(pg_catalog.<=) 0 THEN
+            RAISE EXCEPTION 'idempotency ttl must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         RAISE EXCEPTION 'idempotency ttl must be at most 3650 days' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    RETURN until;
+    RETURN pg_catalog.now() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => seconds);
 END
 $$;
 
@@ -118,6 +123,7 @@ DECLARE
     expired_at timestamptz;
     saved_timeout text;
     until timestamptz;
+    ttl_seconds float8;
     wait_until timestamptz;
 BEGIN
     -- One test each on the way a valid request takes (PL/pgSQL prepares every expression once a transaction, so
@@ -135,23 +141,18 @@ BEGIN
         request_hash := pg_catalog.decode(request_hash_hex, 'hex');
     END IF;
     IF transactional THEN
-        -- now() + ttl, as idem_managed_expiry computes it (and raises its errors).
-        until := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl,
+        -- now() + ttl as a fixed duration, as idem_managed_expiry computes it (and raises its errors).
+        ttl_seconds := pg_catalog.date_part('epoch', COALESCE(ttl,
                      NULLIF(pg_catalog.current_setting('idempotency.ttl', true), '')::pg_catalog.interval,
-                     interval '24 hours');
-        IF until OPERATOR(pg_catalog.<=) pg_catalog.now()
-           OR until OPERATOR(pg_catalog.-) pg_catalog.now() OPERATOR(pg_catalog.>) interval '3650 days' THEN
+                     interval '24 hours'));
+        IF ttl_seconds OPERATOR(pg_catalog.<=) 0 OR ttl_seconds OPERATOR(pg_catalog.>) 315360000 THEN
             PERFORM @extschema@.idem_managed_expiry(ttl);
         END IF;
+        until := pg_catalog.now() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => ttl_seconds);
     END IF;
     IF wait IS NOT NULL AND wait OPERATOR(pg_catalog.<>) interval '0' THEN
-        wait_until := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) wait;
-        IF wait_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN
-            RAISE EXCEPTION 'idempotency wait must not be negative' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF wait_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) interval '1 day' THEN
-            RAISE EXCEPTION 'idempotency wait must be at most 1 day' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
+        -- clock_timestamp() + wait as a fixed duration (lease.sql's idem_managed_wait_until, with its errors).
+        wait_until := @extschema@.idem_managed_wait_until(wait);
     END IF;
     IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
         RAISE EXCEPTION 'cannot execute %() in a read-only transaction', command

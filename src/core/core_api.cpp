@@ -106,6 +106,20 @@ IdemStatus idem_core_check_header_value(const char* value, size_t len) noexcept 
     return guarded([&] { return idem::core::check_header_value({value, len}); });
 }
 
+int64_t idem_core_fixed_span_usecs(int64_t time_usecs, int32_t days, int32_t months) noexcept {
+    // extract(epoch from interval): whole years of 365.25 days, the other months of 30 days, days of 24 hours.
+    // The sum's terms are each under 2^75, so __int128 holds it exactly.
+    constexpr __int128 usecs_per_day = static_cast<__int128>(86400) * 1000000;
+    const __int128 span = static_cast<__int128>(time_usecs) + static_cast<__int128>(days) * usecs_per_day +
+                          static_cast<__int128>(months / 12) * (usecs_per_day * 1461 / 4) +
+                          static_cast<__int128>(months % 12) * (usecs_per_day * 30);
+    if (span > INT64_MAX)
+        return INT64_MAX;
+    if (span < INT64_MIN)
+        return INT64_MIN;
+    return static_cast<int64_t>(span);
+}
+
 IdemStatus idem_core_parse_sha256_hex(const char* hex, size_t len,
                                       uint8_t out[IDEM_SHA256_BYTES]) noexcept {
     return guarded([&] {

@@ -141,6 +141,12 @@ IdemStatus	idem_core_check_controls(const char *utf8, size_t len) IDEM_CORE_NOEX
 IdemStatus	idem_core_check_header_name(const char *name, size_t len) IDEM_CORE_NOEXCEPT;
 IdemStatus	idem_core_check_header_value(const char *value, size_t len) IDEM_CORE_NOEXCEPT;
 
+/*
+ * 1.4: an interval as a fixed duration in microseconds, as extract(epoch) counts it, whatever the TimeZone: a day
+ * is 24 hours, a month 30 days, a year (12 months) 365.25 days. Saturates at INT64_MIN / INT64_MAX.
+ */
+int64_t		idem_core_fixed_span_usecs(int64_t time_usecs, int32_t days, int32_t months) IDEM_CORE_NOEXCEPT;
+
 /* 64 hexadecimal digits, either case, into 32 bytes. */
 IdemStatus	idem_core_parse_sha256_hex(const char *hex, size_t len,
 									   uint8_t out[IDEM_SHA256_BYTES]) IDEM_CORE_NOEXCEPT;
