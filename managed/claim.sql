@@ -56,6 +56,8 @@ $$;
 -- now() + ttl (the argument, else the setting idempotency.ttl, else 24 hours): ERROR 22023 unless within
 -- (0, 3650 days], 22008 past the timestamp range. The setting is read as the C edition's unit: a number is
 -- seconds, and interval input reads the units of PostgreSQL's settings ('90min', '1h', '2d') as they are.
+-- 1.4: the ttl is a fixed duration, as extract(epoch) counts it (a day is 24 hours, a month 30 days, a year
+-- 365.25 days), so the caller's TimeZone never moves the expiry (src/claim.c's claim_span_end).
 CREATE FUNCTION @extschema@.idem_managed_expiry(ttl interval)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -63,6 +65,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     setting text;
+    seconds float8;
     until timestamptz;
 BEGIN
     IF ttl IS NULL THEN
@@ -73,14 +76,16 @@ BEGIN
             ttl := setting::pg_catalog.interval;
         END IF;
     END IF;
-    until := pg_catalog.now() OPERATOR(pg_catalog.+) ttl;
-    IF until OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
-        RAISE EXCEPTION 'idempotency ttl must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF until OPERATOR(pg_catalog.-) pg_catalog.now() OPERATOR(pg_catalog.>) interval '3650 days' THEN
+    seconds := pg_catalog.date_part('epoch', ttl);
+    IF seconds OPERATOR(pg_catalog.<=) 0 OR seconds OPERATOR(pg_catalog.>) 315360000 THEN
+        -- 22008 past the timestamp range, as the C edition.
+        until := pg_catalog.now() OPERATOR(pg_catalog.+) ttl;
+        IF seconds OPERATOR(pg_catalog.<=) 0 THEN
+            RAISE EXCEPTION 'idempotency ttl must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         RAISE EXCEPTION 'idempotency ttl must be at most 3650 days' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    RETURN until;
+    RETURN pg_catalog.now() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => seconds);
 END
 $$;
 
@@ -118,6 +123,7 @@ DECLARE
     expired_at timestamptz;
     saved_timeout text;
     until timestamptz;
+    ttl_seconds float8;
     wait_until timestamptz;
 BEGIN
     -- One test each on the way a valid request takes (PL/pgSQL prepares every expression once a transaction, so
@@ -135,23 +141,18 @@ BEGIN
         request_hash := pg_catalog.decode(request_hash_hex, 'hex');
     END IF;
     IF transactional THEN
-        -- now() + ttl, as idem_managed_expiry computes it (and raises its errors).
-        until := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl,
+        -- now() + ttl as a fixed duration, as idem_managed_expiry computes it (and raises its errors).
+        ttl_seconds := pg_catalog.date_part('epoch', COALESCE(ttl,
                      NULLIF(pg_catalog.current_setting('idempotency.ttl', true), '')::pg_catalog.interval,
-                     interval '24 hours');
-        IF until OPERATOR(pg_catalog.<=) pg_catalog.now()
-           OR until OPERATOR(pg_catalog.-) pg_catalog.now() OPERATOR(pg_catalog.>) interval '3650 days' THEN
+                     interval '24 hours'));
+        IF ttl_seconds OPERATOR(pg_catalog.<=) 0 OR ttl_seconds OPERATOR(pg_catalog.>) 315360000 THEN
             PERFORM @extschema@.idem_managed_expiry(ttl);
         END IF;
+        until := pg_catalog.now() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => ttl_seconds);
     END IF;
     IF wait IS NOT NULL AND wait OPERATOR(pg_catalog.<>) interval '0' THEN
-        wait_until := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) wait;
-        IF wait_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN
-            RAISE EXCEPTION 'idempotency wait must not be negative' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF wait_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) interval '1 day' THEN
-            RAISE EXCEPTION 'idempotency wait must be at most 1 day' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
+        -- clock_timestamp() + wait as a fixed duration (lease.sql's idem_managed_wait_until, with its errors).
+        wait_until := @extschema@.idem_managed_wait_until(wait);
     END IF;
     IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
         RAISE EXCEPTION 'cannot execute %() in a read-only transaction', command
@@ -512,11 +513,52 @@ BEGIN
 END
 $$;
 
+-- 1.4: a client writes stored headers back on a replay, so each member must be a header it can send: its name an
+-- RFC 9110 token, and every string in its value (the value, or a string within an array or object value) without
+-- CR, LF or another control but HTAB (RFC 9110 field-value); src/complete.c's check_stored_headers. The jsonpath
+-- matches an object with a bad member (one regex per name and per string); the check raises the C edition's
+-- 22023 on the first in jsonb's order, and does nothing for NULL or an object without one.
+CREATE FUNCTION @extschema@.idem_managed_bad_header()
+RETURNS jsonpath
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (E'$.keyvalue() ? (!(@.key like_regex "^[-!#$%&''*+.^_`|~0-9A-Za-z]+$")' OPERATOR(pg_catalog.||)
+        E' || exists(@.value.** ? (@.type() == "string" && @ like_regex "[\\x01-\\x08\\x0a-\\x1f\\x7f]")))')
+       ::pg_catalog.jsonpath;
+
+CREATE FUNCTION @extschema@.idem_managed_check_headers(headers jsonb, argument text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    h record;
+BEGIN
+    IF headers IS NULL OR NOT headers OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN
+        RETURN;
+    END IF;
+    FOR h IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(headers) AS e LOOP
+        IF h.key OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'idempotency %: a header name must not be empty', argument
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF pg_catalog.jsonb_build_object(h.key, 0) OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN
+            RAISE EXCEPTION 'idempotency %: a header name is not an RFC 9110 token', argument
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF pg_catalog.jsonb_build_object('n', h.value) OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN
+            RAISE EXCEPTION 'idempotency %: the value of header "%" contains a control character', argument, h.key
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- The end of a claim this transaction holds: the row it deferred written with the response (true), or for a
 -- 5xx the key given back (false). The checks of the C edition in its order, after the callers' NULL checks of key
 -- and scope: the key and scope (only for a key this transaction has not claimed: its claim checked them), a NULL
--- http_status, headers that are not an object (headers_arg names the argument), a content type with a control
--- character, the status range, the size (size: the response's bytes as the C edition counts them) against
+-- http_status, headers that are not an object (headers_arg names the argument) or hold a header a client cannot
+-- send (idem_managed_check_headers), a content type with a control character, the status range, the size (size: the response's bytes as the C edition counts them) against
 -- idempotency.max_response_bytes, and then ERROR 55000 when this transaction holds no claim on the key.
 CREATE FUNCTION @extschema@.idem_managed_complete(
     key text, scope text, http_status integer, response_body jsonb, response_headers jsonb,
@@ -536,6 +578,7 @@ BEGIN
     IF claim IS NULL OR http_status IS NULL OR http_status OPERATOR(pg_catalog.<) 100
        OR http_status OPERATOR(pg_catalog.>) 599
        OR pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object'
+       OR response_headers OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header()
        OR content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]'
        OR size OPERATOR(pg_catalog.>) 1048576
        OR pg_catalog.current_setting('idempotency.max_response_bytes', true) IS NOT NULL THEN
@@ -548,6 +591,7 @@ BEGIN
         IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
             RAISE EXCEPTION 'idempotency % must be a JSON object', headers_arg USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        PERFORM @extschema@.idem_managed_check_headers(response_headers, headers_arg);
         -- Replayed as a header value: no CR, LF or other control character (a tab is allowed).
         IF content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]' THEN
             RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';

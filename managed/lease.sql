@@ -4,7 +4,8 @@
 -- lock, so they never interleave with a claim deciding on the same row, and act only on the key's live row whose
 -- token is theirs: otherwise 55000 and nothing written.
 
--- clock_timestamp() + lease: ERROR 22004 when NULL, 22023 unless within (0, 365 days].
+-- clock_timestamp() + lease: ERROR 22004 when NULL, 22023 unless within (0, 365 days], 22008 past the timestamp
+-- range. 1.4: a fixed duration, as idem_managed_expiry counts a ttl (a day is 24 hours, a month 30 days).
 CREATE FUNCTION @extschema@.idem_managed_lease_end(lease interval)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -12,23 +13,25 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     start timestamptz := pg_catalog.clock_timestamp();
+    seconds float8 := pg_catalog.date_part('epoch', lease);
     lease_end timestamptz;
 BEGIN
     IF lease IS NULL THEN
         RAISE EXCEPTION 'idempotency lease must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    lease_end := start OPERATOR(pg_catalog.+) lease;
-    IF lease_end OPERATOR(pg_catalog.<=) start THEN
-        RAISE EXCEPTION 'idempotency lease must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF lease_end OPERATOR(pg_catalog.-) start OPERATOR(pg_catalog.>) interval '365 days' THEN
+    IF seconds OPERATOR(pg_catalog.<=) 0 OR seconds OPERATOR(pg_catalog.>) 31536000 THEN
+        lease_end := start OPERATOR(pg_catalog.+) lease;
+        IF seconds OPERATOR(pg_catalog.<=) 0 THEN
+            RAISE EXCEPTION 'idempotency lease must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         RAISE EXCEPTION 'idempotency lease must be at most 365 days' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    RETURN lease_end;
+    RETURN start OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => seconds);
 END
 $$;
 
 -- clock_timestamp() + wait for a bounded wait; NULL (no wait) for NULL or zero; 22023 unless within [0, 1 day].
+-- 1.4: a fixed duration, as idem_managed_lease_end.
 CREATE FUNCTION @extschema@.idem_managed_wait_until(wait interval)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -36,19 +39,20 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     start timestamptz := pg_catalog.clock_timestamp();
+    seconds float8 := pg_catalog.date_part('epoch', wait);
     wait_until timestamptz;
 BEGIN
     IF wait IS NULL OR wait OPERATOR(pg_catalog.=) interval '0' THEN
         RETURN NULL;
     END IF;
-    wait_until := start OPERATOR(pg_catalog.+) wait;
-    IF wait_until OPERATOR(pg_catalog.<=) start THEN
-        RAISE EXCEPTION 'idempotency wait must not be negative' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF wait_until OPERATOR(pg_catalog.-) start OPERATOR(pg_catalog.>) interval '1 day' THEN
+    IF seconds OPERATOR(pg_catalog.<=) 0 OR seconds OPERATOR(pg_catalog.>) 86400 THEN
+        wait_until := start OPERATOR(pg_catalog.+) wait;
+        IF seconds OPERATOR(pg_catalog.<=) 0 THEN
+            RAISE EXCEPTION 'idempotency wait must not be negative' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         RAISE EXCEPTION 'idempotency wait must be at most 1 day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    RETURN wait_until;
+    RETURN start OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => seconds);
 END
 $$;
 
@@ -88,7 +92,9 @@ BEGIN
     hash := @extschema@.idem_managed_request_hash(request_hash);
     -- Every argument is checked before anything is done; the lease itself is timed after any wait.
     PERFORM @extschema@.idem_managed_lease_end(lease);
-    ttl_span := @extschema@.idem_managed_expiry(ttl) OPERATOR(pg_catalog.-) pg_catalog.now();
+    -- A fixed duration (no days to add on the caller's calendar).
+    ttl_span := pg_catalog.make_interval(secs => pg_catalog.date_part('epoch',
+        @extschema@.idem_managed_expiry(ttl) OPERATOR(pg_catalog.-) pg_catalog.now()));
     wait_until := @extschema@.idem_managed_wait_until(wait);
     IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
         RAISE EXCEPTION 'cannot execute idem_lease() in a read-only transaction'
@@ -385,6 +391,7 @@ BEGIN
     IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
         RAISE EXCEPTION 'idempotency response_headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM @extschema@.idem_managed_check_headers(response_headers, 'response_headers');
     PERFORM @extschema@.idem_managed_check_size(http_status,
         COALESCE(pg_catalog.pg_column_size(response_body), 0) OPERATOR(pg_catalog.+)
         COALESCE(pg_catalog.pg_column_size(response_headers), 0));
@@ -420,6 +427,7 @@ BEGIN
     IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object' THEN
         RAISE EXCEPTION 'idempotency headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM @extschema@.idem_managed_check_headers(headers, 'headers');
     IF content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]' THEN
         RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -2,6 +2,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "common/int.h"
 #include "catalog/pg_type.h"
 #include "access/xact.h"
 #include "utils/resowner.h"
@@ -78,15 +79,25 @@ static const ClaimArgs claim_wait_args = {
  * still lands in the past) and at most max_days after it, so no stored timestamp
  * gets near the end of the range that pg_dump and a restore accept. ERROR 22023
  * otherwise; an interval past the timestamp range itself is ERROR 22008.
+ *
+ * 1.4: the span is a fixed duration, as extract(epoch) counts it: a day is 24 hours, a month 30 days (a year
+ * 365.25), whatever the caller's TimeZone. timestamptz_pl_interval added days and months on the calendar of the
+ * session's TimeZone, so a ttl of '1 day' lasted 23 or 25 hours across a DST change, and two callers with
+ * different TimeZone settings got different expiries for the same key.
  */
 TimestampTz
 claim_span_end(TimestampTz from, Datum span, ClaimSpan kind)
 {
-	TimestampTz end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-															  TimestampTzGetDatum(from), span));
+	Interval   *interval = DatumGetIntervalP(span);
+	int64		usecs = idem_core_fixed_span_usecs(interval->time, interval->day, interval->month);
+	TimestampTz end;
 	int			max_days = kind == CLAIM_SPAN_TTL ? IDEM_MAX_TTL_DAYS
 		: kind == CLAIM_SPAN_WAIT ? IDEM_MAX_WAIT_DAYS : IDEM_MAX_LEASE_DAYS;
 
+	if (pg_add_s64_overflow(from, usecs, &end) || !IS_VALID_TIMESTAMP(end))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
 	if (end <= from)
 	{
 		if (kind == CLAIM_SPAN_TTL)

@@ -36,7 +36,8 @@ typedef enum ClaimSpan
 	CLAIM_SPAN_LEASE			/* at most IDEM_MAX_LEASE_DAYS */
 } ClaimSpan;
 
-/* from + span; ERROR 22023 unless later than from and at most the span's limit in days after it. */
+/* from + span as a fixed duration (a day 24 hours, a month 30 days: 1.4); ERROR 22023 unless later than from
+ * and at most the span's limit in days after it, 22008 past the timestamp range. */
 TimestampTz claim_span_end(TimestampTz from, Datum span, ClaimSpan kind);
 
 /* now() + ttl (the argument, or idempotency.ttl when NULL); ERROR 22023 unless within (0, 3650 days]. */

@@ -119,6 +119,59 @@ complete_held_claim(KeyRef *ref, const uint8 identity[IDEM_SHA256_BYTES], KeyWri
 }
 
 /*
+ * The stored headers (argument names them in errors) must be a JSON object. 1.4: a client writes stored headers
+ * back as they are on a replay, so each member must be a header it can send: its name an RFC 9110 token, and
+ * every string in its value (the value, or a string within an array or object value) without CR, LF or another
+ * control but HTAB (RFC 9110 field-value). ERROR 22023 otherwise, on the first bad member in jsonb's order.
+ */
+static void
+check_stored_headers(Datum headers_datum, const char *argument)
+{
+	Jsonb	   *headers = DatumGetJsonbP(headers_datum);
+	JsonbIterator *it;
+	JsonbIteratorToken token;
+	JsonbValue	v;
+	int			depth = 0;
+	const char *name = NULL;
+	int			name_len = 0;
+
+	if (!JB_ROOT_IS_OBJECT(headers))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency %s must be a JSON object", argument)));
+	it = JsonbIteratorInit(&headers->root);
+	while ((token = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		IdemStatus	status;
+
+		if (token == WJB_BEGIN_OBJECT || token == WJB_BEGIN_ARRAY)
+			depth++;
+		else if (token == WJB_END_OBJECT || token == WJB_END_ARRAY)
+			depth--;
+		else if (token == WJB_KEY && depth == 1)
+		{
+			status = idem_core_check_header_name(v.val.string.val, (size_t) v.val.string.len);
+			if (status != IDEM_OK)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency %s: a header name %s", argument,
+								idem_core_status_message(status))));
+			name = v.val.string.val;
+			name_len = v.val.string.len;
+		}
+		else if ((token == WJB_VALUE || token == WJB_ELEM) && v.type == jbvString)
+		{
+			status = idem_core_check_header_value(v.val.string.val, (size_t) v.val.string.len);
+			if (status != IDEM_OK)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("idempotency %s: the value of header \"%.*s\" %s", argument, name_len, name,
+								idem_core_status_message(status))));
+		}
+	}
+}
+
+/*
  * The response from the arguments, checked, and what to do with it: store, or
  * release (5xx). ERROR 22004 / 22023 / 54000 on bad input.
  */
@@ -137,11 +190,8 @@ response_from_args(FunctionCallInfo fcinfo, int status_argno, int body_argno, in
 	response->headers = response->headers_null ? (Datum) 0 : PG_GETARG_DATUM(headers_argno);
 	response->content_type_null = response->bytes_null = true;
 	response->content_type = response->bytes = (Datum) 0;
-	if (!response->headers_null &&
-		!JB_ROOT_IS_OBJECT(DatumGetJsonbP(response->headers)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency response_headers must be a JSON object")));
+	if (!response->headers_null)
+		check_stored_headers(response->headers, "response_headers");
 
 	return completion_decision(response->http_status, response_bytes);
 }
@@ -264,10 +314,8 @@ bytes_response_from_args(FunctionCallInfo fcinfo, const BytesResponseArgs *args,
 		: PointerGetDatum(PG_GETARG_TEXT_PP(args->content_type));
 	response->bytes_null = PG_ARGISNULL(args->body);
 	response->bytes = response->bytes_null ? (Datum) 0 : PG_GETARG_DATUM(args->body);
-	if (!response->headers_null && !JB_ROOT_IS_OBJECT(DatumGetJsonbP(response->headers)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idempotency headers must be a JSON object")));
+	if (!response->headers_null)
+		check_stored_headers(response->headers, "headers");
 	if (!response->content_type_null)
 	{
 		text	   *type = DatumGetTextPP(response->content_type);

@@ -78,6 +78,7 @@ const char* idem_core_status_message(IdemStatus status) noexcept {
         case IDEM_ERR_INTERNAL: return "internal error in the idempotency core";
         case IDEM_ERR_NOT_CANONICAL: return "is not JSON the core canonicalises";
         case IDEM_ERR_DATE_RANGE: return "is outside the years 1970 to 9999 an HTTP-date writes";
+        case IDEM_ERR_NOT_TOKEN: return "is not an RFC 9110 token";
     }
     return "unknown status";
 }
@@ -95,6 +96,28 @@ IdemStatus idem_core_check_controls(const char* utf8, size_t len) noexcept {
         return idem::core::find_control_character({utf8, len}) == std::string_view::npos ? IDEM_OK
                                                                                           : IDEM_ERR_CONTROL_CHAR;
     });
+}
+
+IdemStatus idem_core_check_header_name(const char* name, size_t len) noexcept {
+    return guarded([&] { return idem::core::check_header_name({name, len}); });
+}
+
+IdemStatus idem_core_check_header_value(const char* value, size_t len) noexcept {
+    return guarded([&] { return idem::core::check_header_value({value, len}); });
+}
+
+int64_t idem_core_fixed_span_usecs(int64_t time_usecs, int32_t days, int32_t months) noexcept {
+    // extract(epoch from interval): whole years of 365.25 days, the other months of 30 days, days of 24 hours.
+    // The sum's terms are each under 2^75, so __int128 holds it exactly.
+    constexpr __int128 usecs_per_day = static_cast<__int128>(86400) * 1000000;
+    const __int128 span = static_cast<__int128>(time_usecs) + static_cast<__int128>(days) * usecs_per_day +
+                          static_cast<__int128>(months / 12) * (usecs_per_day * 1461 / 4) +
+                          static_cast<__int128>(months % 12) * (usecs_per_day * 30);
+    if (span > INT64_MAX)
+        return INT64_MAX;
+    if (span < INT64_MIN)
+        return INT64_MIN;
+    return static_cast<int64_t>(span);
 }
 
 IdemStatus idem_core_parse_sha256_hex(const char* hex, size_t len,

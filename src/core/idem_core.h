@@ -56,7 +56,9 @@ typedef enum IdemStatus
 	/* a request body the core does not canonicalise itself: PostgreSQL's jsonb decides (fingerprint) */
 	IDEM_ERR_NOT_CANONICAL,
 	/* 1.4: a time an HTTP-date cannot write (before 1970 or after 9999) */
-	IDEM_ERR_DATE_RANGE
+	IDEM_ERR_DATE_RANGE,
+	/* 1.4: a stored header's name that is not an RFC 9110 token */
+	IDEM_ERR_NOT_TOKEN
 } IdemStatus;
 
 /* What idem_claim answers. */
@@ -130,6 +132,20 @@ IdemStatus	idem_core_validate_scope(const char *scope, size_t len) IDEM_CORE_NOE
  * UTF-8 when the database encoding is another one.
  */
 IdemStatus	idem_core_check_controls(const char *utf8, size_t len) IDEM_CORE_NOEXCEPT;
+
+/*
+ * 1.4: a stored response header, as a client writes it back on a replay. A name is an RFC 9110 token (1*tchar):
+ * IDEM_ERR_EMPTY or IDEM_ERR_NOT_TOKEN otherwise. A value (RFC 9110 field-value) holds no control but HTAB:
+ * IDEM_ERR_CONTROL_CHAR for NUL, CR, LF, any other C0 control or DEL (bytes from 0x80 are obs-text, allowed).
+ */
+IdemStatus	idem_core_check_header_name(const char *name, size_t len) IDEM_CORE_NOEXCEPT;
+IdemStatus	idem_core_check_header_value(const char *value, size_t len) IDEM_CORE_NOEXCEPT;
+
+/*
+ * 1.4: an interval as a fixed duration in microseconds, as extract(epoch) counts it, whatever the TimeZone: a day
+ * is 24 hours, a month 30 days, a year (12 months) 365.25 days. Saturates at INT64_MIN / INT64_MAX.
+ */
+int64_t		idem_core_fixed_span_usecs(int64_t time_usecs, int32_t days, int32_t months) IDEM_CORE_NOEXCEPT;
 
 /* 64 hexadecimal digits, either case, into 32 bytes. */
 IdemStatus	idem_core_parse_sha256_hex(const char *hex, size_t len,

@@ -39,4 +39,42 @@ IdemStatus validate_scope(std::string_view scope) {
     return validate_text(scope, IDEM_MAX_SCOPE_BYTES);
 }
 
+namespace {
+
+// RFC 9110 5.6.2: tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" / "|" /
+// "~" / DIGIT / ALPHA.
+bool is_tchar(unsigned char byte) {
+    if ((byte >= '0' && byte <= '9') || (byte >= 'a' && byte <= 'z') || (byte >= 'A' && byte <= 'Z'))
+        return true;
+    switch (byte) {
+        case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-': case '.':
+        case '^': case '_': case '`': case '|': case '~':
+            return true;
+        default:
+            return false;
+    }
+}
+
+}  // namespace
+
+IdemStatus check_header_name(std::string_view name) {
+    if (name.empty())
+        return IDEM_ERR_EMPTY;
+    for (const char c : name)
+        if (!is_tchar(static_cast<unsigned char>(c)))
+            return IDEM_ERR_NOT_TOKEN;
+    return IDEM_OK;
+}
+
+// RFC 9110 5.5: field-value = *field-content of VCHAR, SP, HTAB and obs-text (0x80..0xff); a CTL but HTAB, above
+// all CR or LF, would end the field line where a client writes it back.
+IdemStatus check_header_value(std::string_view value) {
+    for (const char c : value) {
+        const auto byte = static_cast<unsigned char>(c);
+        if ((byte < 0x20 && byte != '\t') || byte == 0x7f)
+            return IDEM_ERR_CONTROL_CHAR;
+    }
+    return IDEM_OK;
+}
+
 }  // namespace idem::core

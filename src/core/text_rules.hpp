@@ -1,4 +1,4 @@
-// Key and scope validation: pure functions over bytes, no allocation.
+// Key, scope and stored header validation: pure functions over bytes, no allocation.
 #pragma once
 
 #include <cstddef>
@@ -14,5 +14,9 @@ std::size_t find_control_character(std::string_view text);
 
 IdemStatus validate_key(std::string_view key);
 IdemStatus validate_scope(std::string_view scope);
+
+// 1.4: a stored header's name (an RFC 9110 token) and value (no control but HTAB).
+IdemStatus check_header_name(std::string_view name);
+IdemStatus check_header_value(std::string_view value);
 
 }  // namespace idem::core

@@ -37,6 +37,9 @@ TEST(Facade, EveryEntryPointIsNoexcept) {
     static_assert(noexcept(idem_core_validate_key(nullptr, 0)));
     static_assert(noexcept(idem_core_validate_scope(nullptr, 0)));
     static_assert(noexcept(idem_core_check_controls(nullptr, 0)));
+    static_assert(noexcept(idem_core_check_header_name(nullptr, 0)));
+    static_assert(noexcept(idem_core_check_header_value(nullptr, 0)));
+    static_assert(noexcept(idem_core_fixed_span_usecs(0, 0, 0)));
     static_assert(noexcept(idem_core_parse_sha256_hex(nullptr, 0, nullptr)));
     static_assert(noexcept(idem_core_sha256_to_hex(nullptr, nullptr)));
     static_assert(noexcept(idem_core_sha256(nullptr, 0, nullptr)));

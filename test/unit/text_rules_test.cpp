@@ -107,3 +107,49 @@ TEST(CheckControls, SameControlsAsKeysWithoutLengthLimit) {
     for (int second = 0x80; second <= 0x9f; ++second)
         EXPECT_EQ(check(std::string("next\xc2") + static_cast<char>(second)), IDEM_ERR_CONTROL_CHAR) << second;
 }
+
+// 1.4: stored response headers. A name is an RFC 9110 token; a value holds no control but HTAB.
+namespace {
+
+IdemStatus header_name(const std::string& s) { return idem_core_check_header_name(s.data(), s.size()); }
+IdemStatus header_value(const std::string& s) { return idem_core_check_header_value(s.data(), s.size()); }
+
+}  // namespace
+
+TEST(HeaderName, TokensPass) {
+    EXPECT_EQ(header_name("X-A"), IDEM_OK);
+    EXPECT_EQ(header_name("Content-Type"), IDEM_OK);
+    EXPECT_EQ(header_name("!#$%&'*+-.^_`|~09azAZ"), IDEM_OK);
+}
+
+TEST(HeaderName, EmptyAndNonTokenCharactersAreRejected) {
+    EXPECT_EQ(idem_core_check_header_name(nullptr, 0), IDEM_ERR_EMPTY);
+    EXPECT_EQ(header_name(""), IDEM_ERR_EMPTY);
+    for (const char* bad : {" ", "\"", "(", ")", ",", "/", ":", ";", "<", "=", ">", "?", "@", "[", "\\", "]", "{",
+                            "}", "\t", "\r", "\n", "\x7f", "\xc3\xa9"}) {
+        for (const std::string& name : placements(bad))
+            EXPECT_EQ(header_name(name), IDEM_ERR_NOT_TOKEN) << hex_of(
+                reinterpret_cast<const std::uint8_t*>(name.data()), name.size());
+    }
+    EXPECT_EQ(header_name(std::string("X-A\0", 4)), IDEM_ERR_NOT_TOKEN);
+}
+
+TEST(HeaderValue, FieldContentPasses) {
+    EXPECT_EQ(header_value(""), IDEM_OK);
+    EXPECT_EQ(header_value("a b\tc"), IDEM_OK);
+    EXPECT_EQ(header_value("\"quoted\", (comment); x=1 ~!@#$%^&*"), IDEM_OK);
+    // obs-text: bytes from 0x80, as UTF-8 text has them.
+    EXPECT_EQ(header_value("caf\xc3\xa9 \xc2\x85"), IDEM_OK);
+}
+
+TEST(HeaderValue, ControlsButTabAreRejected) {
+    for (int byte = 0; byte < 0x20; ++byte) {
+        if (byte == '\t')
+            continue;
+        for (const std::string& value : placements(std::string(1, static_cast<char>(byte))))
+            EXPECT_EQ(header_value(value), IDEM_ERR_CONTROL_CHAR) << byte;
+    }
+    for (const std::string& value : placements("\x7f"))
+        EXPECT_EQ(header_value(value), IDEM_ERR_CONTROL_CHAR);
+    EXPECT_EQ(header_value("a\r\nSet-Cookie: x=1"), IDEM_ERR_CONTROL_CHAR);
+}
