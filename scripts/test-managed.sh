@@ -10,7 +10,7 @@
 #      files after managed/regress-filter.py drops the CONTEXT lines that name the managed edition's own
 #      functions; the isolation specs the same way, and pgTAP's test/pgtap files with pg_prove (each c-only line must name an entry of
 #      managed/DIFFERENCES.md; a not-yet regress or isolation line fails);
-#   3b. the clients' e2e suite (go, node and python reference services, direct and through PgBouncer) against the
+#   3b. the clients' e2e suite (go, node, python, java and ruby-sinatra, the reference services, direct and through PgBouncer) against the
 #      managed edition's plain script in a stack of that copy (clients/e2e/harness.py, IDEM_E2E_EDITION=managed);
 #   4. the fingerprint cross-check: a cluster of PG_CONFIG's own PostgreSQL, where the C edition is installed, with
 #      the C edition in one database and the plain script in another; test/managed/crosscheck.sql computes
@@ -364,14 +364,14 @@ if [ "$ok" -ne 4 ]; then echo "not ok: the sweep's partition upkeep:"; grep -v '
 judge managed-sweep-partitions $(( ok == 4 ? 0 : 1 )) "$ok" "$bad"
 
 # The clients' e2e suite (clients/e2e, not the load test) against the managed edition: one service per language
-# (go, node, python reference services), each direct and through PgBouncer, in a stack of the copy above (no file
+# (go, node, python, java and ruby-sinatra, the reference services), each direct and through PgBouncer, in a stack of the copy above (no file
 # of the C edition there) whose database gets the plain script (harness.py, IDEM_E2E_EDITION=managed). Skipped
 # with IDEM_MANAGED_E2E=0; its ports are IDEM_E2E_PORT_BASE's (55480 by default, the clients' stack's: one stack
 # at a time, harness.py takes the lock).
 if [ "${IDEM_MANAGED_E2E:-1}" != 0 ]; then
     e2e_start=$(date +%s)
-    if scripts/install-deps.sh clients >"$log_dir/e2e-deps.log" 2>&1; then
-        (cd clients/e2e && PG_BIN=$pg_bin IDEM_E2E_EDITION=managed E2E_LANGS=go,node,python E2E_REQUIRE_ALL=1 \
+    if scripts/install-deps.sh clients java ruby >"$log_dir/e2e-deps.log" 2>&1; then
+        (cd clients/e2e && PG_BIN=$pg_bin IDEM_E2E_EDITION=managed E2E_LANGS=go,node,python,java,ruby-sinatra E2E_REQUIRE_ALL=1 \
             /usr/bin/python3 -m pytest -m "not load" -rfEs --tb=short --junitxml="$log_dir/e2e.xml" test_e2e.py) \
             </dev/null >"$log_dir/e2e.log" 2>&1
         status=$?
