@@ -39,6 +39,10 @@
 #       INSERT, idem_complete returning jsonb's text of the body); *_prep with prepared statements (pgx's statement
 #       cache), the others parsed and planned per request (node-postgres's unnamed statements, psycopg's
 #       ClientCursor); client_guard_hashed passes a precomputed hash instead of building the fingerprint
+#   INSTR_CASES="w_bare w_plpgsql w_managed_old w_managed w_managed_request_old w_managed_request"
+#       INSTR_MANAGED_OLD=3754da7 bench/instructions.sh   the managed edition (issue 40) against the PL/pgSQL
+#       reference, before (the managed edition of commit INSTR_MANAGED_OLD, generated from its tree into schema
+#       managed_old) and after (the working tree's) in one run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
@@ -137,6 +141,13 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
             tx=('SELECT * FROM managed.idem_claim(:k, :h);' "$wire_insert" 'SELECT managed.idem_complete(:k, 201, :resp::jsonb);') ;;
         w_managed_request) label="the managed edition, the clients' 1.3 statements of w_client_new"
             tx=("${wire_claim_1_3/idem_claim_request/managed.idem_claim_request}" "$wire_insert" "${wire_complete_1_3/idem_complete_request/managed.idem_complete_request}") ;;
+        # The same against INSTR_MANAGED_OLD's managed edition (schema managed_old), for a before and after in one run.
+        w_managed_old) wire_case w_managed
+            label="$label, at ${INSTR_MANAGED_OLD:?w_managed_old needs INSTR_MANAGED_OLD}"
+            tx=("${tx[@]//managed./managed_old.}") ;;
+        w_managed_request_old) wire_case w_managed_request
+            label="$label, at ${INSTR_MANAGED_OLD:?w_managed_request_old needs INSTR_MANAGED_OLD}"
+            tx=("${tx[@]//managed./managed_old.}") ;;
         *) echo "unknown case $1" >&2; exit 2 ;;
     esac
     local begin=BEGIN\; end=COMMIT\;
@@ -176,6 +187,14 @@ wire_table() {  # wire_table CASE...
         python3 managed/generate.py "$wdir/dist" >/dev/null
         "${wq[@]}" -c "CREATE SCHEMA managed" -c "SET search_path = managed" -f "$wdir/dist/idempotency-managed.sql"
     fi
+    # INSTR_MANAGED_OLD=REV (a commit): that commit's managed edition too, generated from its own tree, in schema
+    # managed_old (cases w_managed_old, w_managed_request_old).
+    if [[ " $* " == *" w_managed"*"_old "* ]]; then
+        mkdir -p "$wdir/old"
+        git archive "${INSTR_MANAGED_OLD:?}" | tar -x -C "$wdir/old"
+        python3 "$wdir/old/managed/generate.py" "$wdir/old/dist" >/dev/null
+        "${wq[@]}" -c "CREATE SCHEMA managed_old" -c "SET search_path = managed_old" -f "$wdir/old/dist/idempotency-managed.sql"
+    fi
     "${wq[@]}" -c "CREATE TABLE bench.hand_keys (key text COLLATE \"C\" PRIMARY KEY, request_hash bytea NOT NULL,
         http_status int, body text, created_at timestamptz NOT NULL DEFAULT now())"
     # Stored hand-written rows for w_hand_replay: '1' .. '20000', as the extension's replays have.
@@ -200,6 +219,27 @@ BEGIN
 END \$\$;
 VACUUM ANALYZE;
 SQL
+    # 20,000 stored keys (scope 'stored') in the PL/pgSQL reference's and each managed edition's own table too, as
+    # the C edition's has: a key table that VACUUM ANALYZE saw empty is planned with sequential scans, whose cost
+    # grows with each key the runs add (a claim in the managed edition measured about 300k more per request that
+    # way than through its index, and which case met the empty table first decided which one paid).
+    local sch
+    for sch in plpgsql_idem $("${wq[@]}" -At -c "SELECT string_agg(nspname, ' ') FROM pg_namespace
+                                                WHERE nspname IN ('managed', 'managed_old')"); do
+        "${wq[@]}" >/dev/null <<SQL
+DO \$\$
+BEGIN
+    FOR i IN 1 .. 20000 LOOP
+        IF i % 500 = 0 THEN
+            COMMIT;
+        END IF;
+        PERFORM $sch.idem_claim(i::text, '$h', NULL, 'stored');
+        PERFORM $sch.idem_complete(i::text, 201, '$wire_resp'::jsonb, NULL, 'stored');
+    END LOOP;
+END \$\$;
+SQL
+    done
+    "${wq[@]}" -c "VACUUM ANALYZE"
     # INSTR_SPREAD=1: the stored keys' expiries spread evenly over 1 to 24 hours from now, as a service's keys
     # are after a day of traffic (every live partition holds keys), instead of all within the minute of loading.
     local sdb spread_ttl=NULL
