@@ -108,13 +108,12 @@ DECLARE
                              '{}')::pg_catalog.jsonb;
     lock_id bigint;
     granted boolean;
-    lock_waited_for boolean := false;
+    lock_waited_for boolean;  -- (no defaults here: each is an expression a transaction prepares; see below)
     partitioned boolean;
     found_row boolean;
     rows_read bigint;
     stored record;
-    pause float8 := 0.002;
-    tombstone_ttl text;
+    pause float8;
     expired_at timestamptz;
     saved_timeout text;
     until timestamptz;
@@ -167,8 +166,8 @@ BEGIN
     LOOP
         -- Lock first, then read: under READ COMMITTED the read's new snapshot sees every completion committed
         -- before the lock was granted.
-        granted := lock_waited_for OR pg_catalog.pg_try_advisory_xact_lock(lock_id);
-        lock_waited_for := false;
+        -- (Once waited for, the lock is held until the transaction ends: granted stays true.)
+        granted := lock_waited_for IS TRUE OR pg_catalog.pg_try_advisory_xact_lock(lock_id);
         SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
                k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
                k.recovery_state
@@ -212,7 +211,6 @@ BEGIN
             GET DIAGNOSTICS rows_read = ROW_COUNT;  -- EXECUTE leaves FOUND as it was
             found_row := rows_read OPERATOR(pg_catalog.>) 0;
         END IF;
-        outcome := NULL;
         IF found_row AND stored.expires_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN
             IF stored.http_status IS NOT NULL OR stored.lease_until IS NULL THEN
                 -- A live stored response answers, whoever holds the lock.
@@ -231,9 +229,8 @@ BEGIN
             -- completed key whose response expired within it answers expired, whoever holds the lock. Its
             -- expired row still there tells when it expired (never a lease that ran out); with no row, its
             -- tombstone does.
-            expired_at := NULL;
-            tombstone_ttl := pg_catalog.current_setting('idempotency.tombstone_ttl', true);
-            IF tombstone_ttl OPERATOR(pg_catalog.<>) '' AND tombstone_ttl OPERATOR(pg_catalog.<>) '0' THEN
+            IF COALESCE(pg_catalog.current_setting('idempotency.tombstone_ttl', true), '')
+                   OPERATOR(pg_catalog.<>) ALL (ARRAY['', '0']) THEN
                 IF NOT found_row THEN
                     expired_at := @extschema@.idem_managed_tombstone(key, scope,
                                       @extschema@.idem_managed_tombstone_since(), partitioned);
@@ -264,10 +261,14 @@ BEGIN
             END;
             PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
         ELSE
+            pause := COALESCE(pause, 0.002);
             PERFORM pg_catalog.pg_sleep(LEAST(pause, GREATEST(0.001, pg_catalog.date_part('epoch',
                 wait_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()))));
             pause := LEAST(pause OPERATOR(pg_catalog.*) 2, 0.05);
         END IF;
+        -- Another look: what this one decided is forgotten (reset here, off the way of a claim that does not wait).
+        outcome := NULL;
+        expired_at := NULL;
     END LOOP;
 
     row_found := found_row;
@@ -388,26 +389,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c record;
-    result @extschema@.idem_claim_result;
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF request_hash IS NULL THEN
-        RAISE EXCEPTION 'idempotency request_hash must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
+    -- One test on the way of a valid call, the checks in order when it fails (see idem_managed_claim).
+    IF key IS NULL OR request_hash IS NULL OR scope IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF request_hash IS NULL THEN
+            RAISE EXCEPTION 'idempotency request_hash must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     c := @extschema@.idem_managed_claim(key, scope, request_hash, NULL, ttl, NULL, true, 'idem_claim');
-    result.outcome := c.outcome;
-    result.http_status := c.http_status;
-    result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
-                                 THEN @extschema@.idem_managed_bytes_as_jsonb(c.content_type, c.response_bytes)
-                                 ELSE c.response_body END;
-    result.response_headers := c.response_headers;
-    result.expires_at := c.expires_at;
-    RETURN result;
+    -- The result in one expression (outcome, http_status, response_body, response_headers, expires_at).
+    RETURN ROW(c.outcome, c.http_status,
+               CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
+                    THEN @extschema@.idem_managed_bytes_as_jsonb(c.content_type, c.response_bytes)
+                    ELSE c.response_body END,
+               c.response_headers, c.expires_at)::@extschema@.idem_claim_result;
 END
 $$;
 
@@ -423,26 +422,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c record;
-    result @extschema@.idem_claim_result;
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF request_hash IS NULL THEN
-        RAISE EXCEPTION 'idempotency request_hash must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
+    -- One test on the way of a valid call, the checks in order when it fails (see idem_managed_claim).
+    IF key IS NULL OR request_hash IS NULL OR scope IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF request_hash IS NULL THEN
+            RAISE EXCEPTION 'idempotency request_hash must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     c := @extschema@.idem_managed_claim(key, scope, request_hash, NULL, ttl, wait, true, 'idem_claim');
-    result.outcome := c.outcome;
-    result.http_status := c.http_status;
-    result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
-                                 THEN @extschema@.idem_managed_bytes_as_jsonb(c.content_type, c.response_bytes)
-                                 ELSE c.response_body END;
-    result.response_headers := c.response_headers;
-    result.expires_at := c.expires_at;
-    RETURN result;
+    -- The result in one expression (outcome, http_status, response_body, response_headers, expires_at).
+    RETURN ROW(c.outcome, c.http_status,
+               CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
+                    THEN @extschema@.idem_managed_bytes_as_jsonb(c.content_type, c.response_bytes)
+                    ELSE c.response_body END,
+               c.response_headers, c.expires_at)::@extschema@.idem_claim_result;
 END
 $$;
 
@@ -464,14 +461,19 @@ DECLARE
     result @extschema@.idem_request_claim;
     hash bytea;
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
+    IF key IS NULL OR scope IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    -- Key and scope before the fingerprint's own errors, as in the C edition (the claim checks them again).
-    PERFORM @extschema@.idem_managed_key_id(key, scope);
+    -- Key and scope before the fingerprint's own errors, as in the C edition (the claim checks them again); the
+    -- helper (a call with its fixed search_path) only when idem_managed_claim's one test fails.
+    IF key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
+       OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+        PERFORM @extschema@.idem_managed_key_id(key, scope);
+    END IF;
     hash := pg_catalog.decode(@extschema@.idem_fingerprint(method, path, query, content_type, body), 'hex');
     c := @extschema@.idem_managed_claim(key, scope, NULL, hash, ttl, NULL, true, 'idem_claim_request');
     result.outcome := c.outcome;
@@ -544,11 +546,11 @@ BEGIN
         END IF;
         -- Status range, then size against idempotency.max_response_bytes.
         PERFORM @extschema@.idem_managed_check_size(http_status, size);
-    END IF;
-    IF claim IS NULL THEN
-        RAISE EXCEPTION '%: idempotency key "%" is not claimed by this transaction', caller, key
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Call idem_claim in the same transaction first and act only on outcome ''claimed''.';
+        IF claim IS NULL THEN
+            RAISE EXCEPTION '%: idempotency key "%" is not claimed by this transaction', caller, key
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Call idem_claim in the same transaction first and act only on outcome ''claimed''.';
+        END IF;
     END IF;
     IF http_status OPERATOR(pg_catalog.>=) 500 THEN
         PERFORM pg_catalog.set_config('idempotency_managed.claims',
@@ -655,10 +657,10 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
+    IF key IS NULL OR scope IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     RETURN @extschema@.idem_managed_complete(key, scope, http_status, response_body, response_headers, NULL, NULL,
@@ -679,14 +681,14 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
-        RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    -- Before the key's checks here, as in the C edition.
-    IF http_status IS NULL THEN
+    IF key IS NULL OR scope IS NULL OR http_status IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF scope IS NULL THEN
+            RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- Before the key's checks here, as in the C edition.
         RAISE EXCEPTION 'idempotency http_status must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     -- Sizes as the C edition counts them: each value's bytes and its 4-byte header.
