@@ -136,6 +136,10 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
             tx=('SELECT idem_claim(:r, :h);') ;;
         w_plpgsql) label='the careful PL/pgSQL reference (bench/plpgsql_baseline.sql), new key'
             tx=('SELECT * FROM plpgsql_idem.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_idem.idem_complete(:k, 201, :resp::jsonb);') ;;
+        # The floor of the managed edition's guarantees (issue 40): the reference with only the fixed search_path
+        # the project pins on every function (schema plpgsql_pinned; its SQL helpers are then no longer inlined).
+        w_plpgsql_pinned) label='the PL/pgSQL reference with `SET search_path = pg_catalog, pg_temp` on each of its functions, new key'
+            tx=('SELECT * FROM plpgsql_pinned.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_pinned.idem_complete(:k, 201, :resp::jsonb);') ;;
         # The managed edition (issue 40; not in the default list): `make managed`'s plain script in schema managed.
         w_managed) label='the managed edition (dist/idempotency-managed.sql), the statements of w_plpgsql, new key'
             tx=('SELECT * FROM managed.idem_claim(:k, :h);' "$wire_insert" 'SELECT managed.idem_complete(:k, 201, :resp::jsonb);') ;;
@@ -144,10 +148,10 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
         # The same against INSTR_MANAGED_OLD's managed edition (schema managed_old), for a before and after in one run.
         w_managed_old) wire_case w_managed
             label="$label, at ${INSTR_MANAGED_OLD:?w_managed_old needs INSTR_MANAGED_OLD}"
-            tx=("${tx[@]//managed./managed_old.}") ;;
+            script=${script//managed./managed_old.}; return ;;
         w_managed_request_old) wire_case w_managed_request
             label="$label, at ${INSTR_MANAGED_OLD:?w_managed_request_old needs INSTR_MANAGED_OLD}"
-            tx=("${tx[@]//managed./managed_old.}") ;;
+            script=${script//managed./managed_old.}; return ;;
         *) echo "unknown case $1" >&2; exit 2 ;;
     esac
     local begin=BEGIN\; end=COMMIT\;
@@ -183,6 +187,11 @@ wire_table() {  # wire_table CASE...
     local wq=(psql -X -q -v ON_ERROR_STOP=1 -h "$wdir" -p "$wport" -U postgres -d bench)
     psql -X -q -h "$wdir" -p "$wport" -U postgres -d postgres -c "CREATE DATABASE bench"
     "${wq[@]}" -c "CREATE EXTENSION idempotency" -f bench/plpgsql_baseline.sql -f bench/setup.sql >/dev/null
+    if [[ " $* " == *" w_plpgsql_pinned "* ]]; then
+        sed 's/plpgsql_idem/plpgsql_pinned/g' bench/plpgsql_baseline.sql |
+            sed -E 's/^(LANGUAGE [a-z]+( [A-Z ]+)?)( AS \$\$)?$/\1\nSET search_path = pg_catalog, pg_temp\3/' >"$wdir/pinned.sql"
+        "${wq[@]}" -f "$wdir/pinned.sql" >/dev/null
+    fi
     if [[ " $* " == *" w_managed"* ]]; then
         python3 managed/generate.py "$wdir/dist" >/dev/null
         "${wq[@]}" -c "CREATE SCHEMA managed" -c "SET search_path = managed" -f "$wdir/dist/idempotency-managed.sql"
@@ -225,7 +234,7 @@ SQL
     # way than through its index, and which case met the empty table first decided which one paid).
     local sch
     for sch in plpgsql_idem $("${wq[@]}" -At -c "SELECT string_agg(nspname, ' ') FROM pg_namespace
-                                                WHERE nspname IN ('managed', 'managed_old')"); do
+                                                WHERE nspname IN ('plpgsql_pinned', 'managed', 'managed_old')"); do
         "${wq[@]}" >/dev/null <<SQL
 DO \$\$
 BEGIN
