@@ -43,6 +43,9 @@
 #       INSTR_MANAGED_OLD=3754da7 bench/instructions.sh   the managed edition (issue 40) against the PL/pgSQL
 #       reference, before (the managed edition of commit INSTR_MANAGED_OLD, generated from its tree into schema
 #       managed_old) and after (the working tree's) in one run
+#   INSTR_CASES="w_bare w_plpgsql w_plpgsql_pinned w_plpgsql_pinned_api ..." bench/instructions.sh   the floor of the
+#       managed edition's guarantees: the reference with a fixed search_path on all its functions, or on the two the
+#       request calls (schemas plpgsql_pinned, plpgsql_pinned_api)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
@@ -140,6 +143,8 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
         # the project pins on every function (schema plpgsql_pinned; its SQL helpers are then no longer inlined).
         w_plpgsql_pinned) label='the PL/pgSQL reference with `SET search_path = pg_catalog, pg_temp` on each of its functions, new key'
             tx=('SELECT * FROM plpgsql_pinned.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_pinned.idem_complete(:k, 201, :resp::jsonb);') ;;
+        w_plpgsql_pinned_api) label='the PL/pgSQL reference with that `SET search_path` on the two functions the request calls (idem_claim, idem_complete) only, its helpers as they are'
+            tx=('SELECT * FROM plpgsql_pinned_api.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_pinned_api.idem_complete(:k, 201, :resp::jsonb);') ;;
         # The managed edition (issue 40; not in the default list): `make managed`'s plain script in schema managed.
         w_managed) label='the managed edition (dist/idempotency-managed.sql), the statements of w_plpgsql, new key'
             tx=('SELECT * FROM managed.idem_claim(:k, :h);' "$wire_insert" 'SELECT managed.idem_complete(:k, 201, :resp::jsonb);') ;;
@@ -192,6 +197,13 @@ wire_table() {  # wire_table CASE...
             sed -E 's/^(LANGUAGE [a-z]+( [A-Z ]+)?)( AS \$\$)?$/\1\nSET search_path = pg_catalog, pg_temp\3/' >"$wdir/pinned.sql"
         "${wq[@]}" -f "$wdir/pinned.sql" >/dev/null
     fi
+    if [[ " $* " == *" w_plpgsql_pinned_api "* ]]; then
+        sed 's/plpgsql_idem/plpgsql_pinned_api/g' bench/plpgsql_baseline.sql |
+            awk '/^CREATE FUNCTION plpgsql_pinned_api\.idem_(claim|complete)\(/ { pin = 1 }
+                 /^LANGUAGE / && pin { sub(/ AS \$\$$/, ""); print; print "SET search_path = pg_catalog, pg_temp AS $$"; pin = 0; next }
+                 { print }' >"$wdir/pinned_api.sql"
+        "${wq[@]}" -f "$wdir/pinned_api.sql" >/dev/null
+    fi
     if [[ " $* " == *" w_managed"* ]]; then
         python3 managed/generate.py "$wdir/dist" >/dev/null
         "${wq[@]}" -c "CREATE SCHEMA managed" -c "SET search_path = managed" -f "$wdir/dist/idempotency-managed.sql"
@@ -234,7 +246,7 @@ SQL
     # way than through its index, and which case met the empty table first decided which one paid).
     local sch
     for sch in plpgsql_idem $("${wq[@]}" -At -c "SELECT string_agg(nspname, ' ') FROM pg_namespace
-                                                WHERE nspname IN ('plpgsql_pinned', 'managed', 'managed_old')"); do
+                                                WHERE nspname IN ('plpgsql_pinned', 'plpgsql_pinned_api', 'managed', 'managed_old')"); do
         "${wq[@]}" >/dev/null <<SQL
 DO \$\$
 BEGIN
