@@ -480,7 +480,11 @@ BEGIN
     result.http_status := c.http_status;
     IF c.outcome OPERATOR(pg_catalog.=) 'replay' THEN
         result.content_type := c.content_type;
-        result.headers := c.response_headers;
+        -- The stored headers without a member named Idempotency-Key-Expires in any case (the rule key-lifetime
+        -- below adds it): a query, run for a replay only, so the claim's expressions below stay simple ones.
+        result.headers := (SELECT pg_catalog.jsonb_object_agg(h.k, h.v)
+                           FROM pg_catalog.jsonb_each(c.response_headers) AS h(k, v)
+                           WHERE pg_catalog.lower(h.k) OPERATOR(pg_catalog.<>) 'idempotency-key-expires');
         -- A response stored as jsonb (1.0-1.2) comes back as the UTF-8 bytes of its text.
         result.body := COALESCE(c.response_bytes,
                                 pg_catalog.convert_to(pg_catalog.jsonb_out(c.response_body)::pg_catalog.text, 'UTF8'));
@@ -492,11 +496,7 @@ BEGIN
     IF c.outcome OPERATOR(pg_catalog.=) ANY (ARRAY['claimed', 'replay', 'mismatch'])
        OR (c.outcome OPERATOR(pg_catalog.=) 'in_progress' AND c.row_found AND c.lease_until IS NOT NULL
            AND c.row_expires_at OPERATOR(pg_catalog.>) pg_catalog.now()) THEN
-        result.headers := COALESCE((SELECT pg_catalog.jsonb_object_agg(h.k, h.v)
-                                   FROM pg_catalog.jsonb_each(CASE WHEN c.outcome OPERATOR(pg_catalog.=) 'replay'
-                                                                   THEN c.response_headers END) AS h(k, v)
-                                   WHERE pg_catalog.lower(h.k) OPERATOR(pg_catalog.<>) 'idempotency-key-expires'),
-                                  '{}'::pg_catalog.jsonb)
+        result.headers := COALESCE(result.headers, '{}'::pg_catalog.jsonb)
             OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('Idempotency-Key-Expires',
                 pg_catalog.to_char(pg_catalog.timezone('UTC', COALESCE(c.expires_at, c.row_expires_at)), 'Dy, DD Mon YYYY HH24:MI:SS "GMT"'));
     END IF;
