@@ -21,6 +21,12 @@
 -- (bench/plpgsql_baseline.sql); other transactions' claims are answered by the stored row first, so only the
 -- claim of a key released by a 5xx sees in_progress until the releasing transaction ends.
 --
+-- idem_claim, idem_claim_wait, idem_complete and idem_complete_request are written below as what they do: their checks,
+-- then a call of their worker (idem_managed_claim, idem_managed_complete). managed/generate.py writes the worker's body
+-- into each in place of the call (its INLINED): each call of a function with its fixed search_path costs about 17k
+-- instructions, a quarter of what the reference spends on a request. So a worker's own names must not be those of
+-- its callers' arguments (no variable hides another: plpgsql.extra_errors may say shadowed_variables).
+--
 -- A claim reads every column of the key's row, as the C edition does: a role needs SELECT on all of them.
 -- The key table is the one the storage mode makes active: idempotency_keys_partitioned when it has range
 -- partitions, idempotency_keys otherwise (read from the catalog on every claim and completion, as the C edition
@@ -93,7 +99,7 @@ $$;
 -- records nothing in the claim map and computes no expiry; it gets the row's lease columns back (row_found,
 -- row_expires_at, lease_until, recovery point and state) to decide how to write.
 CREATE FUNCTION @extschema@.idem_managed_claim(
-    key text, scope text, request_hash_hex text, request_hash bytea, ttl interval, wait interval,
+    key text, scope text, request_hash_hex text, hash_bytes bytea, ttl interval, wait interval,
     transactional boolean, command text,
     OUT outcome text, OUT http_status integer, OUT response_body jsonb, OUT response_headers jsonb,
     OUT expires_at timestamptz, OUT content_type text, OUT response_bytes bytea,
@@ -126,12 +132,12 @@ BEGIN
        OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
         PERFORM @extschema@.idem_managed_key_id(key, scope);
     END IF;
-    IF request_hash IS NULL THEN
+    IF hash_bytes IS NULL THEN
         IF pg_catalog.octet_length(request_hash_hex) OPERATOR(pg_catalog.<>) 64
            OR request_hash_hex OPERATOR(pg_catalog.~) '[^0-9a-fA-F]' THEN
             PERFORM @extschema@.idem_managed_request_hash(request_hash_hex);
         END IF;
-        request_hash := pg_catalog.decode(request_hash_hex, 'hex');
+        hash_bytes := pg_catalog.decode(request_hash_hex, 'hex');
     END IF;
     IF transactional THEN
         -- now() + ttl, as idem_managed_expiry computes it (and raises its errors).
@@ -214,9 +220,9 @@ BEGIN
         IF found_row AND stored.expires_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN
             IF stored.http_status IS NOT NULL OR stored.lease_until IS NULL THEN
                 -- A live stored response answers, whoever holds the lock.
-                outcome := CASE WHEN stored.request_hash OPERATOR(pg_catalog.=) request_hash THEN 'replay'
+                outcome := CASE WHEN stored.request_hash OPERATOR(pg_catalog.=) hash_bytes THEN 'replay'
                                 ELSE 'mismatch' END;
-            ELSIF stored.request_hash OPERATOR(pg_catalog.<>) request_hash THEN
+            ELSIF stored.request_hash OPERATOR(pg_catalog.<>) hash_bytes THEN
                 -- A lease binds the key to its payload whether or not it has run out.
                 outcome := 'mismatch';
             ELSIF stored.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN
@@ -294,7 +300,7 @@ BEGIN
                 ELSIF NOT partitioned THEN
                     BEGIN
                         INSERT INTO @extschema@.idempotency_keys (expires_at, created_at, scope, key, request_hash)
-                        VALUES (pg_catalog.now(), pg_catalog.now(), scope, key, request_hash)
+                        VALUES (pg_catalog.now(), pg_catalog.now(), scope, key, hash_bytes)
                         ON CONFLICT ON CONSTRAINT idempotency_keys_pkey DO NOTHING;
                         RAISE EXCEPTION USING ERRCODE = 'PIDEM';
                     EXCEPTION WHEN SQLSTATE 'PIDEM' THEN
@@ -315,7 +321,7 @@ BEGIN
         END IF;
         PERFORM pg_catalog.set_config('idempotency_managed.claims',
             (claims OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(id, pg_catalog.jsonb_build_object(
-                'h', pg_catalog.encode(request_hash, 'hex'), 'e', until, 'x', found_row,
+                'h', pg_catalog.encode(hash_bytes, 'hex'), 'e', until, 'x', found_row,
                 'p', partitioned)))::pg_catalog.text,
             true);
         expires_at := until;
