@@ -24,8 +24,8 @@
 -- idem_claim, idem_claim_wait, idem_complete and idem_complete_request are written below as what they do: their checks,
 -- then a call of their worker (idem_managed_claim, idem_managed_complete). managed/generate.py writes the worker's body
 -- into each in place of the call (its INLINED): each call of a function with its fixed search_path costs about 17k
--- instructions, a quarter of what the reference spends on a request. So a worker's own names must not be those of
--- its callers' arguments (no variable hides another: plpgsql.extra_errors may say shadowed_variables).
+-- instructions (bench/RESULTS.md). So a worker's own names must not be those of its callers' arguments (no variable
+-- hides another: plpgsql.extra_errors may say shadowed_variables).
 --
 -- A claim reads every column of the key's row, as the C edition does: a role needs SELECT on all of them.
 -- The key table is the one the storage mode makes active: idempotency_keys_partitioned when it has range
