@@ -41,6 +41,13 @@
 #       INSERT, idem_complete returning jsonb's text of the body); *_prep with prepared statements (pgx's statement
 #       cache), the others parsed and planned per request (node-postgres's unnamed statements, psycopg's
 #       ClientCursor); client_guard_hashed passes a precomputed hash instead of building the fingerprint
+#   INSTR_CASES="w_bare w_plpgsql w_managed_old w_managed w_managed_request_old w_managed_request"
+#       INSTR_MANAGED_OLD=3754da7 bench/instructions.sh   the managed edition (issue 40) against the PL/pgSQL
+#       reference, before (the managed edition of commit INSTR_MANAGED_OLD, generated from its tree into schema
+#       managed_old) and after (the working tree's) in one run
+#   INSTR_CASES="w_bare w_plpgsql w_plpgsql_pinned w_plpgsql_pinned_api ..." bench/instructions.sh   the floor of the
+#       managed edition's guarantees: the reference with a fixed search_path on all its functions, or on the two the
+#       request calls (schemas plpgsql_pinned, plpgsql_pinned_api)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
@@ -142,11 +149,24 @@ wire_case() {  # wire_case CASE: sets label, mode, scope and script (one stateme
                 'SELECT idem_lease_complete(:k, :t::uuid, 201, :resp::jsonb);') ;;
         w_plpgsql) label='the careful PL/pgSQL reference (bench/plpgsql_baseline.sql), new key'
             tx=('SELECT * FROM plpgsql_idem.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_idem.idem_complete(:k, 201, :resp::jsonb);') ;;
+        # The floor of the managed edition's guarantees (issue 40): the reference with only the fixed search_path
+        # the project pins on every function (schema plpgsql_pinned; its SQL helpers are then no longer inlined).
+        w_plpgsql_pinned) label='the PL/pgSQL reference with `SET search_path = pg_catalog, pg_temp` on each of its functions, new key'
+            tx=('SELECT * FROM plpgsql_pinned.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_pinned.idem_complete(:k, 201, :resp::jsonb);') ;;
+        w_plpgsql_pinned_api) label='the PL/pgSQL reference with that `SET search_path` on the two functions the request calls (idem_claim, idem_complete) only, its helpers as they are'
+            tx=('SELECT * FROM plpgsql_pinned_api.idem_claim(:k, :h);' "$wire_insert" 'SELECT plpgsql_pinned_api.idem_complete(:k, 201, :resp::jsonb);') ;;
         # The managed edition (issue 40; not in the default list): `make managed`'s plain script in schema managed.
         w_managed) label='the managed edition (dist/idempotency-managed.sql), the statements of w_plpgsql, new key'
             tx=('SELECT * FROM managed.idem_claim(:k, :h);' "$wire_insert" 'SELECT managed.idem_complete(:k, 201, :resp::jsonb);') ;;
         w_managed_request) label="the managed edition, the clients' 1.3 statements of w_client_new"
             tx=("${wire_claim_1_3/idem_claim_request/managed.idem_claim_request}" "$wire_insert" "${wire_complete_1_3/idem_complete_request/managed.idem_complete_request}") ;;
+        # The same against INSTR_MANAGED_OLD's managed edition (schema managed_old), for a before and after in one run.
+        w_managed_old) wire_case w_managed
+            label="$label, at ${INSTR_MANAGED_OLD:?w_managed_old needs INSTR_MANAGED_OLD}"
+            script=${script//managed./managed_old.}; return ;;
+        w_managed_request_old) wire_case w_managed_request
+            label="$label, at ${INSTR_MANAGED_OLD:?w_managed_request_old needs INSTR_MANAGED_OLD}"
+            script=${script//managed./managed_old.}; return ;;
         *) echo "unknown case $1" >&2; exit 2 ;;
     esac
     local begin=BEGIN\; end=COMMIT\;
@@ -181,9 +201,29 @@ wire_table() {  # wire_table CASE...
     local wq=(psql -X -q -v ON_ERROR_STOP=1 -h "$wdir" -p "$wport" -U postgres -d bench)
     psql -X -q -h "$wdir" -p "$wport" -U postgres -d postgres -c "CREATE DATABASE bench"
     "${wq[@]}" -c "CREATE EXTENSION idempotency" -f bench/plpgsql_baseline.sql -f bench/setup.sql >/dev/null
+    if [[ " $* " == *" w_plpgsql_pinned "* ]]; then
+        sed 's/plpgsql_idem/plpgsql_pinned/g' bench/plpgsql_baseline.sql |
+            sed -E 's/^(LANGUAGE [a-z]+( [A-Z ]+)?)( AS \$\$)?$/\1\nSET search_path = pg_catalog, pg_temp\3/' >"$wdir/pinned.sql"
+        "${wq[@]}" -f "$wdir/pinned.sql" >/dev/null
+    fi
+    if [[ " $* " == *" w_plpgsql_pinned_api "* ]]; then
+        sed 's/plpgsql_idem/plpgsql_pinned_api/g' bench/plpgsql_baseline.sql |
+            awk '/^CREATE FUNCTION plpgsql_pinned_api\.idem_(claim|complete)\(/ { pin = 1 }
+                 /^LANGUAGE / && pin { sub(/ AS \$\$$/, ""); print; print "SET search_path = pg_catalog, pg_temp AS $$"; pin = 0; next }
+                 { print }' >"$wdir/pinned_api.sql"
+        "${wq[@]}" -f "$wdir/pinned_api.sql" >/dev/null
+    fi
     if [[ " $* " == *" w_managed"* ]]; then
         python3 managed/generate.py "$wdir/dist" >/dev/null
         "${wq[@]}" -c "CREATE SCHEMA managed" -c "SET search_path = managed" -f "$wdir/dist/idempotency-managed.sql"
+    fi
+    # INSTR_MANAGED_OLD=REV (a commit): that commit's managed edition too, generated from its own tree, in schema
+    # managed_old (cases w_managed_old, w_managed_request_old).
+    if [[ " $* " == *" w_managed"*"_old "* ]]; then
+        mkdir -p "$wdir/old"
+        git archive "${INSTR_MANAGED_OLD:?}" | tar -x -C "$wdir/old"
+        python3 "$wdir/old/managed/generate.py" "$wdir/old/dist" >/dev/null
+        "${wq[@]}" -c "CREATE SCHEMA managed_old" -c "SET search_path = managed_old" -f "$wdir/old/dist/idempotency-managed.sql"
     fi
     "${wq[@]}" -c "CREATE TABLE bench.hand_keys (key text COLLATE \"C\" PRIMARY KEY, request_hash bytea NOT NULL,
         http_status int, body text, created_at timestamptz NOT NULL DEFAULT now())"
@@ -209,6 +249,29 @@ BEGIN
 END \$\$;
 VACUUM ANALYZE;
 SQL
+    # 20,000 stored keys (scope 'stored') in the PL/pgSQL reference's and each managed edition's own table too, as
+    # the C edition's has: a key table that VACUUM ANALYZE saw empty is planned with sequential scans, whose cost
+    # grows with each key the runs add (a claim in the managed edition measured about 300k more per request that
+    # way than through its index, and which case met the empty table first decided which one paid).
+    # Only into the tables of the cases asked for.
+    local sch
+    for sch in $([[ " $* " == *" w_plpgsql "* ]] && echo plpgsql_idem) \
+               $("${wq[@]}" -At -c "SELECT string_agg(nspname, ' ') FROM pg_namespace
+                                   WHERE nspname IN ('plpgsql_pinned', 'plpgsql_pinned_api', 'managed', 'managed_old')"); do
+        "${wq[@]}" >/dev/null <<SQL
+DO \$\$
+BEGIN
+    FOR i IN 1 .. 20000 LOOP
+        IF i % 500 = 0 THEN
+            COMMIT;
+        END IF;
+        PERFORM $sch.idem_claim(i::text, '$h', NULL, 'stored');
+        PERFORM $sch.idem_complete(i::text, 201, '$wire_resp'::jsonb, NULL, 'stored');
+    END LOOP;
+END \$\$;
+SQL
+    done
+    "${wq[@]}" -c "VACUUM ANALYZE"
     # INSTR_SPREAD=1: the stored keys' expiries spread evenly over 1 to 24 hours from now, as a service's keys
     # are after a day of traffic (every live partition holds keys), instead of all within the minute of loading.
     local sdb spread_ttl=NULL

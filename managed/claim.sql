@@ -21,6 +21,12 @@
 -- (bench/plpgsql_baseline.sql); other transactions' claims are answered by the stored row first, so only the
 -- claim of a key released by a 5xx sees in_progress until the releasing transaction ends.
 --
+-- idem_claim, idem_claim_wait, idem_complete and idem_complete_request are written below as what they do: their checks,
+-- then a call of their worker (idem_managed_claim, idem_managed_complete). managed/generate.py writes the worker's body
+-- into each in place of the call (its INLINED): each call of a function with its fixed search_path costs about 17k
+-- instructions (bench/RESULTS.md). So a worker's own names must not be those of its callers' arguments (no variable
+-- hides another: plpgsql.extra_errors may say shadowed_variables).
+--
 -- A claim reads every column of the key's row, as the C edition does: a role needs SELECT on all of them.
 -- The key table is the one the storage mode makes active: idempotency_keys_partitioned when it has range
 -- partitions, idempotency_keys otherwise (read from the catalog on every claim and completion, as the C edition
@@ -98,7 +104,7 @@ $$;
 -- records nothing in the claim map and computes no expiry; it gets the row's lease columns back (row_found,
 -- row_expires_at, lease_until, recovery point and state) to decide how to write.
 CREATE FUNCTION @extschema@.idem_managed_claim(
-    key text, scope text, request_hash_hex text, request_hash bytea, ttl interval, wait interval,
+    key text, scope text, request_hash_hex text, hash_bytes bytea, ttl interval, wait interval,
     transactional boolean, command text,
     OUT outcome text, OUT http_status integer, OUT response_body jsonb, OUT response_headers jsonb,
     OUT expires_at timestamptz, OUT content_type text, OUT response_bytes bytea,
@@ -113,13 +119,12 @@ DECLARE
                              '{}')::pg_catalog.jsonb;
     lock_id bigint;
     granted boolean;
-    lock_waited_for boolean := false;
+    lock_waited_for boolean;  -- (no defaults here: each is an expression a transaction prepares; see below)
     partitioned boolean;
     found_row boolean;
     rows_read bigint;
     stored record;
-    pause float8 := 0.002;
-    tombstone_ttl text;
+    pause float8;
     expired_at timestamptz;
     saved_timeout text;
     until timestamptz;
@@ -133,12 +138,12 @@ BEGIN
        OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
         PERFORM @extschema@.idem_managed_key_id(key, scope);
     END IF;
-    IF request_hash IS NULL THEN
+    IF hash_bytes IS NULL THEN
         IF pg_catalog.octet_length(request_hash_hex) OPERATOR(pg_catalog.<>) 64
            OR request_hash_hex OPERATOR(pg_catalog.~) '[^0-9a-fA-F]' THEN
             PERFORM @extschema@.idem_managed_request_hash(request_hash_hex);
         END IF;
-        request_hash := pg_catalog.decode(request_hash_hex, 'hex');
+        hash_bytes := pg_catalog.decode(request_hash_hex, 'hex');
     END IF;
     IF transactional THEN
         -- now() + ttl as a fixed duration, as idem_managed_expiry computes it (and raises its errors).
@@ -168,8 +173,8 @@ BEGIN
     LOOP
         -- Lock first, then read: under READ COMMITTED the read's new snapshot sees every completion committed
         -- before the lock was granted.
-        granted := lock_waited_for OR pg_catalog.pg_try_advisory_xact_lock(lock_id);
-        lock_waited_for := false;
+        -- (Once waited for, the lock is held until the transaction ends: granted stays true.)
+        granted := lock_waited_for IS TRUE OR pg_catalog.pg_try_advisory_xact_lock(lock_id);
         SELECT k.expires_at, k.http_status, k.request_hash, k.response_body, k.response_headers, k.lease_until,
                k.response_content_type, k.response_bytes, k.created_at, k.lease_token, k.recovery_point,
                k.recovery_state
@@ -223,13 +228,12 @@ BEGIN
             GET DIAGNOSTICS rows_read = ROW_COUNT;  -- EXECUTE leaves FOUND as it was
             found_row := rows_read OPERATOR(pg_catalog.>) 0;
         END IF;
-        outcome := NULL;
         IF found_row AND stored.expires_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN
             IF stored.http_status IS NOT NULL OR stored.lease_until IS NULL THEN
                 -- A live stored response answers, whoever holds the lock.
-                outcome := CASE WHEN stored.request_hash OPERATOR(pg_catalog.=) request_hash THEN 'replay'
+                outcome := CASE WHEN stored.request_hash OPERATOR(pg_catalog.=) hash_bytes THEN 'replay'
                                 ELSE 'mismatch' END;
-            ELSIF stored.request_hash OPERATOR(pg_catalog.<>) request_hash THEN
+            ELSIF stored.request_hash OPERATOR(pg_catalog.<>) hash_bytes THEN
                 -- A lease binds the key to its payload whether or not it has run out.
                 outcome := 'mismatch';
             ELSIF stored.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN
@@ -242,9 +246,8 @@ BEGIN
             -- completed key whose response expired within it answers expired, whoever holds the lock. Its
             -- expired row still there tells when it expired (never a lease that ran out); with no row, its
             -- tombstone does.
-            expired_at := NULL;
-            tombstone_ttl := pg_catalog.current_setting('idempotency.tombstone_ttl', true);
-            IF tombstone_ttl OPERATOR(pg_catalog.<>) '' AND tombstone_ttl OPERATOR(pg_catalog.<>) '0' THEN
+            IF COALESCE(pg_catalog.current_setting('idempotency.tombstone_ttl', true), '')
+                   OPERATOR(pg_catalog.<>) ALL (ARRAY['', '0']) THEN
                 IF NOT found_row THEN
                     expired_at := @extschema@.idem_managed_tombstone(key, scope,
                                       @extschema@.idem_managed_tombstone_since(), partitioned);
@@ -275,10 +278,14 @@ BEGIN
             END;
             PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
         ELSE
+            pause := COALESCE(pause, 0.002);
             PERFORM pg_catalog.pg_sleep(LEAST(pause, GREATEST(0.001, pg_catalog.date_part('epoch',
                 wait_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()))));
             pause := LEAST(pause OPERATOR(pg_catalog.*) 2, 0.05);
         END IF;
+        -- Another look: what this one decided is forgotten (reset here, off the way of a claim that does not wait).
+        outcome := NULL;
+        expired_at := NULL;
     END LOOP;
 
     row_found := found_row;
@@ -304,7 +311,7 @@ BEGIN
                 ELSIF NOT partitioned THEN
                     BEGIN
                         INSERT INTO @extschema@.idempotency_keys (expires_at, created_at, scope, key, request_hash)
-                        VALUES (pg_catalog.now(), pg_catalog.now(), scope, key, request_hash)
+                        VALUES (pg_catalog.now(), pg_catalog.now(), scope, key, hash_bytes)
                         ON CONFLICT ON CONSTRAINT idempotency_keys_pkey DO NOTHING;
                         RAISE EXCEPTION USING ERRCODE = 'PIDEM';
                     EXCEPTION WHEN SQLSTATE 'PIDEM' THEN
@@ -325,7 +332,7 @@ BEGIN
         END IF;
         PERFORM pg_catalog.set_config('idempotency_managed.claims',
             (claims OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(id, pg_catalog.jsonb_build_object(
-                'h', pg_catalog.encode(request_hash, 'hex'), 'e', until, 'x', found_row,
+                'h', pg_catalog.encode(hash_bytes, 'hex'), 'e', until, 'x', found_row,
                 'p', partitioned)))::pg_catalog.text,
             true);
         expires_at := until;
@@ -399,26 +406,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c record;
-    result @extschema@.idem_claim_result;
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF request_hash IS NULL THEN
-        RAISE EXCEPTION 'idempotency request_hash must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
+    -- One test on the way of a valid call, the checks in order when it fails (see idem_managed_claim).
+    IF key IS NULL OR request_hash IS NULL OR scope IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF request_hash IS NULL THEN
+            RAISE EXCEPTION 'idempotency request_hash must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     c := @extschema@.idem_managed_claim(key, scope, request_hash, NULL, ttl, NULL, true, 'idem_claim');
-    result.outcome := c.outcome;
-    result.http_status := c.http_status;
-    result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
-                                 THEN @extschema@.idem_managed_bytes_as_jsonb(c.content_type, c.response_bytes)
-                                 ELSE c.response_body END;
-    result.response_headers := c.response_headers;
-    result.expires_at := c.expires_at;
-    RETURN result;
+    -- The result in one expression (outcome, http_status, response_body, response_headers, expires_at).
+    RETURN ROW(c.outcome, c.http_status,
+               CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
+                    THEN @extschema@.idem_managed_bytes_as_jsonb(c.content_type, c.response_bytes)
+                    ELSE c.response_body END,
+               c.response_headers, c.expires_at)::@extschema@.idem_claim_result;
 END
 $$;
 
@@ -434,26 +439,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c record;
-    result @extschema@.idem_claim_result;
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF request_hash IS NULL THEN
-        RAISE EXCEPTION 'idempotency request_hash must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
+    -- One test on the way of a valid call, the checks in order when it fails (see idem_managed_claim).
+    IF key IS NULL OR request_hash IS NULL OR scope IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF request_hash IS NULL THEN
+            RAISE EXCEPTION 'idempotency request_hash must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     c := @extschema@.idem_managed_claim(key, scope, request_hash, NULL, ttl, wait, true, 'idem_claim');
-    result.outcome := c.outcome;
-    result.http_status := c.http_status;
-    result.response_body := CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
-                                 THEN @extschema@.idem_managed_bytes_as_jsonb(c.content_type, c.response_bytes)
-                                 ELSE c.response_body END;
-    result.response_headers := c.response_headers;
-    result.expires_at := c.expires_at;
-    RETURN result;
+    -- The result in one expression (outcome, http_status, response_body, response_headers, expires_at).
+    RETURN ROW(c.outcome, c.http_status,
+               CASE WHEN c.response_body IS NULL AND c.response_bytes IS NOT NULL
+                    THEN @extschema@.idem_managed_bytes_as_jsonb(c.content_type, c.response_bytes)
+                    ELSE c.response_body END,
+               c.response_headers, c.expires_at)::@extschema@.idem_claim_result;
 END
 $$;
 
@@ -475,21 +478,30 @@ DECLARE
     result @extschema@.idem_request_claim;
     hash bytea;
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
+    IF key IS NULL OR scope IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    -- Key and scope before the fingerprint's own errors, as in the C edition (the claim checks them again).
-    PERFORM @extschema@.idem_managed_key_id(key, scope);
+    -- Key and scope before the fingerprint's own errors, as in the C edition (the claim checks them again); the
+    -- helper (a call with its fixed search_path) only when idem_managed_claim's one test fails.
+    IF key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
+       OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+        PERFORM @extschema@.idem_managed_key_id(key, scope);
+    END IF;
     hash := pg_catalog.decode(@extschema@.idem_fingerprint(method, path, query, content_type, body), 'hex');
     c := @extschema@.idem_managed_claim(key, scope, NULL, hash, ttl, NULL, true, 'idem_claim_request');
     result.outcome := c.outcome;
     result.http_status := c.http_status;
     IF c.outcome OPERATOR(pg_catalog.=) 'replay' THEN
         result.content_type := c.content_type;
-        result.headers := c.response_headers;
+        -- The stored headers without a member named Idempotency-Key-Expires in any case (the rule key-lifetime
+        -- below adds it): a query, run for a replay only, so the claim's expressions below stay simple ones.
+        result.headers := (SELECT pg_catalog.jsonb_object_agg(h.k, h.v)
+                           FROM pg_catalog.jsonb_each(c.response_headers) AS h(k, v)
+                           WHERE pg_catalog.lower(h.k) OPERATOR(pg_catalog.<>) 'idempotency-key-expires');
         -- A response stored as jsonb (1.0-1.2) comes back as the UTF-8 bytes of its text.
         result.body := COALESCE(c.response_bytes,
                                 pg_catalog.convert_to(pg_catalog.jsonb_out(c.response_body)::pg_catalog.text, 'UTF8'));
@@ -501,11 +513,7 @@ BEGIN
     IF c.outcome OPERATOR(pg_catalog.=) ANY (ARRAY['claimed', 'replay', 'mismatch'])
        OR (c.outcome OPERATOR(pg_catalog.=) 'in_progress' AND c.row_found AND c.lease_until IS NOT NULL
            AND c.row_expires_at OPERATOR(pg_catalog.>) pg_catalog.now()) THEN
-        result.headers := COALESCE((SELECT pg_catalog.jsonb_object_agg(h.k, h.v)
-                                   FROM pg_catalog.jsonb_each(CASE WHEN c.outcome OPERATOR(pg_catalog.=) 'replay'
-                                                                   THEN c.response_headers END) AS h(k, v)
-                                   WHERE pg_catalog.lower(h.k) OPERATOR(pg_catalog.<>) 'idempotency-key-expires'),
-                                  '{}'::pg_catalog.jsonb)
+        result.headers := COALESCE(result.headers, '{}'::pg_catalog.jsonb)
             OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('Idempotency-Key-Expires',
                 pg_catalog.to_char(pg_catalog.timezone('UTC', COALESCE(c.expires_at, c.row_expires_at)), 'Dy, DD Mon YYYY HH24:MI:SS "GMT"'));
     END IF;
@@ -598,11 +606,11 @@ BEGIN
         END IF;
         -- Status range, then size against idempotency.max_response_bytes.
         PERFORM @extschema@.idem_managed_check_size(http_status, size);
-    END IF;
-    IF claim IS NULL THEN
-        RAISE EXCEPTION '%: idempotency key "%" is not claimed by this transaction', caller, key
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Call idem_claim in the same transaction first and act only on outcome ''claimed''.';
+        IF claim IS NULL THEN
+            RAISE EXCEPTION '%: idempotency key "%" is not claimed by this transaction', caller, key
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Call idem_claim in the same transaction first and act only on outcome ''claimed''.';
+        END IF;
     END IF;
     IF http_status OPERATOR(pg_catalog.>=) 500 THEN
         PERFORM pg_catalog.set_config('idempotency_managed.claims',
@@ -709,10 +717,10 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
+    IF key IS NULL OR scope IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     RETURN @extschema@.idem_managed_complete(key, scope, http_status, response_body, response_headers, NULL, NULL,
@@ -733,14 +741,14 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF scope IS NULL THEN
-        RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    -- Before the key's checks here, as in the C edition.
-    IF http_status IS NULL THEN
+    IF key IS NULL OR scope IS NULL OR http_status IS NULL THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'idempotency key must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF scope IS NULL THEN
+            RAISE EXCEPTION 'idempotency scope must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- Before the key's checks here, as in the C edition.
         RAISE EXCEPTION 'idempotency http_status must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     -- Sizes as the C edition counts them: each value's bytes and its 4-byte header.

@@ -138,6 +138,99 @@ def stub(stmt, key):
     return text.rstrip().rstrip(";") + body
 
 
+# The public functions whose body is a worker's, written in by inline_workers: each call of a function with its fixed
+# search_path costs a GUC save and restore and a new namespace path (about 17k instructions; bench/RESULTS.md,
+# "The managed edition over the wire"), so these, the ones a request calls, call no worker. managed/claim.sql keeps
+# them as the call (checks, then `c := worker(...); RETURN expression of c;` or `RETURN worker(...);`), which is
+# what they do.
+INLINED = {
+    "idem_claim(text,text,interval,text)": "idem_managed_claim",
+    "idem_claim_wait(text,text,interval,interval,text)": "idem_managed_claim",
+    "idem_complete(text,integer,jsonb,jsonb,text)": "idem_managed_complete",
+    "idem_complete_request(text,text,integer,text,jsonb,bytea)": "idem_managed_complete",
+}
+WORKER_LABEL = "managed_worker"
+
+
+def function_parts(stmt):
+    """(header up to its AS $$, the name, [(mode, name, type, default)], body between the $$)."""
+    m = re.search(r"\bAS\s+\$\$", stmt)
+    end = stmt.rindex("$$")
+    header, body = stmt[:m.end()], stmt[m.end():end]
+    fm = FUNC_RE.search(header)
+    depth, i = 1, fm.end()
+    while depth:
+        depth += {"(": 1, ")": -1}.get(header[i], 0)
+        i += 1
+    params = []
+    for arg in split_args(header[fm.end():i - 1]):
+        words = strip_comments(arg).split()
+        mode = "IN"
+        if words[0].upper() in ("IN", "OUT", "INOUT"):
+            mode, words = words[0].upper(), words[1:]
+        text = " ".join(words[1:])
+        typ, default = (re.split(r"\s+DEFAULT\s+", text, flags=re.I) + [None])[:2]
+        params.append((mode, words[0], typ, default))
+    return header, fm.group(1), params, body
+
+
+def inline_workers(managed):
+    """managed with the functions of INLINED given their worker's body in place of its call."""
+    for key, worker in INLINED.items():
+        wkey = [k for k in managed if k.startswith(worker + "(")]
+        if key not in managed or len(wkey) != 1:
+            sys.exit("generate.py: cannot inline %s into %s" % (worker, key))
+        header, name, params, body = function_parts(managed[key])
+        _, _, wparams, wbody = function_parts(managed[wkey[0]])
+        call = re.search(r"(?:\b(\w+)\s*:=\s*|\bRETURN\s+)@extschema@\." + worker + r"\(", body)
+        depth, i = 1, call.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(body[i], 0)
+            i += 1
+        args = [a.strip() for a in split_args(body[call.end():i - 1])]
+        stmt_end = body.index(";", i) + 1
+        begin = re.search(r"^BEGIN\n", body, re.M)
+        checks = body[begin.end():call.start()]
+        rest = body[stmt_end:]
+        rest = strip_comments(rest[:rest.rindex("END")]).strip()
+        record = call.group(1)
+        if record:
+            # c := worker(...); RETURN expression of c;
+            if not re.fullmatch(r"RETURN\b[^;]*;", rest, re.S):
+                sys.exit("generate.py: %s: only `RETURN expression;` may follow the call" % key)
+            final = re.sub(r"\b%s\." % record, WORKER_LABEL + ".", rest)
+        elif rest:
+            sys.exit("generate.py: %s: nothing may follow `RETURN %s(...)`" % key, worker)
+        own = {p[1] for p in params}
+        ins = [p for p in wparams if p[0] == "IN"]
+        if len(args) != len(ins):
+            sys.exit("generate.py: %s: %d arguments for %s" % (key, len(args), worker))
+        decls, same = [], set()
+        for (_, pname, ptype, _), arg in zip(ins, args):
+            if arg == pname and pname in own:
+                same.add(pname)
+            elif arg.upper() == "NULL":
+                decls.append("    %s %s;\n" % (pname, ptype))
+            else:
+                # A name of the caller's own as the argument: qualified, since the worker's name may hide it.
+                arg = arg if arg not in own else "%s.%s" % (name, arg)
+                decls.append("    %s %s := %s;\n" % (pname, ptype, arg))
+        decls += ["    %s %s;\n" % (p[1], p[2]) for p in wparams if p[0] == "OUT"]
+        wdecl = re.search(r"^DECLARE\n(.*?)^BEGIN\n", wbody, re.M | re.S)
+        wdecl_text = wdecl.group(1) if wdecl else ""
+        wcode = wbody[(wdecl.end() if wdecl else re.search(r"^BEGIN\n", wbody, re.M).end()):]
+        wcode = wcode[:wcode.rindex("END")]
+        if record:
+            wcode = re.sub(r"\bRETURN\s*;", final, wcode)
+            wcode = wcode.rstrip() + "\n    " + final + "\n"
+        qualify = lambda m: "%s.%s" % (name if m.group(1) in same else WORKER_LABEL, m.group(1))
+        text = re.sub(r"\b%s\.(\w+)" % worker, qualify, wdecl_text + "BEGIN\n" + checks + wcode)
+        managed[key] = (header + "\n-- (Written by managed/generate.py: the body of %s, its call inlined.)\n"
+                        "<<%s>>\nDECLARE\n" % (worker, WORKER_LABEL) + "".join(decls) + text
+                        + "END %s\n$$;" % WORKER_LABEL)
+    return managed
+
+
 def read_managed(managed_dir):
     """The functions of managed/*.sql by name(in-argument types), and its other statements."""
     managed, helpers = {}, []
@@ -154,7 +247,7 @@ def read_managed(managed_dir):
                 if key in managed:
                     sys.exit("generate.py: %s is defined twice in managed/" % key)
                 managed[key] = stmt
-    return managed, helpers
+    return inline_workers(managed), helpers
 
 
 def build(managed_dir):
@@ -173,6 +266,7 @@ def build(managed_dir):
                 if key in managed:
                     sys.exit("generate.py: %s is defined twice in managed/" % key)
                 managed[key] = stmt
+    managed = inline_workers(managed)
     c_keys = set()
     sql_keys = set()
     parts = []
