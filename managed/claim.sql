@@ -488,7 +488,7 @@ BEGIN
     -- helper (a call with its fixed search_path) only when idem_managed_claim's one test fails.
     IF key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255
        OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
-       OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) '[\x01-\x1f\x7f-\x9f]' THEN
+       OR (key OPERATOR(pg_catalog.||) scope) OPERATOR(pg_catalog.~) E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
         PERFORM @extschema@.idem_managed_key_id(key, scope);
     END IF;
     hash := pg_catalog.decode(@extschema@.idem_fingerprint(method, path, query, content_type, body), 'hex');
