@@ -599,7 +599,12 @@ BEGIN
         IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
             RAISE EXCEPTION 'idempotency % must be a JSON object', headers_arg USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        PERFORM @extschema@.idem_managed_check_headers(response_headers, headers_arg);
+        -- The check (a call with its fixed search_path) only for headers that hold a bad member: this branch is
+        -- every completion's where idempotency.max_response_bytes is set (or defined by the C library, as on a
+        -- server that has both editions).
+        IF response_headers OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN
+            PERFORM @extschema@.idem_managed_check_headers(response_headers, headers_arg);
+        END IF;
         -- Replayed as a header value: no CR, LF or other control character (a tab is allowed).
         IF content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]' THEN
             RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';

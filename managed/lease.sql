@@ -391,7 +391,9 @@ BEGIN
     IF response_headers IS NOT NULL AND pg_catalog.jsonb_typeof(response_headers) OPERATOR(pg_catalog.<>) 'object' THEN
         RAISE EXCEPTION 'idempotency response_headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM @extschema@.idem_managed_check_headers(response_headers, 'response_headers');
+    IF response_headers OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN  -- the call only for a bad member
+        PERFORM @extschema@.idem_managed_check_headers(response_headers, 'response_headers');
+    END IF;
     PERFORM @extschema@.idem_managed_check_size(http_status,
         COALESCE(pg_catalog.pg_column_size(response_body), 0) OPERATOR(pg_catalog.+)
         COALESCE(pg_catalog.pg_column_size(response_headers), 0));
@@ -427,7 +429,9 @@ BEGIN
     IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object' THEN
         RAISE EXCEPTION 'idempotency headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM @extschema@.idem_managed_check_headers(headers, 'headers');
+    IF headers OPERATOR(pg_catalog.@?) @extschema@.idem_managed_bad_header() THEN  -- the call only for a bad member
+        PERFORM @extschema@.idem_managed_check_headers(headers, 'headers');
+    END IF;
     IF content_type OPERATOR(pg_catalog.~) E'[\\x01-\\x08\\x0a-\\x1f\\x7f]' THEN
         RAISE EXCEPTION 'idempotency content_type contains a control character' USING ERRCODE = 'invalid_parameter_value';
     END IF;
