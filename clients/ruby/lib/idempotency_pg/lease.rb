@@ -133,7 +133,7 @@ module IdempotencyPg
 
       answer = nil
       stored = fenced do |conn|
-        status, headers, bytes = Lease.collect(yield(conn))
+        status, headers, bytes = IdempotencyPg.collect(yield(conn))
         answer = [status, headers, [bytes]]
         next false if status >= 500
 
@@ -167,17 +167,6 @@ module IdempotencyPg
       end
       release
       raise
-    end
-
-    def self.collect(response)
-      status, headers, rbody = response
-      bytes = +"".b
-      begin
-        rbody.each { |chunk| bytes << chunk.b }
-      ensure
-        rbody.close if rbody.respond_to?(:close)
-      end
-      [status.to_i, headers.to_h, bytes]
     end
 
     private

@@ -35,6 +35,18 @@ module IdempotencyPg
     end
   end
 
+  # A Rack response as [status, headers, body bytes], the body read whole and closed.
+  def self.collect(response)
+    status, headers, rbody = response
+    bytes = +"".b
+    begin
+      rbody.each { |chunk| bytes << chunk.b }
+    ensure
+      rbody.close if rbody.respond_to?(:close)
+    end
+    [status.to_i, headers.to_h, bytes]
+  end
+
   def self.not_executed!(env)
     env["idempotency"]&.not_executed!
   end
@@ -177,18 +189,11 @@ module IdempotencyPg
     # The app's answer as [status, headers, body bytes], the request body given back as rack.input.
     def call_app(env, ctx, body)
       env = env.merge("rack.input" => StringIO.new(body.dup), "idempotency" => ctx)
-      status, headers, rbody = begin
+      IdempotencyPg.collect(begin
         @app.call(env)
       rescue HttpProblem => e
         DEFAULT_RENDER.call(e.problem, @problem_base)
-      end
-      bytes = +"".b
-      begin
-        rbody.each { |chunk| bytes << chunk.b }
-      ensure
-        rbody.close if rbody.respond_to?(:close)
-      end
-      [status.to_i, headers.to_h, bytes]
+      end)
     end
 
     def replay(claim)
