@@ -230,7 +230,9 @@ SET enable_hashjoin = off;
 SET enable_mergejoin = off;
 SET enable_partition_pruning = off;
 SET plan_cache_mode = force_generic_plan;
-SET force_parallel_mode = on;
+-- force_parallel_mode is debug_parallel_query from PostgreSQL 16 on.
+SELECT pg_catalog.set_config(CASE WHEN pg_catalog.current_setting('server_version_num')::int >= 160000
+                                  THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END, 'on', false) AS forced;
 SET parallel_setup_cost = 0;
 SET parallel_tuple_cost = 0;
 SET min_parallel_table_scan_size = 0;
