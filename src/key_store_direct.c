@@ -350,11 +350,9 @@ key_form_row(TupleDesc desc, const AttrNumber *attnums, const KeyRef *ref, const
 {
 	Datum	   *values = palloc0(desc->natts * sizeof(Datum));
 	bool	   *nulls = palloc(desc->natts * sizeof(bool));
-	bytea	   *hash = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
+	bytea	   *hash = key_hash_bytea(row->request_hash);
 
 	memset(nulls, true, desc->natts * sizeof(bool));
-	SET_VARSIZE(hash, VARHDRSZ + IDEM_SHA256_BYTES);
-	memcpy(VARDATA(hash), row->request_hash, IDEM_SHA256_BYTES);
 
 #define SET_COLUMN(column, value, isnull) \
 	(values[attnums[column] - 1] = (value), nulls[attnums[column] - 1] = (isnull))

@@ -71,6 +71,9 @@ typedef struct KeyTable
 void		key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns,
 						   bool has_bytes_columns, KeyRow *out, MemoryContext context);
 
+/* The request hash as the request_hash column's bytea, palloc'd in the current context (key_store_row.c). */
+bytea	   *key_hash_bytea(const uint8 hash[IDEM_SHA256_BYTES]);
+
 /* Where a relation's descriptor has the key columns, and whether the direct paths may read and write it. */
 typedef struct KeyShape
 {

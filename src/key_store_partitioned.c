@@ -662,16 +662,6 @@ extended_expiry(TimestampTz expires_at, TimestampTz lease_until, TimestampTz unt
 	return Max(expires_at, sum);
 }
 
-static bytea *
-hash_bytea(const uint8 hash[IDEM_SHA256_BYTES])
-{
-	bytea	   *result = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
-
-	SET_VARSIZE(result, VARHDRSZ + IDEM_SHA256_BYTES);
-	memcpy(VARDATA(result), hash, IDEM_SHA256_BYTES);
-	return result;
-}
-
 /* The statement's SET, on the old row's values (every column of the partition, by attribute number - 1). */
 static void
 edit_apply(RowEdit *edit, Datum *values, bool *nulls)
@@ -694,7 +684,7 @@ edit_apply(RowEdit *edit, Datum *values, bool *nulls)
 					SET(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(grant->expires_at), false);
 				if (!take_over)
 					SET(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
-				SET(KEY_COL_REQUEST_HASH, PointerGetDatum(hash_bytea(grant->request_hash)), false);
+				SET(KEY_COL_REQUEST_HASH, PointerGetDatum(key_hash_bytea(grant->request_hash)), false);
 				SET(KEY_COL_HTTP_STATUS, (Datum) 0, true);
 				SET(KEY_COL_RESPONSE_BODY, (Datum) 0, true);
 				SET(KEY_COL_RESPONSE_HEADERS, (Datum) 0, true);
@@ -770,7 +760,7 @@ edit_apply(RowEdit *edit, Datum *values, bool *nulls)
 				SET(KEY_COL_EXPIRES_AT, TimestampTzGetDatum(w->expires_at), false);
 				SET(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
 				SET(KEY_COL_HTTP_STATUS, Int32GetDatum(w->response.http_status), false);
-				SET(KEY_COL_REQUEST_HASH, PointerGetDatum(hash_bytea(w->request_hash)), false);
+				SET(KEY_COL_REQUEST_HASH, PointerGetDatum(key_hash_bytea(w->request_hash)), false);
 				SET(KEY_COL_RESPONSE_HEADERS, w->response.headers, w->response.headers_null);
 				SET(KEY_COL_RESPONSE_BODY, w->response.body, w->response.body_null);
 				if (table->has_bytes_columns)
@@ -1103,7 +1093,7 @@ form_lease_row(TupleDesc desc, const KeyRef *ref, const void *arg)
 	SET(KEY_COL_CREATED_AT, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
 	SET(KEY_COL_SCOPE, PointerGetDatum(ref->scope));
 	SET(KEY_COL_KEY, PointerGetDatum(ref->key));
-	SET(KEY_COL_REQUEST_HASH, PointerGetDatum(hash_bytea(grant->request_hash)));
+	SET(KEY_COL_REQUEST_HASH, PointerGetDatum(key_hash_bytea(grant->request_hash)));
 	SET(KEY_COL_LEASE_UNTIL, TimestampTzGetDatum(grant->lease_until));
 	SET(KEY_COL_LEASE_TOKEN, UUIDPGetDatum(&grant->token));
 #undef SET

@@ -80,3 +80,13 @@ key_row_decode(const Datum *values, const bool *nulls, bool has_lease_columns, b
 	out->recovery_state = copy_varlena(values[KEY_COL_RECOVERY_STATE], out->recovery_state_null,
 									   context);
 }
+
+bytea *
+key_hash_bytea(const uint8 hash[IDEM_SHA256_BYTES])
+{
+	bytea	   *result = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
+
+	SET_VARSIZE(result, VARHDRSZ + IDEM_SHA256_BYTES);
+	memcpy(VARDATA(result), hash, IDEM_SHA256_BYTES);
+	return result;
+}

@@ -446,16 +446,6 @@ key_spi_lookup(const KeyTable *table, const KeyRef *ref, LookupSnapshot snapshot
 	SPI_finish();
 }
 
-static bytea *
-hash_as_bytea(const uint8 hash[IDEM_SHA256_BYTES])
-{
-	bytea	   *result = palloc(VARHDRSZ + IDEM_SHA256_BYTES);
-
-	SET_VARSIZE(result, VARHDRSZ + IDEM_SHA256_BYTES);
-	memcpy(VARDATA(result), hash, IDEM_SHA256_BYTES);
-	return result;
-}
-
 void
 key_spi_write(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
 {
@@ -470,7 +460,7 @@ key_spi_write(const KeyTable *table, const KeyRef *ref, const KeyWrite *row)
 	values[WRITE_PARAM_HTTP_STATUS] = Int32GetDatum(row->response.http_status);
 	values[WRITE_PARAM_SCOPE] = PointerGetDatum(ref->scope);
 	values[WRITE_PARAM_KEY] = PointerGetDatum(ref->key);
-	values[WRITE_PARAM_REQUEST_HASH] = PointerGetDatum(hash_as_bytea(row->request_hash));
+	values[WRITE_PARAM_REQUEST_HASH] = PointerGetDatum(key_hash_bytea(row->request_hash));
 	values[WRITE_PARAM_RESPONSE_HEADERS] = row->response.headers;
 	nulls[WRITE_PARAM_RESPONSE_HEADERS] = row->response.headers_null ? 'n' : ' ';
 	values[WRITE_PARAM_RESPONSE_BODY] = row->response.body;
@@ -513,7 +503,7 @@ key_spi_take_lease(const KeyTable *table, const KeyRef *ref, LeaseTake how, Leas
 	values[LEASE_PARAM_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[LEASE_PARAM_SCOPE] = PointerGetDatum(ref->scope);
 	values[LEASE_PARAM_KEY] = PointerGetDatum(ref->key);
-	values[LEASE_PARAM_REQUEST_HASH] = PointerGetDatum(hash_as_bytea(grant->request_hash));
+	values[LEASE_PARAM_REQUEST_HASH] = PointerGetDatum(key_hash_bytea(grant->request_hash));
 	values[LEASE_PARAM_LEASE_UNTIL] = TimestampTzGetDatum(grant->lease_until);
 	values[LEASE_PARAM_LEASE_TOKEN] = UUIDPGetDatum(&grant->token);
 	values[LEASE_PARAM_TAKE_OVER] = BoolGetDatum(how == LEASE_TAKE_OVER);
